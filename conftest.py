@@ -1,0 +1,27 @@
+"""Fixtures shared by every package's tests (pytest picks this file up from the repo root)."""
+
+import os
+
+import pytest
+
+# Keep torch from oversubscribing the 2 cores when Ray workers and the driver all compute.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One local Ray cluster per test session. Resource counts are logical: 8 'CPUs' on 2 cores lets
+    tests spawn several fractional-CPU workers without waiting for each other."""
+    ray = pytest.importorskip("ray")
+    if not ray.is_initialized():
+        ray.init(
+            num_cpus=8,
+            include_dashboard=False,
+            log_to_driver=True,
+            configure_logging=False,
+            runtime_env={"env_vars": {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}},
+        )
+    yield ray
+    ray.shutdown()

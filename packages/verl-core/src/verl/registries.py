@@ -1,0 +1,24 @@
+"""Registries that core consults and sibling distributions fill (see docs/contracts.md).
+
+Core never imports verl.workers / verl.rewards / verl.agent by name: those packages register here
+when their ``verl.plugins`` entry point is loaded (on the first lookup miss).
+"""
+
+from verl.utils.registry import Registry
+
+WORKER_CLASSES = Registry(
+    "worker class",
+    {"actor_rollout_ref": "verl-workers", "critic": "verl-workers", "reward_model": "verl-rewards"},
+)
+TRAINING_ENGINES = Registry(
+    "training engine", {"fsdp2": "verl-workers", "fsdp": "verl-workers", "megatron": "verl-workers[megatron]"}
+)
+ROLLOUT_ENGINES = Registry(
+    "rollout engine", {"hf": "verl-workers", "vllm": "verl-workers[vllm]", "sglang": "verl-workers[sglang]"}
+)
+REWARD_MANAGERS = Registry(
+    "reward manager", {n: "verl-rewards" for n in ("naive", "batch", "dapo", "prime")}
+)
+AGENT_LOOPS = Registry("agent loop", {"single_turn_agent": "verl-agent", "tool_agent": "verl-agent"})
+TOOLS = Registry("tool")
+INTERACTIONS = Registry("interaction")
