@@ -1,0 +1,46 @@
+"""The reward-curve PNG written next to a run (matplotlib with the Agg backend, imported lazily)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+
+
+def plot_reward_curve(
+    train: Sequence[tuple[int, float]],
+    val: Mapping[str, Sequence[tuple[int, float]]] | None,
+    path: str,
+    title: str = "",
+) -> str:
+    """Plot the training reward per step (line) and each validation score (markers) to ``path``.
+
+    The file is written to a temporary name and renamed, so a viewer never sees half a PNG.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)  # headless; never open a window
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+    try:
+        if train:
+            xs, ys = zip(*train)
+            ax.plot(xs, ys, label="train reward", color="tab:blue")
+        for key, points in sorted((val or {}).items()):
+            if points:
+                xs, ys = zip(*points)
+                ax.plot(xs, ys, "o--", label=key)
+        ax.set_xlabel("step")
+        ax.set_ylabel("reward")
+        if title:
+            ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="best", fontsize="small")
+        fig.tight_layout()
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        tmp = path + ".tmp.png"
+        fig.savefig(tmp, format="png")
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+    return path

@@ -1,0 +1,104 @@
+"""Tracking backends write real, readable files; console prints a compact line; the plot is a PNG."""
+
+import glob
+import json
+import os
+
+import pytest
+from verl.utils.tracking import Tracking, format_console_line
+
+STEPS = [(1, {"critic/score/mean": 0.25, "timing_s/gen": 1.5, "val/arith/reward": 0.1}),
+         (2, {"critic/score/mean": 0.5, "timing_s/gen": 1.25}),
+         (3, {"critic/score/mean": 0.75, "timing_s/gen": 1.0, "val/arith/reward": 0.6})]
+
+
+def _log_all(t):
+    for step, m in STEPS:
+        t.log(m, step=step)
+    t.finish()
+
+
+def test_console_line_is_compact_and_complete(capsys):
+    t = Tracking("p", "e", ["console"], output_dir=None)
+    t.log({"a/b": 1 / 3, "n": 7, "s": "x"}, step=4)
+    out = capsys.readouterr().out.strip()
+    assert out == "step:4 - a/b:0.3333 - n:7 - s:x"
+    assert format_console_line({}, 0) == "step:0"
+
+
+def test_unknown_backend_names_the_known_ones(tmp_path):
+    with pytest.raises(ValueError, match=r"'tensorbord'.*tensorboard"):
+        Tracking("p", "e", ["tensorbord"], output_dir=str(tmp_path))
+
+
+def test_jsonl_one_object_per_step_and_plot(tmp_path):
+    t = Tracking("p", "e", ["jsonl"], output_dir=str(tmp_path))
+    _log_all(t)
+    rows = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert [r["critic/score/mean"] for r in rows] == [0.25, 0.5, 0.75]
+    assert rows[2]["val/arith/reward"] == 0.6
+    png = tmp_path / "reward_curve.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert t.reward_history == [(1, 0.25), (2, 0.5), (3, 0.75)]
+    assert t.val_history == {"val/arith/reward": [(1, 0.1), (3, 0.6)]}
+
+
+def test_jsonl_writes_nan_as_string(tmp_path):
+    t = Tracking("p", "e", ["jsonl"], output_dir=str(tmp_path))
+    t.log({"x": float("nan"), "y": 2}, step=1)
+    t.finish()
+    row = json.loads(open(tmp_path / "metrics.jsonl").read())
+    assert row == {"step": 1, "x": "nan", "y": 2.0}
+
+
+def test_tensorboard_events_readable(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    t = Tracking("p", "e", ["tensorboard"], output_dir=str(tmp_path))
+    _log_all(t)
+    acc = EventAccumulator(str(tmp_path / "tensorboard"))
+    acc.Reload()
+    events = acc.Scalars("critic/score/mean")
+    assert [e.step for e in events] == [1, 2, 3]
+    assert [e.value for e in events] == pytest.approx([0.25, 0.5, 0.75])
+    assert [e.step for e in acc.Scalars("val/arith/reward")] == [1, 3]
+
+
+def test_mlflow_file_store_readable(tmp_path, monkeypatch):
+    pytest.importorskip("mlflow")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    t = Tracking("proj", "exp", ["mlflow"], config={"a": {"b": 1}}, output_dir=str(tmp_path))
+    run_id = t.loggers["mlflow"].run.info.run_id
+    _log_all(t)
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri="file:" + str(tmp_path / "mlruns"))
+    hist = client.get_metric_history(run_id, "critic/score/mean")
+    assert sorted((m.step, m.value) for m in hist) == [(1, 0.25), (2, 0.5), (3, 0.75)]
+    assert client.get_run(run_id).data.params["a.b"] == "1"
+
+
+def test_wandb_offline_writes_run_file(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    t = Tracking("proj", "exp", ["wandb"], config={"a": 1}, output_dir=str(tmp_path))
+    _log_all(t)
+    files = glob.glob(str(tmp_path / "wandb" / "offline-run-*" / "run-*.wandb"))
+    assert len(files) == 1 and os.path.getsize(files[0]) > 0
+
+
+def test_swanlab_offline_writes_run_file(tmp_path, monkeypatch):
+    pytest.importorskip("swanlab")
+    monkeypatch.setenv("SWANLAB_MODE", "offline")
+    t = Tracking("proj", "exp", ["swanlab"], config={"a": 1}, output_dir=str(tmp_path))
+    _log_all(t)
+    runs = glob.glob(str(tmp_path / "swanlog" / "run-*"))
+    assert len(runs) == 1
+    data = glob.glob(os.path.join(runs[0], "*.swanlab"))
+    assert data and os.path.getsize(data[0]) > 0
+    import yaml
+
+    cfg = yaml.safe_load(open(os.path.join(runs[0], "files", "config.yaml")))
+    assert cfg["a"]["value"] == 1, cfg
