@@ -1,0 +1,1 @@
+"""PPO-family algorithms (``core_algos``) and the Ray driver loop."""

@@ -1,0 +1,151 @@
+"""The math of the PPO family: advantage estimators, policy losses, value/entropy losses, KL, aggregation.
+
+Pure torch (and numpy) functions; no Ray, no workers. Upstream verl's names and signatures; the code
+lives in sibling modules and is re-exported here, so ``from verl.trainer.ppo import core_algos`` is all a
+user or recipe needs:
+
+- ``advantages``: ``AdvantageEstimator``, ``register_adv_est``, ``get_adv_estimator_fn`` and the
+  estimators ``gae``, ``grpo``, ``grpo_passk``, ``rloo``, ``opo``, ``gpg``, ``reinforce_plus_plus``,
+  ``reinforce_plus_plus_baseline``, ``remax``. Uniform call (every estimator accepts it)::
+
+      adv, ret = get_adv_estimator_fn(name)(
+          token_level_rewards=..., response_mask=..., index=uids, config=algorithm_cfg,
+          values=values_or_None, reward_baselines=baselines_or_None)
+
+  ``config`` supplies ``gamma``, ``lam``, ``norm_adv_by_std_in_grpo`` by attribute; groups are given by
+  ``index`` (the ``uid`` array); a group of one gets advantage 0; outputs are zero outside the mask.
+- ``policy_losses``: ``register_policy_loss``, ``get_policy_loss_fn``, ``PolicyLossConfig`` and the
+  losses ``vanilla``, ``gspo``, ``gpg``, ``clip_cov``, ``kl_cov``, ``geo_mean``, ``cispo`` with the one
+  signature ``(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean",
+  config=None, rollout_is_weights=None, global_batch_info=None) -> (pg_loss, metrics)``.
+- ``loss_agg``: ``agg_loss`` and ``GlobalBatchInfo`` (how a worker keeps the loss independent of the
+  number of workers and micro-batches is described there).
+- ``kl``: ``kl_penalty``, ``FixedKLController``, ``AdaptiveKLController``, ``get_kl_controller``,
+  ``compute_kl_in_reward``.
+- here: ``compute_value_loss``, ``compute_entropy_loss``; from ``verl.utils.torch_functional``:
+  ``entropy_from_logits``, ``masked_mean``, ``masked_sum``, ``masked_var``, ``masked_whiten``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from verl.trainer.ppo.advantages import (
+    ADV_ESTIMATOR_REGISTRY,
+    AdvantageEstimator,
+    compute_gae_advantage_return,
+    compute_gpg_outcome_advantage,
+    compute_grpo_outcome_advantage,
+    compute_grpo_passk_outcome_advantage,
+    compute_opo_outcome_advantage,
+    compute_reinforce_plus_plus_baseline_outcome_advantage,
+    compute_reinforce_plus_plus_outcome_advantage,
+    compute_remax_outcome_advantage,
+    compute_rloo_outcome_advantage,
+    get_adv_estimator_fn,
+    register_adv_est,
+)
+from verl.trainer.ppo.kl import (
+    KL_PENALTY_TYPES,
+    AdaptiveKLController,
+    FixedKLController,
+    compute_kl_in_reward,
+    get_kl_controller,
+    kl_penalty,
+)
+from verl.trainer.ppo.loss_agg import LOSS_AGG_MODES, GlobalBatchInfo, agg_loss
+from verl.trainer.ppo.policy_losses import (
+    POLICY_LOSS_REGISTRY,
+    PolicyLossConfig,
+    compute_policy_loss_cispo,
+    compute_policy_loss_clip_cov,
+    compute_policy_loss_geo_mean,
+    compute_policy_loss_gpg,
+    compute_policy_loss_gspo,
+    compute_policy_loss_kl_cov,
+    compute_policy_loss_vanilla,
+    get_policy_loss_fn,
+    register_policy_loss,
+)
+from verl.utils.torch_functional import (
+    clip_by_value,
+    entropy_from_logits,
+    masked_mean,
+    masked_sum,
+    masked_var,
+    masked_whiten,
+)
+
+__all__ = [
+    "ADV_ESTIMATOR_REGISTRY",
+    "KL_PENALTY_TYPES",
+    "LOSS_AGG_MODES",
+    "POLICY_LOSS_REGISTRY",
+    "AdaptiveKLController",
+    "AdvantageEstimator",
+    "FixedKLController",
+    "GlobalBatchInfo",
+    "PolicyLossConfig",
+    "agg_loss",
+    "compute_entropy_loss",
+    "compute_gae_advantage_return",
+    "compute_gpg_outcome_advantage",
+    "compute_grpo_outcome_advantage",
+    "compute_grpo_passk_outcome_advantage",
+    "compute_kl_in_reward",
+    "compute_opo_outcome_advantage",
+    "compute_policy_loss_cispo",
+    "compute_policy_loss_clip_cov",
+    "compute_policy_loss_geo_mean",
+    "compute_policy_loss_gpg",
+    "compute_policy_loss_gspo",
+    "compute_policy_loss_kl_cov",
+    "compute_policy_loss_vanilla",
+    "compute_reinforce_plus_plus_baseline_outcome_advantage",
+    "compute_reinforce_plus_plus_outcome_advantage",
+    "compute_remax_outcome_advantage",
+    "compute_rloo_outcome_advantage",
+    "compute_value_loss",
+    "entropy_from_logits",
+    "get_adv_estimator_fn",
+    "get_kl_controller",
+    "get_policy_loss_fn",
+    "kl_penalty",
+    "masked_mean",
+    "masked_sum",
+    "masked_var",
+    "masked_whiten",
+    "register_adv_est",
+    "register_policy_loss",
+]
+
+def compute_value_loss(
+    vpreds: torch.Tensor,
+    returns: torch.Tensor,
+    values: torch.Tensor,
+    response_mask: torch.Tensor,
+    cliprange_value: float,
+    loss_agg_mode: str = "token-mean",
+    global_batch_info: GlobalBatchInfo | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Clipped value loss: 0.5 * agg(max((V - R)^2, (clip(V, V_old - c, V_old + c) - R)^2)).
+
+    ``values`` are the critic's predictions at rollout time (V_old). Returns ``(vf_loss, vf_clipfrac)``
+    where the clip fraction is the share of valid tokens whose clipped error was the larger one.
+    """
+    vpreds_clipped = clip_by_value(vpreds, values - cliprange_value, values + cliprange_value)
+    err_unclipped = (vpreds - returns) ** 2
+    err_clipped = (vpreds_clipped - returns) ** 2
+    vf_loss = 0.5 * agg_loss(torch.maximum(err_unclipped, err_clipped), response_mask, loss_agg_mode, global_batch_info)
+    vf_clipfrac = masked_mean((err_clipped > err_unclipped).float(), response_mask)
+    return vf_loss, vf_clipfrac
+
+
+def compute_entropy_loss(
+    logits: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    global_batch_info: GlobalBatchInfo | None = None,
+) -> torch.Tensor:
+    """Aggregated token entropy of ``logits`` [B, T, V] over the valid tokens of ``response_mask`` [B, T]."""
+    return agg_loss(entropy_from_logits(logits), response_mask, loss_agg_mode, global_batch_info)
