@@ -49,7 +49,9 @@ class AdvantageEstimator(StrEnum):
     GPG = "gpg"
 
 
-ADV_ESTIMATOR_REGISTRY: Registry[Callable[..., tuple[torch.Tensor, torch.Tensor]]] = Registry("advantage estimator")
+ADV_ESTIMATOR_REGISTRY: Registry[Callable[..., tuple[torch.Tensor, torch.Tensor]]] = Registry(
+    "advantage estimator"
+)
 
 
 def _key(name: str | AdvantageEstimator) -> str:
@@ -80,7 +82,9 @@ def _from_config(explicit: Any, config: Any, key: str, default: Any, estimator: 
     return default
 
 
-def _group_ids(index: Sequence | np.ndarray | torch.Tensor | None, batch: int, estimator: str) -> torch.Tensor:
+def _group_ids(
+    index: Sequence | np.ndarray | torch.Tensor | None, batch: int, estimator: str
+) -> torch.Tensor:
     """Map an array of group ids (any hashable values) to dense integer ids 0..G-1 in first-seen order."""
     if index is None:
         raise ValueError(f"{estimator} needs index: the group id (prompt uid) of each of the {batch} rows")
@@ -352,7 +356,9 @@ def compute_remax_outcome_advantage(
     """ReMax: returns = reward-to-go sum_{t'>=t} r_t'; advantages = returns - the greedy rollout's
     reward (``reward_baselines``, one per row)."""
     if reward_baselines is None or response_mask is None:
-        raise ValueError("remax needs response_mask and reward_baselines (the reward of a greedy rollout per row)")
+        raise ValueError(
+            "remax needs response_mask and reward_baselines (the reward of a greedy rollout per row)"
+        )
     _check_shapes(token_level_rewards, response_mask, "remax")
     if reward_baselines.shape != token_level_rewards.shape[:1]:
         raise ValueError(

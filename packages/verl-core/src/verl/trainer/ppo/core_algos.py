@@ -119,6 +119,7 @@ __all__ = [
     "register_policy_loss",
 ]
 
+
 def compute_value_loss(
     vpreds: torch.Tensor,
     returns: torch.Tensor,
@@ -136,7 +137,9 @@ def compute_value_loss(
     vpreds_clipped = clip_by_value(vpreds, values - cliprange_value, values + cliprange_value)
     err_unclipped = (vpreds - returns) ** 2
     err_clipped = (vpreds_clipped - returns) ** 2
-    vf_loss = 0.5 * agg_loss(torch.maximum(err_unclipped, err_clipped), response_mask, loss_agg_mode, global_batch_info)
+    vf_loss = 0.5 * agg_loss(
+        torch.maximum(err_unclipped, err_clipped), response_mask, loss_agg_mode, global_batch_info
+    )
     vf_clipfrac = masked_mean((err_clipped > err_unclipped).float(), response_mask)
     return vf_loss, vf_clipfrac
 

@@ -81,7 +81,9 @@ class AdaptiveKLController:
 
     def __init__(self, init_kl_coef: float, target_kl: float, horizon: int):
         if horizon <= 0 or target_kl <= 0:
-            raise ValueError(f"adaptive KL control needs horizon > 0 and target_kl > 0, got {horizon=}, {target_kl=}")
+            raise ValueError(
+                f"adaptive KL control needs horizon > 0 and target_kl > 0, got {horizon=}, {target_kl=}"
+            )
         self.value = float(init_kl_coef)
         self.target = float(target_kl)
         self.horizon = horizon
@@ -104,7 +106,9 @@ def get_kl_controller(kl_ctrl: Any) -> FixedKLController | AdaptiveKLController:
     if kl_ctrl.type == "fixed":
         return FixedKLController(kl_coef=kl_ctrl.kl_coef)
     if kl_ctrl.type == "adaptive":
-        return AdaptiveKLController(init_kl_coef=kl_ctrl.kl_coef, target_kl=kl_ctrl.target_kl, horizon=kl_ctrl.horizon)
+        return AdaptiveKLController(
+            init_kl_coef=kl_ctrl.kl_coef, target_kl=kl_ctrl.target_kl, horizon=kl_ctrl.horizon
+        )
     raise ValueError(f"unknown algorithm.kl_ctrl.type {kl_ctrl.type!r}; known: fixed, adaptive")
 
 

@@ -103,7 +103,9 @@ def agg_loss(
     results over the parts of a batch gives the loss of the whole batch.
     """
     if loss_mat.shape != loss_mask.shape:
-        raise ValueError(f"agg_loss: loss_mat shape {tuple(loss_mat.shape)} != loss_mask shape {tuple(loss_mask.shape)}")
+        raise ValueError(
+            f"agg_loss: loss_mat shape {tuple(loss_mat.shape)} != loss_mask shape {tuple(loss_mask.shape)}"
+        )
     if loss_agg_mode not in LOSS_AGG_MODES:
         raise ValueError(f"unknown loss_agg_mode {loss_agg_mode!r}; known: {', '.join(LOSS_AGG_MODES)}")
     mask = loss_mask.to(loss_mat.dtype)

@@ -124,7 +124,9 @@ def compute_policy_loss_vanilla(
     loss_dual = -advantages * clip_c
     negative = advantages < 0
     pg_losses = torch.where(negative, torch.minimum(loss_ppo, loss_dual), loss_ppo)
-    pg_loss = agg_loss(_weighted(pg_losses, rollout_is_weights), response_mask, loss_agg_mode, global_batch_info)
+    pg_loss = agg_loss(
+        _weighted(pg_losses, rollout_is_weights), response_mask, loss_agg_mode, global_batch_info
+    )
     metrics = {
         "pg_clipfrac": _frac(loss_clipped > loss_unclipped, response_mask),
         "pg_clipfrac_lower": _frac((loss_ppo > loss_dual) & negative, response_mask),
@@ -159,7 +161,9 @@ def compute_policy_loss_gspo(
     loss_unclipped = -advantages * s
     loss_clipped = -advantages * torch.clamp(s, 1 - low, 1 + high)
     pg_losses = torch.maximum(loss_unclipped, loss_clipped)
-    pg_loss = agg_loss(_weighted(pg_losses, rollout_is_weights), response_mask, "seq-mean-token-mean", global_batch_info)
+    pg_loss = agg_loss(
+        _weighted(pg_losses, rollout_is_weights), response_mask, "seq-mean-token-mean", global_batch_info
+    )
     clipped = loss_clipped > loss_unclipped
     metrics = {
         "pg_clipfrac": _frac(clipped, response_mask),
@@ -183,7 +187,9 @@ def compute_policy_loss_gpg(
     """GPG (https://arxiv.org/abs/2504.02546): plain policy gradient -A * log pi, no ratio, no clip."""
     _check(old_log_prob, log_prob, advantages, response_mask, "gpg")
     pg_losses = -advantages * log_prob
-    pg_loss = agg_loss(_weighted(pg_losses, rollout_is_weights), response_mask, loss_agg_mode, global_batch_info)
+    pg_loss = agg_loss(
+        _weighted(pg_losses, rollout_is_weights), response_mask, loss_agg_mode, global_batch_info
+    )
     metrics = {
         "pg_clipfrac": 0.0,
         "pg_clipfrac_lower": 0.0,
@@ -222,7 +228,9 @@ def compute_policy_loss_clip_cov(
     clipped_by_ppo = (loss_clipped > loss_unclipped) & valid
     with torch.no_grad():
         lp = log_prob.detach()
-        cov = (advantages - verl_F.masked_mean(advantages, response_mask)) * (lp - verl_F.masked_mean(lp, response_mask))
+        cov = (advantages - verl_F.masked_mean(advantages, response_mask)) * (
+            lp - verl_F.masked_mean(lp, response_mask)
+        )
         candidates = valid & ~clipped_by_ppo & (cov > lb) & (cov < ub)
         cand_idx = torch.nonzero(candidates)
         n_drop = min(max(int(ratio_share * valid.sum().item()), 1), cand_idx.shape[0])
@@ -231,7 +239,9 @@ def compute_policy_loss_clip_cov(
             chosen = cand_idx[torch.randperm(cand_idx.shape[0])[:n_drop]]
             keep[chosen[:, 0], chosen[:, 1]] = 0.0
     pg_losses = torch.maximum(loss_unclipped, loss_clipped) * keep
-    pg_loss = agg_loss(_weighted(pg_losses, rollout_is_weights), response_mask, loss_agg_mode, global_batch_info)
+    pg_loss = agg_loss(
+        _weighted(pg_losses, rollout_is_weights), response_mask, loss_agg_mode, global_batch_info
+    )
     metrics = {
         "pg_clipfrac": _frac(keep == 0, response_mask),
         "pg_clipfrac_lower": 0.0,
@@ -273,7 +283,9 @@ def compute_policy_loss_kl_cov(
             top = flat_idx[torch.topk(cov, n_pen).indices]
             penalised.view(-1)[top] = True
     pg_losses = torch.where(penalised, pg_losses + coef * log_ratio.abs(), pg_losses)
-    pg_loss = agg_loss(_weighted(pg_losses, rollout_is_weights), response_mask, loss_agg_mode, global_batch_info)
+    pg_loss = agg_loss(
+        _weighted(pg_losses, rollout_is_weights), response_mask, loss_agg_mode, global_batch_info
+    )
     metrics = {
         "pg_clipfrac": _frac(penalised, response_mask),
         "pg_clipfrac_lower": 0.0,
@@ -313,7 +325,9 @@ def compute_policy_loss_geo_mean(
     if rollout_is_weights is not None:
         seq_loss = seq_loss * (rollout_is_weights.detach() * mask).sum(-1) / lengths
     # spread each sequence loss over its tokens so agg_loss can apply the global sequence count
-    pg_loss = agg_loss(seq_loss.unsqueeze(-1).expand_as(mask), response_mask, "seq-mean-token-mean", global_batch_info)
+    pg_loss = agg_loss(
+        seq_loss.unsqueeze(-1).expand_as(mask), response_mask, "seq-mean-token-mean", global_batch_info
+    )
     clipped = log_ratio != log_ratio_clamped
     metrics = {
         "pg_clipfrac": _frac(clipped & (advantages > 0), response_mask),
@@ -344,7 +358,9 @@ def compute_policy_loss_cispo(
     ratio = torch.exp(log_ratio).detach()
     weight = torch.clamp(ratio, 1 - low, 1 + high)
     pg_losses = -advantages * weight * log_prob
-    pg_loss = agg_loss(_weighted(pg_losses, rollout_is_weights), response_mask, loss_agg_mode, global_batch_info)
+    pg_loss = agg_loss(
+        _weighted(pg_losses, rollout_is_weights), response_mask, loss_agg_mode, global_batch_info
+    )
     metrics = {
         "pg_clipfrac": _frac(ratio > 1 + high, response_mask),
         "pg_clipfrac_lower": _frac(ratio < 1 - low, response_mask),
