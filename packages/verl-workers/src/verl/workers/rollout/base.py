@@ -1,0 +1,79 @@
+"""The rollout-engine seam: what a rollout engine is and how one is chosen.
+
+A rollout engine turns a batch of left-padded prompts into a batch of trajectories (see
+docs/contracts.md, "After generate_sequences"). Engines register under the name users put in
+``actor_rollout_ref.rollout.name`` in ``verl.registries.ROLLOUT_ENGINES``.
+
+Every engine is built the same way, ``cls(module=..., config=rollout_cfg, tokenizer=...)``, so the
+worker does not special-case engines:
+
+- engines that run the trainer's own module in-process (``hf``) keep a reference to ``module`` and
+  see every optimizer step without any copy;
+- engines that hold their own copy of the weights (vLLM, SGLang: later, behind extras) ignore
+  ``module`` and receive weights through :meth:`BaseRollout.update_weights`, which
+  :mod:`verl.workers.rollout.weight_sync` feeds in buckets.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from verl.registries import ROLLOUT_ENGINES
+
+if TYPE_CHECKING:
+    from verl import DataProto
+
+
+class BaseRollout(ABC):
+    """A rollout engine. Subclasses implement :meth:`generate_sequences`."""
+
+    #: True when the engine reads the trainer's live module (no weight transfer needed).
+    shares_trainer_weights: bool = False
+
+    @abstractmethod
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        """Generate one response per row of ``prompts`` (the trainer has already repeated rows
+        ``rollout.n`` times). Returns the tensors listed in docs/contracts.md."""
+
+    def update_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Load new weights (name, full tensor) into the engine's own copy.
+
+        Engines that share the trainer's module have nothing to do; engines with their own copy
+        must override this.
+        """
+        if not self.shares_trainer_weights:
+            raise NotImplementedError(
+                f"{type(self).__name__} holds its own weights but does not implement update_weights"
+            )
+
+    def resume(self) -> None:
+        """Re-acquire device memory before generation (no-op unless the engine offloads)."""
+
+    def release(self) -> None:
+        """Give device memory back to training after generation (no-op unless the engine offloads)."""
+
+
+def register_rollout(name: str):
+    """Class decorator: register a rollout engine under ``rollout.name == name``."""
+
+    def deco(cls: type[BaseRollout]) -> type[BaseRollout]:
+        if not issubclass(cls, BaseRollout):
+            raise TypeError(f"rollout engine {name!r}: {cls.__qualname__} must subclass BaseRollout")
+        ROLLOUT_ENGINES.register(name, cls)
+        return cls
+
+    return deco
+
+
+def get_rollout_class(name: str) -> type[BaseRollout]:
+    """The engine class for ``rollout.name`` (unknown names list the known ones)."""
+    return ROLLOUT_ENGINES.get(name)
+
+
+def build_rollout(name: str, **kwargs: Any) -> BaseRollout:
+    """Construct the engine registered as ``name`` with ``module``, ``config``, ``tokenizer``."""
+    return get_rollout_class(name)(**kwargs)

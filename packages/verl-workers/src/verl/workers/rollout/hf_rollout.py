@@ -1,0 +1,244 @@
+"""Hugging Face rollout: sampling with the trainer's own causal LM, on CPU or GPU.
+
+The decode loop is ours (not ``model.generate``) so that what it samples and the log-probs it
+reports are exactly defined:
+
+- prefill the left-padded prompts once, then feed one token per step through the model's KV cache
+  (``past_key_values``);
+- logits are divided by the temperature, then top-k and top-p filtered, then sampled (or argmax'ed
+  when ``do_sample`` is false);
+- ``rollout_log_probs`` is ``log_softmax(logits / temperature)`` at the chosen token, i.e. the
+  quantity the actor recomputes with a plain forward pass (top-k/top-p do not enter it);
+- a row stops at its first EOS (kept in the response, ``response_mask`` = 1 on it); later positions
+  hold the pad id and mask 0. The loop stops when every row stopped or ``response_length`` is hit.
+
+When torch.distributed is up with several ranks (hybrid engine, FSDP), every rank keeps stepping
+until all ranks are done, because each forward of a sharded module is a collective.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from verl.workers.rollout.base import BaseRollout, register_rollout
+
+if TYPE_CHECKING:
+    from verl import DataProto
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to pick the next token. ``top_k <= 0`` and ``top_p >= 1`` disable those filters."""
+
+    response_length: int
+    do_sample: bool = True
+    temperature: float = 1.0
+    top_k: int = -1
+    top_p: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.response_length < 1:
+            raise ValueError(f"response_length must be >= 1, got {self.response_length}")
+        if self.temperature <= 0:
+            raise ValueError(
+                f"temperature must be > 0 (use do_sample=False for greedy), got {self.temperature}"
+            )
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+
+
+def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """Set logits outside the top-k / nucleus (top-p) set to -inf. ``logits``: [B, V] float."""
+    if 0 < top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        probs = torch.softmax(sorted_logits, dim=-1)
+        # Drop a token when the tokens ranked above it already reach top_p (the best always stays).
+        drop_sorted = (probs.cumsum(dim=-1) - probs) >= top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+def _any_rank_running(local_running: bool, group: dist.ProcessGroup | None) -> bool:
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size(group) == 1:
+        return local_running
+    flag = torch.tensor([int(local_running)], dtype=torch.int64)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
+    return bool(flag.item())
+
+
+@torch.no_grad()
+def generate_tokens(
+    module: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    params: SamplingParams,
+    eos_token_ids: Sequence[int],
+    pad_token_id: int,
+    calculate_log_probs: bool = False,
+    generator: torch.Generator | None = None,
+    sync_group: dist.ProcessGroup | None = None,
+) -> dict[str, torch.Tensor]:
+    """Sample responses for left-padded prompts; returns the contract's tensors (see module doc).
+
+    ``input_ids``/``attention_mask``/``position_ids`` are [B, P]. Returned tensors are [B, R]
+    (``responses``, ``response_mask``, optionally ``rollout_log_probs``) and [B, P + R]
+    (``input_ids``, ``attention_mask``, ``position_ids``), plus ``prompts`` [B, P].
+    """
+    if input_ids.shape != attention_mask.shape or input_ids.shape != position_ids.shape:
+        raise ValueError(
+            f"prompt tensors disagree in shape: input_ids {tuple(input_ids.shape)}, attention_mask "
+            f"{tuple(attention_mask.shape)}, position_ids {tuple(position_ids.shape)}"
+        )
+    device = input_ids.device
+    batch = input_ids.shape[0]
+    eos = torch.tensor(list(eos_token_ids), device=device)
+    running = torch.ones(batch, dtype=torch.bool, device=device)
+    last_pos = position_ids[:, -1:]
+    mask = attention_mask
+    tokens: list[torch.Tensor] = []
+    gen_mask: list[torch.Tensor] = []
+    log_probs: list[torch.Tensor] = []
+
+    out = module(
+        input_ids=input_ids, attention_mask=mask, position_ids=position_ids, use_cache=True, logits_to_keep=1
+    )
+    for step in range(params.response_length):
+        logits = out.logits[:, -1, :].float() / params.temperature
+        if params.do_sample:
+            probs = torch.softmax(filter_logits(logits, params.top_k, params.top_p), dim=-1)
+            nxt = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        else:
+            nxt = logits.argmax(dim=-1)
+        nxt = torch.where(running, nxt, torch.full_like(nxt, pad_token_id))
+        if calculate_log_probs:
+            lp = torch.log_softmax(logits, dim=-1).gather(-1, nxt.unsqueeze(-1)).squeeze(-1)
+            log_probs.append(torch.where(running, lp, torch.zeros_like(lp)))
+        tokens.append(nxt)
+        gen_mask.append(running.clone())
+        running = running & ~torch.isin(nxt, eos)
+        if step + 1 == params.response_length or not _any_rank_running(bool(running.any()), sync_group):
+            break
+        # Finished rows keep feeding pad tokens (their outputs are discarded) so shapes stay fixed.
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+        out = module(
+            input_ids=nxt.unsqueeze(-1),
+            attention_mask=mask,
+            position_ids=last_pos + step + 1,
+            past_key_values=out.past_key_values,
+            use_cache=True,
+        )
+
+    responses = torch.stack(tokens, dim=1)
+    response_mask = torch.stack(gen_mask, dim=1).to(attention_mask.dtype)
+    r = responses.shape[1]
+    resp_pos = last_pos + torch.arange(1, r + 1, device=device).unsqueeze(0)
+    result = {
+        "prompts": input_ids,
+        "responses": responses,
+        "response_mask": response_mask,
+        "input_ids": torch.cat([input_ids, responses], dim=1),
+        "attention_mask": torch.cat([attention_mask, response_mask], dim=1),
+        "position_ids": torch.cat([position_ids, resp_pos.to(position_ids.dtype)], dim=1),
+    }
+    if calculate_log_probs:
+        result["rollout_log_probs"] = torch.stack(log_probs, dim=1)
+    return result
+
+
+def _as_id_list(value: Any) -> list[int]:
+    if value is None:
+        return []
+    if isinstance(value, int):
+        return [value]
+    return [int(v) for v in value]
+
+
+@register_rollout("hf")
+class HFRollout(BaseRollout):
+    """Rollout on the trainer's own HF causal LM (``module`` is used as-is, never copied).
+
+    ``config`` is ``actor_rollout_ref.rollout`` (keys: ``temperature``, ``top_k``, ``top_p``,
+    ``do_sample``, ``response_length``, ``calculate_log_probs``, ``val_kwargs.{temperature, top_k,
+    top_p, do_sample}``). Per-call overrides come from ``prompts.meta_info``: ``do_sample``,
+    ``validate`` (use ``val_kwargs``), ``temperature``, ``top_k``, ``top_p``, ``response_length``.
+    """
+
+    shares_trainer_weights = True
+
+    def __init__(self, module: nn.Module, config: Any, tokenizer: Any = None, **_: Any):
+        self.module = module
+        self.config = config
+        gen_cfg = module.generation_config
+        eos = _as_id_list(gen_cfg.eos_token_id) if gen_cfg is not None else []
+        if tokenizer is not None and tokenizer.eos_token_id is not None:
+            eos = sorted(set(eos) | {int(tokenizer.eos_token_id)})
+        if not eos:
+            eos = _as_id_list(module.config.eos_token_id)
+        if not eos:
+            raise ValueError(
+                "HFRollout needs an EOS token id: set eos_token_id in the model's generation_config/config "
+                "or pass a tokenizer with eos_token"
+            )
+        self.eos_token_ids = eos
+        pad = tokenizer.pad_token_id if tokenizer is not None else None
+        if pad is None:
+            pad = module.config.pad_token_id
+        self.pad_token_id = int(pad) if pad is not None else eos[0]
+
+    def sampling_params(self, meta_info: dict[str, Any]) -> SamplingParams:
+        """The sampling settings for one call: config, then meta_info overrides, then greedy/val."""
+        cfg = self.config
+        length = int(meta_info.get("response_length", cfg.response_length))
+        temperature = float(meta_info.get("temperature", cfg.temperature))
+        if meta_info.get("validate", False):
+            val = cfg.val_kwargs
+            return SamplingParams(
+                response_length=length,
+                do_sample=bool(meta_info.get("do_sample", val.do_sample)),
+                temperature=float(val.temperature) if val.temperature > 0 else temperature,
+                top_k=int(val.top_k),
+                top_p=float(val.top_p),
+            )
+        return SamplingParams(
+            response_length=length,
+            do_sample=bool(meta_info.get("do_sample", cfg.do_sample)),
+            temperature=temperature,
+            top_k=int(meta_info.get("top_k", cfg.top_k)),
+            top_p=float(meta_info.get("top_p", cfg.top_p)),
+        )
+
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        params = self.sampling_params(prompts.meta_info)
+        batch = prompts.batch
+        input_ids = batch["input_ids"]
+        attention_mask = batch["attention_mask"]
+        position_ids = batch["position_ids"]
+        was_training = self.module.training
+        self.module.eval()
+        try:
+            tensors = generate_tokens(
+                self.module,
+                input_ids,
+                attention_mask,
+                position_ids,
+                params,
+                self.eos_token_ids,
+                self.pad_token_id,
+                calculate_log_probs=bool(self.config.calculate_log_probs),
+            )
+        finally:
+            self.module.train(was_training)
+        from verl import DataProto
+
+        return DataProto.from_dict(tensors=tensors)
