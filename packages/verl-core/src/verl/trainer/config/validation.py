@@ -1,0 +1,347 @@
+"""Validate the trainer config once, up front, and derive (never write back) the sizes the run uses.
+
+`validate_config` collects every problem and raises one `ConfigError` that explains each in the user's
+terms (prompts vs trajectories vs workers), then makes the config read-only. Derived values come from
+plain functions (`world_size`, `resolve_device`, `use_critic`, ...) so what the user set stays untouched.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from omegaconf import DictConfig, OmegaConf
+
+from verl.trainer.config.loader import ConfigError
+
+TRUNCATION_MODES = ("error", "left", "right", "middle")
+STRATEGIES = ("fsdp2", "fsdp", "megatron")
+LOSS_AGG_MODES = (
+    "token-mean",
+    "token-sum",
+    "seq-mean-token-sum",
+    "seq-mean-token-mean",
+    "seq-mean-token-sum-norm",
+)
+KL_TYPES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "full")
+LR_SCHEDULERS = ("constant", "cosine")
+DEVICES = ("auto", "cpu", "cuda")
+RESUME_MODES = ("auto", "disable", "resume_path")
+LOGGERS = ("console", "jsonl", "tensorboard", "swanlab", "wandb", "mlflow")
+KL_CTRL_TYPES = ("fixed", "adaptive")
+ROLLOUT_MODES = ("sync", "async")
+# Estimators whose baseline is the group of n samples: with n == 1 every advantage is 0.
+GROUP_ESTIMATORS = ("grpo", "rloo", "grpo_passk", "opo", "gpg")
+
+
+# ------------------------------------------------------------------------------- derived (read-only)
+def world_size(cfg: DictConfig) -> int:
+    """Number of workers in the actor/rollout group: trainer.nnodes * trainer.n_gpus_per_node."""
+    return int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
+
+
+def resolve_device(cfg: DictConfig) -> str:
+    """``trainer.device`` with ``auto`` (or unset) replaced by ``cuda`` when available, else ``cpu``."""
+    device = cfg.trainer.device
+    if device in (None, "auto"):
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return str(device)
+
+
+def use_critic(cfg: DictConfig) -> bool:
+    """Whether a critic (value model) worker group is needed: critic.enable, or by default iff gae."""
+    if cfg.critic.enable is not None:
+        return bool(cfg.critic.enable)
+    return cfg.algorithm.adv_estimator == "gae"
+
+
+def use_reference_policy(cfg: DictConfig) -> bool:
+    """A reference model is needed for a KL loss or a KL penalty in the reward."""
+    return bool(cfg.algorithm.use_kl_in_reward or cfg.actor_rollout_ref.actor.use_kl_loss)
+
+
+def trajectories_per_step(cfg: DictConfig) -> int:
+    """data.train_batch_size prompts x rollout.n samples each."""
+    return int(cfg.data.train_batch_size) * int(cfg.actor_rollout_ref.rollout.n)
+
+
+def tokenizer_path(cfg: DictConfig) -> str | None:
+    """actor_rollout_ref.model.tokenizer_path, defaulting to the model path."""
+    model = cfg.actor_rollout_ref.model
+    return model.tokenizer_path if model.tokenizer_path is not None else model.path
+
+
+# ------------------------------------------------------------------------------------------ validate
+def validate_config(cfg: DictConfig) -> None:
+    """Check the whole config; raise one `ConfigError` listing every problem; then make ``cfg`` read-only.
+
+    Warnings (legal but probably unintended settings) go through `warnings.warn`.
+    """
+    problems: list[str] = []
+    _check_choices(cfg, problems)
+    _check_required(cfg, problems)
+    _check_sizes(cfg, problems)
+    _check_algorithm(cfg, problems)
+    _check_trainer(cfg, problems)
+    if problems:
+        raise ConfigError(problems)
+    OmegaConf.set_readonly(cfg, True)
+
+
+def _one_of(problems: list[str], key: str, value, allowed) -> None:
+    if value not in allowed:
+        problems.append(f"{key}={value!r} is not one of: {', '.join(map(str, allowed))}")
+
+
+def _check_choices(cfg: DictConfig, problems: list[str]) -> None:
+    arr = cfg.actor_rollout_ref
+    _one_of(problems, "data.truncation", cfg.data.truncation, TRUNCATION_MODES)
+    _one_of(problems, "actor_rollout_ref.actor.strategy", arr.actor.strategy, STRATEGIES)
+    _one_of(problems, "actor_rollout_ref.actor.loss_agg_mode", arr.actor.loss_agg_mode, LOSS_AGG_MODES)
+    kl_type = str(arr.actor.kl_loss_type)
+    _one_of(problems, "actor_rollout_ref.actor.kl_loss_type", kl_type.removesuffix("+"), KL_TYPES)
+    _one_of(problems, "algorithm.kl_penalty", str(cfg.algorithm.kl_penalty).removesuffix("+"), KL_TYPES)
+    _one_of(problems, "algorithm.kl_ctrl.type", cfg.algorithm.kl_ctrl.type, KL_CTRL_TYPES)
+    _one_of(
+        problems,
+        "actor_rollout_ref.actor.optim.lr_scheduler_type",
+        arr.actor.optim.lr_scheduler_type,
+        LR_SCHEDULERS,
+    )
+    _one_of(problems, "actor_rollout_ref.rollout.mode", arr.rollout.mode, ROLLOUT_MODES)
+    _one_of(problems, "trainer.device", cfg.trainer.device, DEVICES)
+    _one_of(problems, "trainer.resume_mode", cfg.trainer.resume_mode, RESUME_MODES)
+    for name in cfg.trainer.logger:
+        _one_of(problems, "trainer.logger entry", name, LOGGERS)
+    if use_critic(cfg):
+        _one_of(problems, "critic.strategy", cfg.critic.strategy, STRATEGIES)
+        _one_of(problems, "critic.loss_agg_mode", cfg.critic.loss_agg_mode, LOSS_AGG_MODES)
+        _one_of(problems, "critic.optim.lr_scheduler_type", cfg.critic.optim.lr_scheduler_type, LR_SCHEDULERS)
+
+
+def _check_required(cfg: DictConfig, problems: list[str]) -> None:
+    if not cfg.data.train_files:
+        problems.append("data.train_files is required: a parquet/jsonl path or a list of them")
+    if not cfg.actor_rollout_ref.model.path:
+        problems.append("actor_rollout_ref.model.path is required: a Hugging Face model directory")
+    if use_critic(cfg) and not cfg.critic.model.path:
+        problems.append(
+            "critic.model.path is required when the critic is on (adv_estimator=gae or critic.enable=true)"
+        )
+    rm = cfg.reward.reward_model
+    if rm.enable and not rm.model.path:
+        problems.append("reward.reward_model.model.path is required when reward.reward_model.enable=true")
+    if cfg.trainer.resume_mode == "resume_path" and not cfg.trainer.resume_from_path:
+        problems.append(
+            "trainer.resume_mode=resume_path needs trainer.resume_from_path (a global_step_N directory)"
+        )
+
+
+def _positive(problems: list[str], key: str, value) -> bool:
+    if value is None or int(value) <= 0:
+        problems.append(f"{key}={value} must be a positive integer")
+        return False
+    return True
+
+
+def _check_sizes(cfg: DictConfig, problems: list[str]) -> None:
+    data, arr, trainer = cfg.data, cfg.actor_rollout_ref, cfg.trainer
+    actor, rollout = arr.actor, arr.rollout
+    ok = all(
+        [
+            _positive(problems, "data.train_batch_size", data.train_batch_size),
+            _positive(problems, "actor_rollout_ref.rollout.n", rollout.n),
+            _positive(problems, "actor_rollout_ref.actor.ppo_mini_batch_size", actor.ppo_mini_batch_size),
+            _positive(problems, "trainer.nnodes", trainer.nnodes),
+            _positive(problems, "trainer.n_gpus_per_node", trainer.n_gpus_per_node),
+        ]
+    )
+    _positive(problems, "data.max_prompt_length", data.max_prompt_length)
+    _positive(problems, "data.max_response_length", data.max_response_length)
+    _positive(problems, "actor_rollout_ref.actor.ppo_epochs", actor.ppo_epochs)
+    if data.val_batch_size is not None:
+        _positive(problems, "data.val_batch_size", data.val_batch_size)
+    if not ok:
+        return
+    n, ws = int(rollout.n), world_size(cfg)
+    workers = f"trainer.nnodes*n_gpus_per_node={trainer.nnodes}*{trainer.n_gpus_per_node}={ws} workers"
+    traj = trajectories_per_step(cfg)
+    if traj % ws:
+        problems.append(
+            f"data.train_batch_size={data.train_batch_size} prompts x actor_rollout_ref.rollout.n={n} = {traj} "
+            f"trajectories is not divisible by {workers}; every worker must get the same number of trajectories"
+        )
+    if cfg.algorithm.filter_groups.enable:
+        gen = int(data.gen_batch_size)
+        if gen < int(data.train_batch_size):
+            problems.append(
+                f"data.gen_batch_size={gen} prompts is smaller than data.train_batch_size={data.train_batch_size}: "
+                "with algorithm.filter_groups.enable each generation round must offer at least a full batch"
+            )
+        if (gen * n) % ws:
+            problems.append(
+                f"data.gen_batch_size={gen} prompts x rollout.n={n} = {gen * n} trajectories is not divisible by {workers}"
+            )
+    _check_minibatch(
+        problems,
+        "actor_rollout_ref.actor",
+        actor,
+        int(data.train_batch_size),
+        n,
+        ws,
+        workers,
+        actor.use_dynamic_bsz,
+    )
+    for key, sub in (("actor_rollout_ref.rollout", rollout), ("actor_rollout_ref.ref", arr.ref)):
+        if not sub.log_prob_use_dynamic_bsz:
+            _positive(
+                problems, f"{key}.log_prob_micro_batch_size_per_gpu", sub.log_prob_micro_batch_size_per_gpu
+            )
+    if rollout.prompt_length < data.max_prompt_length:
+        problems.append(
+            f"actor_rollout_ref.rollout.prompt_length={rollout.prompt_length} is shorter than "
+            f"data.max_prompt_length={data.max_prompt_length}: prompts from the dataset would not fit"
+        )
+    if actor.use_dynamic_bsz:
+        need = int(data.max_prompt_length) + int(data.max_response_length)
+        if int(actor.ppo_max_token_len_per_gpu) < need:
+            problems.append(
+                f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={actor.ppo_max_token_len_per_gpu} tokens is less than one "
+                f"trajectory (data.max_prompt_length + max_response_length = {need}); raise it to at least {need}"
+            )
+    if use_critic(cfg):
+        critic = cfg.critic
+        if _positive(problems, "critic.ppo_mini_batch_size", critic.ppo_mini_batch_size):
+            _check_minibatch(
+                problems, "critic", critic, int(data.train_batch_size), n, ws, workers, critic.use_dynamic_bsz
+            )
+        if not critic.use_dynamic_bsz:
+            _positive(
+                problems, "critic.forward_micro_batch_size_per_gpu", critic.forward_micro_batch_size_per_gpu
+            )
+
+
+def _check_minibatch(problems, key, sec, train_bs: int, n: int, ws: int, workers: str, dynamic: bool) -> None:
+    mini = int(sec.ppo_mini_batch_size)
+    if train_bs % mini:
+        problems.append(
+            f"{key}.ppo_mini_batch_size={mini} prompts does not divide data.train_batch_size={train_bs} prompts; "
+            f"each step must split into whole mini-batches (divisors of {train_bs}: {_divisors(train_bs)})"
+        )
+    if (mini * n) % ws:
+        problems.append(
+            f"{key}.ppo_mini_batch_size={mini} prompts x actor_rollout_ref.rollout.n={n} = {mini * n} trajectories "
+            f"is not divisible by {workers}"
+        )
+        return
+    if dynamic:
+        return
+    micro = sec.ppo_micro_batch_size_per_gpu
+    if micro is None or int(micro) <= 0:
+        problems.append(
+            f"{key}.ppo_micro_batch_size_per_gpu={micro} must be a positive integer "
+            f"(trajectories per worker per forward/backward), or set {key}.use_dynamic_bsz=true"
+        )
+        return
+    per_rank = mini * n // ws
+    if per_rank % int(micro):
+        problems.append(
+            f"{key}.ppo_mini_batch_size={mini} prompts x actor_rollout_ref.rollout.n={n} = {mini * n} trajectories "
+            f"/ {workers} = {per_rank} trajectories per worker, not divisible by "
+            f"{key}.ppo_micro_batch_size_per_gpu={micro} (divisors of {per_rank}: {_divisors(per_rank)})"
+        )
+
+
+def _divisors(x: int) -> str:
+    return ", ".join(str(d) for d in range(1, x + 1) if x % d == 0) if x <= 4096 else "..."
+
+
+def _check_algorithm(cfg: DictConfig, problems: list[str]) -> None:
+    algo, actor = cfg.algorithm, cfg.actor_rollout_ref.actor
+    est = algo.adv_estimator
+    _check_registered(problems, "algorithm.adv_estimator", est, "get_adv_estimator_fn")
+    _check_registered(
+        problems,
+        "actor_rollout_ref.actor.policy_loss.loss_mode",
+        actor.policy_loss.loss_mode,
+        "get_policy_loss_fn",
+    )
+    if est == "gae" and cfg.critic.enable is False:
+        problems.append(
+            "algorithm.adv_estimator=gae needs a value function, but critic.enable=false; "
+            "set critic.enable=true (or leave it null) or use a critic-free estimator such as grpo"
+        )
+    if est != "gae" and cfg.critic.enable:
+        warnings.warn(
+            f"critic.enable=true with algorithm.adv_estimator={est}: the critic is trained but "
+            "its values are not used by this estimator",
+            stacklevel=3,
+        )
+    n = int(cfg.actor_rollout_ref.rollout.n)
+    if est in GROUP_ESTIMATORS and n == 1:
+        problems.append(
+            f"algorithm.adv_estimator={est} compares the rollout.n samples of each prompt, but "
+            "actor_rollout_ref.rollout.n=1, so every advantage would be 0; set rollout.n >= 2"
+        )
+    low, high, c = float(actor.clip_ratio_low), float(actor.clip_ratio_high), float(actor.clip_ratio_c)
+    if not 0.0 < low < 1.0:
+        problems.append(
+            f"actor_rollout_ref.actor.clip_ratio_low={low} must be in (0, 1): the ratio is clipped at 1 - clip_ratio_low"
+        )
+    if high <= 0.0:
+        problems.append(
+            f"actor_rollout_ref.actor.clip_ratio_high={high} must be > 0: the ratio is clipped at 1 + clip_ratio_high"
+        )
+    if c <= 1.0:
+        problems.append(
+            f"actor_rollout_ref.actor.clip_ratio_c={c} must be > 1 (dual-clip lower bound for negative advantages)"
+        )
+    if not 0.0 <= float(algo.gamma) <= 1.0:
+        problems.append(f"algorithm.gamma={algo.gamma} must be in [0, 1]")
+    if not 0.0 <= float(algo.lam) <= 1.0:
+        problems.append(f"algorithm.lam={algo.lam} must be in [0, 1]")
+    if algo.use_kl_in_reward and actor.use_kl_loss:
+        warnings.warn(
+            "algorithm.use_kl_in_reward=true and actor_rollout_ref.actor.use_kl_loss=true both penalise "
+            "KL to the reference: the penalty is applied twice",
+            stacklevel=3,
+        )
+    if algo.filter_groups.enable and not algo.filter_groups.metric:
+        problems.append(
+            "algorithm.filter_groups.enable=true needs algorithm.filter_groups.metric (e.g. acc or score)"
+        )
+
+
+def _check_registered(problems: list[str], key: str, name: str, getter: str) -> None:
+    """Ask core_algos' registry when it is importable (another package part may not be installed yet)."""
+    try:
+        if getter == "get_adv_estimator_fn":
+            from verl.trainer.ppo.core_algos import get_adv_estimator_fn as get
+        else:
+            from verl.trainer.ppo.core_algos import get_policy_loss_fn as get
+    except ImportError:
+        return
+    try:
+        get(name)
+    except (KeyError, ValueError, NotImplementedError) as e:
+        msg = e.args[0] if e.args else str(e)
+        problems.append(f"{key}={name!r}: {msg}")
+
+
+def _check_trainer(cfg: DictConfig, problems: list[str]) -> None:
+    trainer = cfg.trainer
+    if trainer.total_training_steps is None or int(trainer.total_training_steps) <= 0:
+        if int(trainer.total_epochs) <= 0:
+            problems.append(
+                f"trainer.total_epochs={trainer.total_epochs} must be >= 1 unless trainer.total_training_steps is set"
+            )
+    if trainer.critic_warmup < 0:
+        problems.append(f"trainer.critic_warmup={trainer.critic_warmup} must be >= 0")
+    if trainer.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            problems.append(
+                "trainer.device=cuda but no CUDA device is visible; use trainer.device=cpu (or auto)"
+            )
