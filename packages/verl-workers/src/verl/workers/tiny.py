@@ -1,0 +1,140 @@
+"""Tiny models built from a config and a locally built character tokenizer.
+
+There is no model hub on CPU test machines, so tests and the default CPU main job build their model
+here: a random-init Qwen2 with a character-level tokenizer, saved with ``save_pretrained`` so the
+real ``from_pretrained(path)`` code paths load them.
+
+    tok = build_char_tokenizer(d)          # saves tokenizer files into d
+    build_tiny_qwen2(d, size="xs")         # saves model (and tokenizer, if missing) into d
+"""
+
+from __future__ import annotations
+
+import os
+import string
+from pathlib import Path
+
+PAD_TOKEN = "<|pad|>"
+EOS_TOKEN = "<|endoftext|>"
+IM_START = "<|im_start|>"
+IM_END = "<|im_end|>"
+UNK_TOKEN = "<|unk|>"
+SPECIAL_TOKENS = [PAD_TOKEN, EOS_TOKEN, IM_START, IM_END, UNK_TOKEN]
+
+# Qwen-style chat template: every message is <|im_start|>role\ncontent<|im_end|>\n.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+# Characters the tokenizer knows, one token each (others are dropped, as byte-level BPE without
+# those bytes in its vocabulary does).
+CHARS = string.digits + string.ascii_letters + string.punctuation + " \n"
+
+# Qwen2's pre-tokenizer split (a fact about the Qwen2 tokenizer, needed for identical behaviour).
+_QWEN2_PRETOKENIZE_REGEX = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+
+
+def _byte_level(ch: str) -> str:
+    """GPT-2 byte-level alphabet for one ASCII char: printable bytes map to themselves, others to 256+b."""
+    b = ord(ch)
+    return ch if 33 <= b <= 126 else chr(256 + b)
+
+SIZES: dict[str, dict[str, int]] = {
+    "xs": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+               intermediate_size=128),
+    "s": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+              intermediate_size=512),
+}
+
+
+def build_char_tokenizer(out_dir: str | os.PathLike | None = None):
+    """Build a character-level ``PreTrainedTokenizerFast`` (pad/eos set, Qwen-style chat template).
+
+    Saves it with ``save_pretrained(out_dir)`` when ``out_dir`` is given; returns the tokenizer.
+    Special tokens take ids 0..4 (pad=0, eos=1, im_start=2, im_end=3, unk=4); characters follow.
+    """
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    # transformers maps model_type "qwen2" to Qwen2Tokenizer whatever tokenizer_config.json says, and
+    # that class rebuilds a byte-level BPE pipeline from our vocab. So the vocab is written in
+    # byte-level form (space -> "\u0120", newline -> "\u010a") with no merges, and the pipeline below
+    # is the same one Qwen2Tokenizer builds: both classes then tokenize identically, one char a token.
+    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}
+    for ch in CHARS:
+        vocab[_byte_level(ch)] = len(vocab)
+    core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=None, continuing_subword_prefix="",
+                                end_of_word_suffix="", fuse_unk=False, byte_fallback=False))
+    core.decoder = decoders.ByteLevel()
+    core.normalizer = normalizers.NFC()
+    core.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(_QWEN2_PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    core.add_special_tokens(SPECIAL_TOKENS)
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        pad_token=PAD_TOKEN,
+        eos_token=EOS_TOKEN,
+        unk_token=UNK_TOKEN,
+        additional_special_tokens=[IM_START, IM_END],
+        padding_side="left",
+        model_max_length=4096,
+    )
+    tok.chat_template = CHAT_TEMPLATE
+    if out_dir is not None:
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        tok.save_pretrained(str(out_dir))
+    return tok
+
+
+def tiny_qwen2_config(size: str = "xs", vocab_size: int | None = None):
+    """The ``Qwen2Config`` for a tiny size ("xs" or "s") over the character vocabulary."""
+    from transformers import Qwen2Config
+
+    if size not in SIZES:
+        raise ValueError(f"unknown tiny model size {size!r}; known: {sorted(SIZES)}")
+    n_vocab = vocab_size if vocab_size is not None else len(SPECIAL_TOKENS) + len(CHARS)
+    return Qwen2Config(
+        vocab_size=n_vocab,
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=None,
+        rms_norm_eps=1e-6,
+        rope_theta=10000.0,
+        attention_dropout=0.0,
+        **SIZES[size],
+    )
+
+
+def build_tiny_qwen2(out_dir: str | os.PathLike, size: str = "xs", seed: int = 0, value_head: bool = False):
+    """Random-init a tiny ``Qwen2ForCausalLM`` and save it (plus the char tokenizer) to ``out_dir``.
+
+    With ``value_head=True`` the saved model is a ``Qwen2ForTokenClassification`` with one label (a
+    critic / reward model: backbone + scalar head). Returns the in-memory model (float32).
+    """
+    import torch
+    from transformers import Qwen2ForCausalLM, Qwen2ForTokenClassification
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tok = build_char_tokenizer(out)
+    config = tiny_qwen2_config(size, vocab_size=len(tok))
+    torch.manual_seed(seed)
+    if value_head:
+        config.num_labels = 1
+        config.classifier_dropout = 0.0
+        model = Qwen2ForTokenClassification(config)
+    else:
+        model = Qwen2ForCausalLM(config)
+        model.generation_config.pad_token_id = tok.pad_token_id
+        model.generation_config.eos_token_id = tok.eos_token_id
+    model.save_pretrained(str(out))
+    return model
