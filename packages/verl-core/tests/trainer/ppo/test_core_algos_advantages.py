@@ -260,3 +260,19 @@ def test_registry_errors_and_custom_estimator():
     finally:
         core_algos.ADV_ESTIMATOR_REGISTRY.unregister("test_constant_one")
     assert core_algos.AdvantageEstimator("grpo") == "grpo"
+
+
+def test_estimators_read_a_read_only_omegaconf_algorithm_node():
+    from omegaconf import OmegaConf
+
+    algo = OmegaConf.create({"gamma": 0.5, "lam": 1.0, "norm_adv_by_std_in_grpo": False})
+    OmegaConf.set_readonly(algo, True)
+    rewards, mask = outcome_batch([1.0, 0.0], [2, 2])
+    adv, _ = core_algos.get_adv_estimator_fn("grpo")(
+        token_level_rewards=rewards, response_mask=mask, index=uids("a", "a"), config=algo
+    )
+    assert per_row(adv, mask) == pytest.approx([0.5, -0.5])
+    _, ret = core_algos.get_adv_estimator_fn("reinforce_plus_plus")(
+        token_level_rewards=rewards, response_mask=mask, config=algo
+    )
+    assert ret[0].tolist() == pytest.approx([0.5, 1.0])  # gamma 0.5 from the config

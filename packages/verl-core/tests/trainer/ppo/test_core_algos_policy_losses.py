@@ -201,3 +201,35 @@ def test_policy_loss_registry_errors():
         core_algos.compute_policy_loss_vanilla(
             torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(2, 4), torch.ones(2, 3)
         )
+
+
+def test_losses_read_a_read_only_actor_shaped_omegaconf_node():
+    from omegaconf import OmegaConf
+
+    actor = OmegaConf.create(
+        {
+            "clip_ratio": 0.2,
+            "clip_ratio_low": 0.2,
+            "clip_ratio_high": 0.28,
+            "clip_ratio_c": 3.0,
+            "policy_loss": {
+                "loss_mode": "kl_cov",
+                "kl_cov_ratio": 0.5,
+                "ppo_kl_coef": 1.0,
+                "clip_cov_ratio": 0.5,
+                "clip_cov_lb": -1e9,
+                "clip_cov_ub": 1e9,
+            },
+        }
+    )
+    OmegaConf.set_readonly(actor, True)
+    adv = torch.tensor([[1.0, -1.0, 0.5]], dtype=torch.float64)
+    old, logp = logp_for([[1.25, 1.0, 1.0]])
+    mask = torch.ones(1, 3, dtype=torch.float64)
+    loss, _ = core_algos.compute_policy_loss_vanilla(old, logp, adv, mask, config=actor)
+    assert loss.item() == pytest.approx((-1.25 + 1.0 - 0.5) / 3)  # 1.25 < 1.28: not clipped
+    # kl_cov: int(0.5 * 3) = 1 token penalised, the one with the largest covariance: token 0
+    # (centred A = 5/6, -7/6, 1/3; centred log pi = 2/3 log 1.25, -1/3 log 1.25, -1/3 log 1.25)
+    loss, m = core_algos.compute_policy_loss_kl_cov(old, logp, adv, mask, config=actor)
+    assert loss.item() == pytest.approx((-1.25 + math.log(1.25) + 1.0 - 0.5) / 3)
+    assert m["pg_clipfrac"] == pytest.approx(1 / 3)
