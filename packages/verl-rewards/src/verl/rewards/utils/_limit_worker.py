@@ -1,6 +1,7 @@
 """Helper process for `verl.rewards.utils.time_limit`: read (fn, args, kwargs) frames, answer (ok, value)."""
 
 import ctypes
+import importlib
 import os
 import pickle
 import signal
@@ -27,6 +28,9 @@ def main() -> None:
     fd_in, fd_out = sys.stdin.buffer.fileno(), sys.stdout.buffer.fileno()
     # The called function must not write into our answer channel.
     sys.stdout = sys.stderr
+    for module in sys.argv[2:]:
+        importlib.import_module(module)
+    time_limit.write_frame(fd_out, b"ready")
     while True:
         try:
             frame = time_limit.read_frame(fd_in, None)

@@ -31,6 +31,7 @@ import cloudpickle
 IN_LIMITED_WORKER = False
 
 _HEADER = struct.Struct("!Q")
+STARTUP_TIMEOUT = 300.0
 
 
 def write_frame(fd: int, payload: bytes) -> None:
@@ -68,18 +69,25 @@ def read_frame(fd: int, deadline: float | None) -> bytes:
 class _Helper:
     """One helper process; not thread-safe (the pool hands it to one caller at a time)."""
 
-    def __init__(self) -> None:
+    def __init__(self, preload: tuple[str, ...] = ()) -> None:
         # -I would drop the venv's path configuration only partly; we need our own package importable,
         # so keep the environment but make sure the child's imports match ours.
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "verl.rewards.utils._limit_worker", str(os.getpid())],
+            [sys.executable, "-m", "verl.rewards.utils._limit_worker", str(os.getpid()), *preload],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=env,
             start_new_session=True,  # a Ctrl-C on the trainer's terminal is the trainer's business
         )
+        # The time limit of a call must not include interpreter start-up and heavy imports (sympy
+        # takes seconds on a busy machine): wait for the helper's ready frame first.
+        try:
+            read_frame(self.proc.stdout.fileno(), time.monotonic() + STARTUP_TIMEOUT)
+        except (TimeoutError, EOFError) as e:
+            self.kill()
+            raise RuntimeError(f"time-limit helper did not start within {STARTUP_TIMEOUT} s: {e!r}") from e
 
     def call(self, payload: bytes, timeout: float | None) -> tuple[bool, Any]:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -94,6 +102,30 @@ class _Helper:
         self.proc.stdout.close()
 
 
+class _Restarting:
+    """A helper being started in a background thread; ``result()`` is the helper (or None on failure)."""
+
+    def __init__(self, preload: tuple[str, ...]):
+        self._helper: _Helper | None = None
+        self._thread = threading.Thread(target=self._start, args=(preload,), daemon=True)
+        self._thread.start()
+
+    def _start(self, preload: tuple[str, ...]) -> None:
+        try:
+            self._helper = _Helper(preload)
+        except RuntimeError:
+            self._helper = None
+
+    def result(self) -> _Helper | None:
+        self._thread.join()
+        return self._helper
+
+    def kill(self) -> None:
+        helper = self.result()
+        if helper is not None:
+            helper.kill()
+
+
 class TimeLimiter:
     """A small pool of helper processes running calls with a per-call wall-clock limit.
 
@@ -102,10 +134,11 @@ class TimeLimiter:
     from a user's file work too. Thread-safe: up to ``max_workers`` calls run at once.
     """
 
-    def __init__(self, max_workers: int = 2):
+    def __init__(self, max_workers: int = 2, preload: tuple[str, ...] = ()):
         if max_workers < 1:
             raise ValueError(f"max_workers must be >= 1, got {max_workers}")
         self.max_workers = max_workers
+        self.preload = tuple(preload)
         self._idle: queue.LifoQueue[_Helper | None] = queue.LifoQueue()
         for _ in range(max_workers):
             self._idle.put(None)  # a slot; the helper starts on first use
@@ -120,8 +153,10 @@ class TimeLimiter:
             # PR_SET_PDEATHSIG fires when the *thread* that started a helper exits, so a reused helper
             # may have died between calls: retry once on a fresh one.
             for attempt in range(2):
+                if isinstance(helper, _Restarting):
+                    helper = helper.result()
                 if helper is None or helper.proc.poll() is not None:
-                    helper, fresh = _Helper(), True
+                    helper, fresh = _Helper(self.preload), True
                 else:
                     fresh = False
                 try:
@@ -132,6 +167,8 @@ class TimeLimiter:
                     helper = None
                     self.restarts += 1
                     if isinstance(e, TimeoutError):
+                        # Start the replacement now: interpreter start-up and imports take seconds.
+                        helper = _Restarting(self.preload)
                         raise TimeoutError(f"{_name(fn)} did not finish within {timeout} s") from None
                     if fresh or attempt == 1:
                         raise RuntimeError(f"time-limit helper died while running {_name(fn)}: {e}") from e
@@ -163,7 +200,7 @@ def default_limiter() -> TimeLimiter:
     global _default
     with _default_lock:
         if _default is None:
-            _default = TimeLimiter(max_workers=max(1, min(4, os.cpu_count() or 1)))
+            _default = TimeLimiter(max_workers=max(1, min(4, os.cpu_count() or 1)), preload=("math_verify",))
         return _default
 
 
