@@ -132,3 +132,24 @@ def test_filter_logits_by_hand():
     # both filters: top_k first, then the nucleus over the renormalised survivors
     # (0.5, 0.2, 0.15 -> 0.588, 0.235, 0.176; 0.588 < 0.6 needs the second, 0.824 >= 0.6 stops)
     assert kept(filter_logits(logits[:, [4, 3, 2, 1, 0]], top_k=3, top_p=0.6)) == [False, False, False, True, True]
+
+
+def test_concat_generations_pads_shorter_chunks():
+    from verl.workers.rollout.hf_rollout import concat_generations
+
+    def chunk(prompt, resp, pos0):
+        p, r = len(prompt), len(resp)
+        return {
+            "prompts": torch.tensor([prompt]), "responses": torch.tensor([resp]),
+            "response_mask": torch.ones(1, r, dtype=torch.long), "rollout_log_probs": -torch.ones(1, r),
+            "input_ids": torch.tensor([prompt + resp]), "attention_mask": torch.ones(1, p + r, dtype=torch.long),
+            "position_ids": torch.arange(pos0, pos0 + p + r).unsqueeze(0),
+        }
+
+    out = concat_generations([chunk([5, 6], [7, EOS], 0), chunk([8, 9], [3, 4, 5], 0)], PAD)
+    assert out["responses"].tolist() == [[7, EOS, PAD], [3, 4, 5]]
+    assert out["response_mask"].tolist() == [[1, 1, 0], [1, 1, 1]]
+    assert out["rollout_log_probs"].tolist() == [[-1, -1, 0], [-1, -1, -1]]
+    assert out["input_ids"].tolist() == [[5, 6, 7, EOS, PAD], [8, 9, 3, 4, 5]]
+    assert out["attention_mask"].tolist() == [[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]]
+    assert out["position_ids"].tolist() == [[0, 1, 2, 3, 4], [0, 1, 2, 3, 4]]

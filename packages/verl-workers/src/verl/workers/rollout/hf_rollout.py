@@ -102,7 +102,7 @@ def generate_tokens(
         )
     device = input_ids.device
     batch = input_ids.shape[0]
-    eos = torch.tensor(list(eos_token_ids), device=device)
+    eos = torch.tensor(list(eos_token_ids), dtype=torch.long, device=device)
     running = torch.ones(batch, dtype=torch.bool, device=device)
     last_pos = position_ids[:, -1:]
     mask = attention_mask
@@ -221,24 +221,53 @@ class HFRollout(BaseRollout):
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         params = self.sampling_params(prompts.meta_info)
         batch = prompts.batch
-        input_ids = batch["input_ids"]
-        attention_mask = batch["attention_mask"]
-        position_ids = batch["position_ids"]
+        input_ids, attention_mask, position_ids = (
+            batch["input_ids"], batch["attention_mask"], batch["position_ids"]
+        )
+        eos = [] if self.config.ignore_eos else self.eos_token_ids
+        rows = input_ids.shape[0]
+        step = int(self.config.micro_batch_size or rows) or 1
         was_training = self.module.training
         self.module.eval()
         try:
-            tensors = generate_tokens(
-                self.module,
-                input_ids,
-                attention_mask,
-                position_ids,
-                params,
-                self.eos_token_ids,
-                self.pad_token_id,
-                calculate_log_probs=bool(self.config.calculate_log_probs),
-            )
+            chunks = [
+                generate_tokens(
+                    self.module,
+                    input_ids[i : i + step],
+                    attention_mask[i : i + step],
+                    position_ids[i : i + step],
+                    params,
+                    eos,
+                    self.pad_token_id,
+                    calculate_log_probs=bool(self.config.calculate_log_probs),
+                )
+                for i in range(0, rows, step)
+            ]
         finally:
             self.module.train(was_training)
+        tensors = concat_generations(chunks, self.pad_token_id)
         from verl import DataProto
 
         return DataProto.from_dict(tensors=tensors)
+
+
+def concat_generations(chunks: list[dict[str, torch.Tensor]], pad_token_id: int) -> dict[str, torch.Tensor]:
+    """Join generation outputs of several micro-batches, right-padding responses to the longest."""
+    if len(chunks) == 1:
+        return chunks[0]
+    r = max(c["responses"].shape[1] for c in chunks)
+    fill = {"responses": pad_token_id, "response_mask": 0, "rollout_log_probs": 0.0}
+    out: dict[str, list[torch.Tensor]] = {k: [] for k in chunks[0]}
+    for c in chunks:
+        extra = r - c["responses"].shape[1]
+        p = c["prompts"].shape[1]
+        for key, value in c.items():
+            if extra and key in fill:
+                value = torch.nn.functional.pad(value, (0, extra), value=fill[key])
+            elif extra and key in ("input_ids", "attention_mask"):
+                value = torch.nn.functional.pad(value, (0, extra), value=pad_token_id if key == "input_ids" else 0)
+            elif extra and key == "position_ids":
+                last = value[:, p - 1 : p]
+                value = torch.cat([value[:, :p], last + torch.arange(1, r + 1, dtype=value.dtype)], dim=1)
+            out[key].append(value)
+    return {k: torch.cat(v, dim=0) for k, v in out.items()}

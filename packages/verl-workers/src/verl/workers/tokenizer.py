@@ -1,0 +1,43 @@
+"""Tokenizer loading for the trainer entry points (upstream: ``verl.utils.hf_tokenizer``).
+
+Core's ``main_ppo`` cannot import transformers (DESIGN rule 2), so it gets its tokenizer through
+this module, which verl-workers' plugin makes available.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any
+
+
+def hf_tokenizer(name_or_path: str | os.PathLike, correct_pad_token: bool = True, **kwargs: Any):
+    """Load a Hugging Face tokenizer from a local folder (``AutoTokenizer.from_pretrained``).
+
+    With ``correct_pad_token`` a tokenizer without a pad token gets its EOS token as pad (decoder-only
+    models often ship that way), with a warning, because padding is needed to batch prompts.
+    ``kwargs`` go to ``from_pretrained`` (e.g. ``trust_remote_code=True``).
+    """
+    from transformers import AutoTokenizer
+
+    path = os.fspath(name_or_path)
+    tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
+    if correct_pad_token and tokenizer.pad_token_id is None:
+        if tokenizer.eos_token is None:
+            raise ValueError(f"tokenizer at {path!r} has neither a pad token nor an EOS token to pad with")
+        warnings.warn(f"tokenizer at {path!r} has no pad token; using its EOS token {tokenizer.eos_token!r}",
+                      stacklevel=2)
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def hf_processor(name_or_path: str | os.PathLike, **kwargs: Any):
+    """A multimodal processor for the path, or None when the model has none (text-only models)."""
+    from transformers import AutoProcessor
+
+    try:
+        processor = AutoProcessor.from_pretrained(os.fspath(name_or_path), **kwargs)
+    except (OSError, ValueError, KeyError):
+        return None
+    # Text-only models resolve AutoProcessor to their tokenizer: that is "no processor" here.
+    return None if "Processor" not in type(processor).__name__ else processor
