@@ -1,0 +1,190 @@
+"""The PPO actor over a data-parallel training engine (upstream: ``DataParallelPPOActor``).
+
+The actor holds the algorithm (policy loss, entropy bonus, KL loss, mini-batch/epoch loop); the engine
+(``verl.workers.engine``) holds the model, its sharding and its optimizer.
+
+Sizes: ``update_policy`` splits this rank's rows into mini-batches of ``ppo_mini_batch_size_per_rank``
+trajectories (the worker derives it: ``actor.ppo_mini_batch_size * rollout.n // dp_size``) and each
+mini-batch into micro-batches of ``actor.ppo_micro_batch_size_per_gpu``. Losses use the mini-batch's
+global token/sequence counts (summed over ranks), so the update is the same for any number of workers
+and micro-batches.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from verl import DataProto
+from verl.trainer.ppo.core_algos import GlobalBatchInfo, agg_loss, get_policy_loss_fn, kl_penalty
+from verl.workers.engine.base import BaseEngine
+
+_MODEL_INPUTS = ("input_ids", "attention_mask", "position_ids", "responses")
+
+
+def micro_batch_size_for_inference(config: Any, data: DataProto) -> int:
+    """``meta_info["micro_batch_size"]`` if set, else the config's ``log_prob_micro_batch_size_per_gpu``
+    (ref / rollout configs), else ``ppo_micro_batch_size_per_gpu``."""
+    size = data.meta_info.get("micro_batch_size")
+    if size is None:
+        for key in ("log_prob_micro_batch_size_per_gpu", "ppo_micro_batch_size_per_gpu",
+                    "forward_micro_batch_size_per_gpu"):
+            if key in config and config[key] is not None:
+                size = config[key]
+                break
+    if size is None or int(size) <= 0:
+        raise ValueError(
+            f"no positive micro-batch size for a forward pass: meta_info['micro_batch_size']="
+            f"{data.meta_info.get('micro_batch_size')!r} and the config sets none"
+        )
+    return int(size)
+
+
+def response_mask_of(data: DataProto) -> torch.Tensor:
+    """``response_mask`` if the batch has it, else the last R columns of ``attention_mask``."""
+    if "response_mask" in data.batch:
+        return data.batch["response_mask"]
+    n_resp = data.batch["responses"].shape[-1]
+    return data.batch["attention_mask"][:, -n_resp:]
+
+
+class DataParallelPPOActor:
+    """PPO actor (also the reference policy, which only calls :meth:`compute_log_prob`).
+
+    ``config`` is ``actor_rollout_ref.actor`` (or ``.ref`` for the reference), read only.
+    ``ppo_mini_batch_size_per_rank`` is needed by :meth:`update_policy` only.
+    """
+
+    def __init__(self, config: Any, engine: BaseEngine, *, ppo_mini_batch_size_per_rank: int | None = None):
+        self.config = config
+        self.engine = engine
+        self.ppo_mini_batch_size_per_rank = ppo_mini_batch_size_per_rank
+
+    def compute_log_prob(
+        self, data: DataProto, calculate_entropy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Log-probs [N, R] of ``responses`` under ``logits / meta_info['temperature']`` (and the token
+        entropies [N, R] when ``calculate_entropy``, else None). Every rank must call it with the same
+        number of micro-batches (equal row counts)."""
+        micro = micro_batch_size_for_inference(self.config, data)
+        temperature = float(data.meta_info.get("temperature", 1.0))
+        batch = data.select(batch_keys=list(_MODEL_INPUTS))
+        micro_batches = [mb.batch for mb in batch.split(micro)]
+        out = self.engine.infer(micro_batches, temperature=temperature, calculate_entropy=calculate_entropy)
+        return out["log_probs"], out.get("entropys") if calculate_entropy else None
+
+    # ------------------------------------------------------------------ update
+    def _select_for_update(self, data: DataProto) -> DataProto:
+        keys = list(_MODEL_INPUTS) + ["old_log_probs", "advantages"]
+        if "response_mask" in data.batch:
+            keys.append("response_mask")
+        if self.config.use_kl_loss:
+            if "ref_log_prob" not in data.batch:
+                raise KeyError(
+                    "actor.use_kl_loss=True needs batch key 'ref_log_prob' (from the reference policy); "
+                    f"the batch has {sorted(data.batch.keys())}"
+                )
+            keys.append("ref_log_prob")
+        if "rollout_is_weights" in data.batch:
+            keys.append("rollout_is_weights")
+        missing = [k for k in keys if k not in data.batch]
+        if missing:
+            raise KeyError(f"update_policy needs batch keys {missing}; the batch has {sorted(data.batch.keys())}")
+        return data.select(batch_keys=keys)
+
+    def _loss_fn(self, info: GlobalBatchInfo):
+        cfg = self.config
+        mode = cfg.loss_agg_mode
+        policy_loss_fn = get_policy_loss_fn(cfg.policy_loss.loss_mode)
+        n_tokens = max(info.global_token_count, 1.0)
+
+        def loss_fn(out: dict[str, torch.Tensor], mb) -> tuple[torch.Tensor, dict[str, Any]]:
+            dev = out["log_probs"].device
+            mask = _response_mask(mb).to(dev)
+            log_prob = out["log_probs"]
+            weights = mb["rollout_is_weights"].to(dev) if "rollout_is_weights" in mb else None
+            pg_loss, pg_metrics = policy_loss_fn(
+                old_log_prob=mb["old_log_probs"].to(dev), log_prob=log_prob,
+                advantages=mb["advantages"].to(dev), response_mask=mask, loss_agg_mode=mode,
+                config=cfg, rollout_is_weights=weights, global_batch_info=info,
+            )
+            loss = pg_loss
+            # token share of this micro-batch: per-token-mean metrics are weighted by it and summed
+            share = float(mask.sum().item()) / n_tokens
+            metrics = {"pg_loss": float(pg_loss.detach().item())}
+            metrics.update({k: float(v) * share for k, v in pg_metrics.items()})
+            entropy = agg_loss(out["entropys"], mask, "token-mean", info)
+            metrics["entropy"] = float(entropy.detach().item())
+            if cfg.entropy_coeff != 0:
+                loss = loss - cfg.entropy_coeff * agg_loss(out["entropys"], mask, mode, info)
+            if cfg.use_kl_loss:
+                kld = kl_penalty(log_prob, mb["ref_log_prob"].to(dev), cfg.kl_loss_type)
+                kl_loss = agg_loss(kld, mask, mode, info)
+                loss = loss + cfg.kl_loss_coef * kl_loss
+                metrics["kl_loss"] = float(kl_loss.detach().item())
+            return loss, metrics
+
+        return loss_fn
+
+    def update_policy(self, data: DataProto) -> dict[str, Any]:
+        """One training step: ``ppo_epochs`` passes over this rank's rows in mini-batches, one optimizer
+        step per mini-batch, then one LR-scheduler step. Returns metrics averaged over the optimizer
+        steps (``actor/pg_loss`` etc. are whole-mini-batch values, the same for any worker count);
+        ``actor/lr`` is the rate the steps used."""
+        cfg = self.config
+        mini = self.ppo_mini_batch_size_per_rank
+        if mini is None or mini <= 0:
+            raise ValueError(
+                "DataParallelPPOActor.update_policy needs ppo_mini_batch_size_per_rank "
+                "(= actor.ppo_mini_batch_size * rollout.n // dp_size), given to the constructor"
+            )
+        if len(data) % mini:
+            raise ValueError(
+                f"this rank has {len(data)} trajectories, not a multiple of the mini-batch of {mini} per rank"
+            )
+        if cfg.use_dynamic_bsz:
+            raise NotImplementedError("actor.use_dynamic_bsz=True is not supported yet; set it to False")
+        micro = int(cfg.ppo_micro_batch_size_per_gpu)
+        temperature = float(data.meta_info.get("temperature", 1.0))
+        data = self._select_for_update(data)
+        lr = self.engine.get_lr()
+        step_metrics: list[dict[str, float]] = []
+        for epoch in range(int(cfg.ppo_epochs)):
+            if cfg.shuffle:
+                g = torch.Generator().manual_seed(int(data.meta_info.get("global_steps", 0)) * 1000 + epoch)
+                data = data.select_idxs(torch.randperm(len(data), generator=g))
+            for mb in data.split(mini):
+                mask = response_mask_of(mb)
+                info = GlobalBatchInfo.from_mask(mask)
+                if self.engine.dp_size > 1:
+                    info = info.all_reduce()
+                micro_batches = [m.batch for m in mb.split(micro)]
+                per_micro = self.engine.forward_backward(
+                    micro_batches, self._loss_fn(info), temperature=temperature, calculate_entropy=True
+                )
+                summed = _sum_over_ranks(per_micro, self.engine.dp_size)
+                summed["grad_norm"] = self.engine.optimizer_step()
+                step_metrics.append(summed)
+        self.engine.lr_scheduler_step()
+        result = {f"actor/{k}": sum(m[k] for m in step_metrics) / len(step_metrics) for k in step_metrics[0]}
+        result["actor/lr"] = lr
+        return result
+
+
+def _response_mask(mb) -> torch.Tensor:
+    if "response_mask" in mb:
+        return mb["response_mask"]
+    return mb["attention_mask"][:, -mb["responses"].shape[-1]:]
+
+
+def _sum_over_ranks(per_micro: list[dict[str, Any]], dp_size: int) -> dict[str, float]:
+    """Sum each metric over micro-batches and ranks: every metric here is a share of a global value."""
+    keys = sorted({k for m in per_micro for k in m if k != "loss"})
+    local = torch.tensor([sum(m.get(k, 0.0) for m in per_micro) for k in keys], dtype=torch.float64)
+    if dp_size > 1:
+        dev = "cuda" if dist.get_backend() == "nccl" else "cpu"
+        local = local.to(dev)
+        dist.all_reduce(local, op=dist.ReduceOp.SUM)
+    return {k: float(v) for k, v in zip(keys, local.cpu().tolist())}

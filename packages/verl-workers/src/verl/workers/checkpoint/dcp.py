@@ -1,0 +1,153 @@
+"""Sharded engine checkpoints with ``torch.distributed.checkpoint`` (DCP).
+
+Layout of one checkpoint folder (e.g. ``global_step_10/actor``)::
+
+    model_optim/                 DCP: {"model": ..., "optimizer": ...}, sharded, written by every rank
+    extra_state_rank_<r>.pt      LR scheduler state and RNG states of rank r
+    huggingface/                 config.json (+ generation config, tokenizer files) for export
+    checkpoint_meta.json         written last, by rank 0, after every rank finished
+
+``checkpoint_meta.json`` marks a complete checkpoint: a folder without it was being written when the
+run stopped, and loading it is an error. Model and optimizer reload with a different worker count
+(DCP reshards); the RNG states are restored only with the same count.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import warnings
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+if TYPE_CHECKING:
+    from verl.workers.engine.fsdp import _FSDPEngineBase
+
+META_FILE = "checkpoint_meta.json"
+DCP_DIR = "model_optim"
+HF_DIR = "huggingface"
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
+                    "vocab.json", "merges.txt", "tokenizer.model", "generation_config.json")
+
+
+def is_complete_checkpoint(path: str | os.PathLike) -> bool:
+    """True when ``path`` holds a fully written engine checkpoint."""
+    return os.path.isfile(os.path.join(path, META_FILE))
+
+
+def read_meta(path: str | os.PathLike) -> dict:
+    """The metadata of a complete checkpoint; raises if the checkpoint is missing or half-written."""
+    meta = os.path.join(path, META_FILE)
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"no checkpoint folder at {os.fspath(path)!r}")
+    if not os.path.isfile(meta):
+        raise RuntimeError(
+            f"checkpoint at {os.fspath(path)!r} is incomplete (no {META_FILE}): it was still being written "
+            f"when the run stopped; resume from an earlier checkpoint"
+        )
+    with open(meta) as f:
+        return json.load(f)
+
+
+def _rng_state() -> dict:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def _set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+
+
+def _state_dicts(engine: _FSDPEngineBase) -> dict:
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict
+
+    if engine.optimizer is None:
+        return {"model": get_model_state_dict(engine.module)}
+    model_sd, optim_sd = get_state_dict(engine.module, engine.optimizer)
+    return {"model": model_sd, "optimizer": optim_sd}
+
+
+def save_engine_checkpoint(engine: _FSDPEngineBase, path: str, global_step: int = 0) -> None:
+    """Write ``engine``'s model, optimizer, LR scheduler and RNG state to ``path`` (collective)."""
+    import torch.distributed.checkpoint as dcp
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if rank == 0:
+        os.makedirs(path, exist_ok=True)
+        # an old marker would make a half-rewritten folder look complete
+        if os.path.exists(os.path.join(path, META_FILE)):
+            os.remove(os.path.join(path, META_FILE))
+        if os.path.isdir(os.path.join(path, DCP_DIR)):
+            shutil.rmtree(os.path.join(path, DCP_DIR))
+    dist.barrier()
+    dcp.save(_state_dicts(engine), checkpoint_id=os.path.join(path, DCP_DIR))
+    extra = {
+        "lr_scheduler": engine.lr_scheduler.state_dict() if engine.lr_scheduler is not None else None,
+        "rng": _rng_state(),
+        "world_size": world,
+    }
+    torch.save(extra, os.path.join(path, f"extra_state_rank_{rank}.pt"))
+    if rank == 0:
+        _save_hf_config(engine, os.path.join(path, HF_DIR))
+    dist.barrier()
+    if rank == 0:
+        meta = {"global_step": int(global_step), "world_size": world, "model_type": engine.model_type,
+                "strategy": type(engine).__name__}
+        tmp = os.path.join(path, META_FILE + ".tmp")
+        with open(tmp, "w") as f:
+            json.dump(meta, f)
+        os.replace(tmp, os.path.join(path, META_FILE))
+    dist.barrier()
+
+
+def _save_hf_config(engine: _FSDPEngineBase, hf_dir: str) -> None:
+    os.makedirs(hf_dir, exist_ok=True)
+    engine.hf_config.save_pretrained(hf_dir)
+    src = engine.model_config.path
+    for name in _TOKENIZER_FILES:
+        if os.path.isfile(os.path.join(src, name)):
+            shutil.copy2(os.path.join(src, name), os.path.join(hf_dir, name))
+
+
+def load_engine_checkpoint(engine: _FSDPEngineBase, path: str) -> None:
+    """Load what :func:`save_engine_checkpoint` wrote into ``engine`` (collective)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_state_dict
+
+    meta = read_meta(path)
+    if meta["model_type"] != engine.model_type:
+        raise ValueError(
+            f"checkpoint at {path!r} holds a {meta['model_type']!r} model; this engine is {engine.model_type!r}"
+        )
+    state = _state_dicts(engine)
+    dcp.load(state, checkpoint_id=os.path.join(path, DCP_DIR))
+    if engine.optimizer is None:
+        set_model_state_dict(engine.module, state["model"])
+    else:
+        set_state_dict(engine.module, engine.optimizer, model_state_dict=state["model"],
+                       optim_state_dict=state["optimizer"])
+    rank, world = dist.get_rank(), dist.get_world_size()
+    same_world = meta["world_size"] == world
+    extra_file = os.path.join(path, f"extra_state_rank_{rank if same_world else 0}.pt")
+    extra = torch.load(extra_file, weights_only=False)
+    if engine.lr_scheduler is not None and extra["lr_scheduler"] is not None:
+        engine.lr_scheduler.load_state_dict(extra["lr_scheduler"])
+    if same_world:
+        _set_rng_state(extra["rng"])
+    elif rank == 0:
+        warnings.warn(
+            f"checkpoint at {path!r} was saved by {meta['world_size']} workers, loading on {world}: model, "
+            f"optimizer and LR schedule are restored, per-worker RNG states are not",
+            stacklevel=2,
+        )

@@ -1,0 +1,137 @@
+"""The training-engine seam: one model, trained data-parallel over the default process group.
+
+An engine owns the wrapped module, its optimizer and LR scheduler; it knows nothing of PPO. The
+actor and critic (``verl.workers.actor``, ``verl.workers.critic``) hold the algorithm and talk to an
+engine through this interface, so a new parallelism (Megatron later) is one new engine class.
+
+Engines register in ``verl.registries.TRAINING_ENGINES`` under the strategy name users put in
+``actor_rollout_ref.actor.strategy`` / ``critic.strategy`` and are built with :func:`build_engine`::
+
+    engine = build_engine(
+        "fsdp2",
+        model_config=cfg.actor_rollout_ref.model,      # path, model_dtype, enable_gradient_checkpointing, ...
+        engine_config=cfg.actor_rollout_ref.actor.fsdp_config,
+        optim_config=cfg.actor_rollout_ref.actor.optim,  # None: inference only (reference policy)
+        model_type="causal_lm",                          # or "value" (critic: backbone + scalar head)
+        grad_clip=cfg.actor_rollout_ref.actor.grad_clip,
+        total_training_steps=total_steps,                # for LR schedules; never read from config
+    )
+
+``torch.distributed`` must be initialised before an engine is built (gloo on CPU, NCCL on GPU); every
+rank of the default group holds one data-parallel shard.
+
+Micro-batches are mappings of tensors with the batch keys of docs/contracts.md: ``input_ids``,
+``attention_mask``, ``position_ids`` ([B, P+R]) and ``responses`` ([B, R]); outputs are per response
+token ([B, R]).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal
+
+import torch
+
+from verl.registries import TRAINING_ENGINES
+
+ModelType = Literal["causal_lm", "value"]
+Batch = Mapping[str, torch.Tensor]
+#: loss_fn(outputs, micro_batch) -> (loss, metrics). ``loss`` is this rank's share of the global
+#: loss: summed over every micro-batch on every rank it must equal the mini-batch loss (use
+#: ``agg_loss(..., global_batch_info=...)``). The engine undoes the data-parallel gradient averaging.
+LossFn = Callable[[dict[str, torch.Tensor], Batch], tuple[torch.Tensor, dict[str, Any]]]
+
+
+class BaseEngine(ABC):
+    """A model trained data-parallel. See the module doc for how it is built and fed."""
+
+    #: the (wrapped) module; rollout engines that share weights read it in-process
+    module: torch.nn.Module
+    optimizer: torch.optim.Optimizer | None
+    lr_scheduler: torch.optim.lr_scheduler.LRScheduler | None
+    model_type: ModelType
+    device: torch.device
+
+    @property
+    @abstractmethod
+    def dp_rank(self) -> int:
+        """This process's rank in the data-parallel group."""
+
+    @property
+    @abstractmethod
+    def dp_size(self) -> int:
+        """Number of data-parallel ranks (the sum of per-rank losses is what gradients follow)."""
+
+    @abstractmethod
+    def forward_micro_batch(
+        self, micro_batch: Batch, *, temperature: float = 1.0, calculate_entropy: bool = False
+    ) -> dict[str, torch.Tensor]:
+        """Forward one micro-batch (grad enabled iff the caller enables it).
+
+        ``causal_lm``: ``{"log_probs": [B, R]}`` (log-prob of each response token under
+        ``logits / temperature``) plus ``"entropys": [B, R]`` when ``calculate_entropy``.
+        ``value``: ``{"values": [B, R]}`` (the value of the state before each response token).
+        """
+
+    @abstractmethod
+    def infer(
+        self, micro_batches: Sequence[Batch], *, temperature: float = 1.0, calculate_entropy: bool = False
+    ) -> dict[str, torch.Tensor]:
+        """Eval-mode, no-grad forward of every micro-batch; outputs concatenated along rows (on CPU)."""
+
+    @abstractmethod
+    def forward_backward(
+        self,
+        micro_batches: Sequence[Batch],
+        loss_fn: LossFn,
+        *,
+        temperature: float = 1.0,
+        calculate_entropy: bool = False,
+    ) -> list[dict[str, Any]]:
+        """Train-mode forward and backward of every micro-batch, accumulating gradients.
+
+        Returns the metrics dict of each micro-batch (with ``"loss"`` added). Does not step.
+        """
+
+    @abstractmethod
+    def optimizer_step(self) -> float:
+        """Clip gradients to ``grad_clip``, step (skipped when the norm is not finite), zero grads.
+
+        Returns the gradient norm before clipping.
+        """
+
+    @abstractmethod
+    def lr_scheduler_step(self) -> float:
+        """Advance the LR schedule one training step; returns the new learning rate."""
+
+    @abstractmethod
+    def get_lr(self) -> float:
+        """The learning rate the next optimizer step uses."""
+
+    @abstractmethod
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        """Unsharded parameters (HF names, CPU tensors) on every rank (collective call)."""
+
+    @abstractmethod
+    def save_checkpoint(self, path: str, global_step: int = 0) -> None:
+        """Save model, optimizer, LR scheduler and RNG state to ``path`` (collective call)."""
+
+    @abstractmethod
+    def load_checkpoint(self, path: str) -> None:
+        """Load what :meth:`save_checkpoint` wrote (collective call)."""
+
+
+def register_engine(name: str) -> Callable[[type[BaseEngine]], type[BaseEngine]]:
+    """Decorator: register an engine class under strategy ``name`` in ``TRAINING_ENGINES``."""
+    return TRAINING_ENGINES.register(name)
+
+
+def build_engine(strategy: str, **kwargs: Any) -> BaseEngine:
+    """Construct the engine registered as ``strategy`` (``fsdp2``, ``fsdp``) with ``kwargs``.
+
+    Keywords (all engines): ``model_config``, ``engine_config``, ``optim_config=None``,
+    ``model_type="causal_lm"``, ``grad_clip=1.0``, ``total_training_steps=None``,
+    ``checkpoint_config=None``.
+    """
+    return TRAINING_ENGINES.get(strategy)(**kwargs)

@@ -1,0 +1,305 @@
+"""FSDP training engines: ``fsdp2`` (``torch.distributed.fsdp.fully_shard``) and ``fsdp`` (FSDP1).
+
+Both shard every decoder layer (the model's ``_no_split_modules``) and then the root over all ranks of
+the default process group (``fsdp_config.fsdp_size`` < world size gives HSDP for ``fsdp2``: replicate
+across groups of ``fsdp_size`` ranks). CPU + gloo and GPU + NCCL; the device follows the backend.
+
+Flags (``fsdp_config``): ``param_offload`` / ``offload_policy`` keep parameters (and gradients) in host
+memory between uses; ``optimizer_offload`` keeps optimizer state in host memory outside
+``optimizer_step``. On CPU everything already lives in host memory, so these flags are rejected there
+with an error rather than silently meaning nothing. ``reshard_after_forward`` as in FSDP2.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from verl.workers.engine.base import BaseEngine, Batch, LossFn, ModelType, register_engine
+from verl.workers.engine.hf_model import load_hf_model, response_outputs
+from verl.workers.engine.optim import build_lr_scheduler, build_optimizer
+
+
+def _engine_device() -> torch.device:
+    if not dist.is_initialized():
+        raise RuntimeError(
+            "torch.distributed is not initialised: call dist.init_process_group('gloo' on CPU, 'nccl' on "
+            "GPU) in every worker before building a training engine"
+        )
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _check_offload_flags(engine_config: Any, device: torch.device) -> None:
+    if device.type != "cpu":
+        return
+    on = [k for k in ("param_offload", "optimizer_offload", "offload_policy") if bool(engine_config[k])]
+    if on:
+        raise ValueError(
+            f"fsdp_config.{', fsdp_config.'.join(on)}=True means nothing on CPU (parameters and optimizer "
+            f"state already live in host memory); set {'/'.join(on)}=False for a CPU run"
+        )
+
+
+def _layer_classes(model: torch.nn.Module) -> set[type]:
+    names = set(model._no_split_modules or [])
+    classes = {type(m) for m in model.modules() if type(m).__name__ in names}
+    if not classes:
+        raise ValueError(
+            f"{type(model).__name__} names no decoder layer class in _no_split_modules ({sorted(names)}); "
+            f"cannot decide what to shard"
+        )
+    return classes
+
+
+class _FSDPEngineBase(BaseEngine):
+    """What FSDP1 and FSDP2 share: loading, optimizer, micro-batch loops, checkpoints."""
+
+    def __init__(
+        self,
+        *,
+        model_config: Any,
+        engine_config: Any,
+        optim_config: Any = None,
+        model_type: ModelType = "causal_lm",
+        grad_clip: float | None = 1.0,
+        total_training_steps: int | None = None,
+        checkpoint_config: Any = None,
+    ):
+        self.device = _engine_device()
+        _check_offload_flags(engine_config, self.device)
+        self.model_config = model_config
+        self.engine_config = engine_config
+        self.optim_config = optim_config
+        self.model_type = model_type
+        self.grad_clip = grad_clip
+        self.total_training_steps = total_training_steps
+        self.checkpoint_config = checkpoint_config
+        self._world = dist.get_world_size()
+        self._rank = dist.get_rank()
+
+        model = load_hf_model(model_config, model_type)
+        self.hf_config = model.config
+        self._sync_new_params(model)
+        self.module = self._wrap(model)
+        if optim_config is not None:
+            self.optimizer = build_optimizer(self.module.parameters(), optim_config)
+            self.lr_scheduler = build_lr_scheduler(self.optimizer, optim_config, total_training_steps)
+        else:
+            self.optimizer = None
+            self.lr_scheduler = None
+        self._optim_offloaded = False
+        if self.optimizer is not None and bool(engine_config.optimizer_offload):
+            self._offload_optimizer()
+
+    # ------------------------------------------------------------------ setup
+    def _sync_new_params(self, model: torch.nn.Module) -> None:
+        # A value head loaded from a causal-LM checkpoint is freshly initialised, differently on every
+        # rank; all ranks must start from rank 0's head.
+        if self.model_type != "value" or self._world == 1:
+            return
+        for p in model.score.parameters():
+            buf = p.data.to(self.device)
+            dist.broadcast(buf, src=0)
+            p.data.copy_(buf.to(p.device))
+
+    def _wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        raise NotImplementedError
+
+    @property
+    def dp_rank(self) -> int:
+        return self._rank
+
+    @property
+    def dp_size(self) -> int:
+        return self._world
+
+    def _to_device(self, micro_batch: Batch) -> dict[str, torch.Tensor]:
+        return {k: micro_batch[k].to(self.device) for k in ("input_ids", "attention_mask", "position_ids", "responses")}
+
+    # ------------------------------------------------------------------ compute
+    def forward_micro_batch(
+        self, micro_batch: Batch, *, temperature: float = 1.0, calculate_entropy: bool = False
+    ) -> dict[str, torch.Tensor]:
+        return response_outputs(
+            self.module, self._to_device(micro_batch), self.model_type,
+            temperature=temperature, calculate_entropy=calculate_entropy,
+        )
+
+    def infer(
+        self, micro_batches: Sequence[Batch], *, temperature: float = 1.0, calculate_entropy: bool = False
+    ) -> dict[str, torch.Tensor]:
+        self.module.eval()
+        outs: dict[str, list[torch.Tensor]] = {}
+        with torch.no_grad():
+            for mb in micro_batches:
+                for k, v in self.forward_micro_batch(
+                    mb, temperature=temperature, calculate_entropy=calculate_entropy
+                ).items():
+                    outs.setdefault(k, []).append(v.cpu())
+        return {k: torch.cat(v, dim=0) for k, v in outs.items()}
+
+    def forward_backward(
+        self,
+        micro_batches: Sequence[Batch],
+        loss_fn: LossFn,
+        *,
+        temperature: float = 1.0,
+        calculate_entropy: bool = False,
+    ) -> list[dict[str, Any]]:
+        if self.optimizer is None:
+            raise RuntimeError("this engine was built without optim_config (inference only); cannot train it")
+        self.module.train()
+        all_metrics = []
+        for mb in micro_batches:
+            out = self.forward_micro_batch(mb, temperature=temperature, calculate_entropy=calculate_entropy)
+            loss, metrics = loss_fn(out, mb)
+            # FSDP averages gradients over ranks; loss_fn gives this rank's share of a sum, so scale back.
+            (loss * self._world).backward()
+            all_metrics.append({**metrics, "loss": float(loss.detach().item())})
+        return all_metrics
+
+    def _clip_grad_norm(self, max_norm: float) -> torch.Tensor:
+        raise NotImplementedError
+
+    def optimizer_step(self) -> float:
+        if self.optimizer is None:
+            raise RuntimeError("this engine was built without optim_config (inference only); cannot step")
+        max_norm = float(self.grad_clip) if self.grad_clip is not None and self.grad_clip > 0 else math.inf
+        grad_norm = float(self._clip_grad_norm(max_norm))
+        if self._optim_offloaded:
+            self._load_optimizer()
+        if math.isfinite(grad_norm):
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        if bool(self.engine_config.optimizer_offload):
+            self._offload_optimizer()
+        return grad_norm
+
+    def lr_scheduler_step(self) -> float:
+        if self.lr_scheduler is None:
+            raise RuntimeError("this engine was built without optim_config (inference only); no LR schedule")
+        self.lr_scheduler.step()
+        return self.get_lr()
+
+    def get_lr(self) -> float:
+        if self.optimizer is None:
+            raise RuntimeError("this engine was built without optim_config (inference only); no LR")
+        return float(self.optimizer.param_groups[0]["lr"])
+
+    # ------------------------------------------------------------------ optimizer offload (GPU)
+    def _move_optimizer_state(self, device: torch.device) -> None:
+        for state in self.optimizer.state.values():
+            for k, v in state.items():
+                if isinstance(v, torch.Tensor) and v.dim() > 0:
+                    state[k] = v.to(device, non_blocking=True)
+
+    def _offload_optimizer(self) -> None:
+        self._move_optimizer_state(torch.device("cpu"))
+        self._optim_offloaded = True
+
+    def _load_optimizer(self) -> None:
+        self._move_optimizer_state(self.device)
+        self._optim_offloaded = False
+
+    # ------------------------------------------------------------------ state
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        sd = get_model_state_dict(self.module, options=StateDictOptions(full_state_dict=True))
+        return {k: v.detach().cpu() for k, v in sd.items()}
+
+    def save_checkpoint(self, path: str, global_step: int = 0) -> None:
+        from verl.workers.checkpoint.dcp import save_engine_checkpoint
+
+        if self._optim_offloaded:
+            self._load_optimizer()
+        save_engine_checkpoint(self, path, global_step=global_step)
+        if bool(self.engine_config.optimizer_offload) and self.optimizer is not None:
+            self._offload_optimizer()
+
+    def load_checkpoint(self, path: str) -> None:
+        from verl.workers.checkpoint.dcp import load_engine_checkpoint
+
+        if self._optim_offloaded:
+            self._load_optimizer()
+        load_engine_checkpoint(self, path)
+        if bool(self.engine_config.optimizer_offload) and self.optimizer is not None:
+            self._offload_optimizer()
+
+
+@register_engine("fsdp2")
+class FSDP2Engine(_FSDPEngineBase):
+    """FSDP2 (``fully_shard``) engine. See the module doc."""
+
+    def _wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
+
+        fsdp_size = int(self.engine_config.fsdp_size)
+        if fsdp_size <= 0 or fsdp_size >= self._world:
+            mesh = init_device_mesh(self.device.type, (self._world,), mesh_dim_names=("fsdp",))
+        else:
+            if self._world % fsdp_size:
+                raise ValueError(
+                    f"fsdp_config.fsdp_size={fsdp_size} must divide the number of workers ({self._world})"
+                )
+            mesh = init_device_mesh(
+                self.device.type, (self._world // fsdp_size, fsdp_size), mesh_dim_names=("ddp", "fsdp")
+            )
+        offload = bool(self.engine_config.param_offload) or bool(self.engine_config.offload_policy)
+        kwargs = dict(
+            mesh=mesh,
+            reshard_after_forward=bool(self.engine_config.reshard_after_forward),
+            offload_policy=CPUOffloadPolicy() if offload else OffloadPolicy(),
+        )
+        layer_classes = tuple(_layer_classes(model))
+        for m in model.modules():
+            if isinstance(m, layer_classes):
+                fully_shard(m, **kwargs)
+        fully_shard(model, **kwargs)
+        return model
+
+    def _clip_grad_norm(self, max_norm: float) -> torch.Tensor:
+        from torch.distributed.tensor import DTensor
+
+        norm = torch.nn.utils.clip_grad_norm_(self.module.parameters(), max_norm)
+        return norm.full_tensor() if isinstance(norm, DTensor) else norm
+
+
+@register_engine("fsdp")
+class FSDPEngine(_FSDPEngineBase):
+    """FSDP1 (``FullyShardedDataParallel``, ``use_orig_params=True``) engine. See the module doc."""
+
+    def _wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        import functools
+
+        from torch.distributed.fsdp import CPUOffload, ShardingStrategy
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+
+        fsdp_size = int(self.engine_config.fsdp_size)
+        if 0 < fsdp_size < self._world:
+            raise ValueError(
+                f"fsdp_config.fsdp_size={fsdp_size} < {self._world} workers (HSDP) is supported by strategy "
+                f"'fsdp2' only; use actor.strategy=fsdp2 or fsdp_size=-1"
+            )
+        offload = bool(self.engine_config.param_offload) or bool(self.engine_config.offload_policy)
+        policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls=_layer_classes(model))
+        return FSDP(
+            model,
+            auto_wrap_policy=policy,
+            sharding_strategy=ShardingStrategy.FULL_SHARD,
+            cpu_offload=CPUOffload(offload_params=offload),
+            device_id=self.device,
+            use_orig_params=True,
+            sync_module_states=False,  # every rank loaded the same checkpoint; new heads are synced
+        )
+
+    def _clip_grad_norm(self, max_norm: float) -> torch.Tensor:
+        return self.module.clip_grad_norm_(max_norm)

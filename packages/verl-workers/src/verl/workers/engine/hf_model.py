@@ -1,0 +1,83 @@
+"""Loading Hugging Face models for training and the per-token outputs the actor and critic need."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
+
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+          "float16": torch.float16, "fp16": torch.float16}
+
+
+def resolve_dtype(name: str) -> torch.dtype:
+    """``model_dtype`` string -> torch dtype (float32, bfloat16, float16)."""
+    if name not in DTYPES:
+        raise ValueError(f"unknown model_dtype {name!r}; known: {', '.join(DTYPES)}")
+    return DTYPES[name]
+
+
+def load_hf_model(model_config: Any, model_type: str) -> torch.nn.Module:
+    """``from_pretrained(model_config.path)`` as a causal LM, or for ``value`` as a token classifier
+    with one label (a causal-LM checkpoint loads too: the backbone is reused, the head is new)."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification
+
+    path = model_config.path
+    if path is None:
+        raise ValueError("model.path is not set; give a local Hugging Face model folder")
+    trust = bool(model_config.trust_remote_code)
+    hf_config = AutoConfig.from_pretrained(path, trust_remote_code=trust)
+    for key, value in dict(model_config.override_config or {}).items():
+        setattr(hf_config, key, value)
+    dtype = resolve_dtype(model_config.model_dtype)
+    if model_type == "causal_lm":
+        model = AutoModelForCausalLM.from_pretrained(path, config=hf_config, dtype=dtype, trust_remote_code=trust)
+    elif model_type == "value":
+        hf_config.num_labels = 1
+        hf_config.classifier_dropout = 0.0  # values must be deterministic in train mode
+        model = AutoModelForTokenClassification.from_pretrained(
+            path, config=hf_config, dtype=dtype, trust_remote_code=trust
+        )
+    else:
+        raise ValueError(f"unknown model_type {model_type!r}; known: causal_lm, value")
+    model.config.use_cache = False
+    if model_config.enable_gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return model
+
+
+def response_outputs(
+    module: torch.nn.Module,
+    micro_batch: Any,
+    model_type: str,
+    *,
+    temperature: float = 1.0,
+    calculate_entropy: bool = False,
+) -> dict[str, torch.Tensor]:
+    """Run ``module`` on ``input_ids`` / ``attention_mask`` / ``position_ids`` and keep the outputs of
+    the last R positions that predict the response tokens (``responses`` is [B, R])."""
+    input_ids = micro_batch["input_ids"]
+    responses = micro_batch["responses"]
+    n_resp = responses.shape[-1]
+    if input_ids.shape[-1] <= n_resp:
+        raise ValueError(
+            f"input_ids has {input_ids.shape[-1]} columns but responses has {n_resp}: input_ids must be "
+            f"cat(prompts, responses) with at least one prompt column"
+        )
+    out = module(
+        input_ids=input_ids,
+        attention_mask=micro_batch["attention_mask"],
+        position_ids=micro_batch["position_ids"],
+        use_cache=False,
+    )
+    # position t predicts token t+1: the response tokens are predicted by positions [-R-1, -1)
+    logits = out.logits[:, -n_resp - 1 : -1]
+    if model_type == "value":
+        return {"values": logits[..., 0].float()}
+    logits = logits.float() / temperature
+    result = {"log_probs": logprobs_from_logits(logits, responses)}
+    if calculate_entropy:
+        result["entropys"] = entropy_from_logits(logits)
+    return result
