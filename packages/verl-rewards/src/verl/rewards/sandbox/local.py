@@ -226,8 +226,9 @@ def _classify(
     if timed_out:
         res.status = base.TIMEOUT
         res.notes.append(f"wall-clock limit of {timeout:g} s reached; the process tree was killed")
-    elif res.signal in ("SIGXCPU",) or (res.signal == "SIGKILL" and wall < timeout and "MemoryError" not in tail):
-        # SIGKILL that we did not send comes from the CPU hard limit (or the kernel OOM killer).
+    elif res.signal == "SIGXCPU" or (res.signal == "SIGKILL" and wall >= math.ceil(timeout) + 1):
+        # SIGXCPU is the soft CPU limit; a SIGKILL after that much time is the hard one (the program
+        # ignored SIGXCPU). An earlier SIGKILL came from elsewhere (the program itself, the OOM killer).
         res.status = base.TIMEOUT
         res.notes.append(f"CPU-time limit reached ({res.signal})")
     elif "MemoryError" in tail or "Cannot allocate memory" in tail or "std::bad_alloc" in tail:

@@ -57,11 +57,18 @@ def dapo_scorer(data_source, solution_str, ground_truth, extra_info=None, timeou
 
 
 @register_scorer(*CODE_SOURCES)
-def code_scorer(data_source, solution_str, ground_truth, extra_info=None, sandbox=None, **kwargs) -> dict:
-    """kwargs: ``sandbox`` (a Sandbox or name), ``timeout``, ``memory_mb`` and the sandbox's options."""
+def code_scorer(
+    data_source, solution_str, ground_truth, extra_info=None, sandbox=None, sandbox_options=None,
+    code_timeout=None, memory_mb=None, **kwargs,
+) -> dict:  # fmt: skip
+    """``sandbox``: a Sandbox or a registered name (default local), built with ``sandbox_options``;
+    ``code_timeout`` (per case, or per program for assert-style tests), ``memory_mb``."""
     from verl.rewards.scoring import code
 
-    return code.compute_score(solution_str, ground_truth, extra_info, sandbox=sandbox, **kwargs)
+    return code.compute_score(
+        solution_str, ground_truth, extra_info, sandbox=sandbox, sandbox_options=sandbox_options,
+        timeout=code_timeout, memory_mb=memory_mb,
+    )  # fmt: skip
 
 
 @register_scorer("arithmetic")

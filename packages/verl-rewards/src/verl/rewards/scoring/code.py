@@ -149,19 +149,20 @@ def compute_score(
     ground_truth: Any,
     extra_info: dict | None = None,
     sandbox: Sandbox | str | None = None,
+    sandbox_options: dict | None = None,
     timeout: float | None = None,
     memory_mb: int | None = None,
     max_workers: int = 4,
-    **sandbox_kwargs: Any,
 ) -> dict:
     """Score one program; see the module docstring for formats and result keys.
 
-    ``sandbox`` is a `Sandbox`, a registered sandbox name, or None for the local one; ``timeout`` is
-    per case (stdin/stdout and call-based) or per program (assert-based).
+    ``sandbox`` is a `Sandbox`, a registered sandbox name, or None for the local one (built with
+    ``sandbox_options``, e.g. ``{"url": ...}`` for sandbox_fusion); ``timeout`` is per case
+    (stdin/stdout and call-based) or per program (assert-based).
     """
     gt = parse_ground_truth(ground_truth)
     if sandbox is None or isinstance(sandbox, str):
-        sandbox = get_sandbox(sandbox or "local", **sandbox_kwargs)
+        sandbox = get_sandbox(sandbox or "local", **(sandbox_options or {}))
     code = extract_code(solution_str)
     if "test_list" in gt:
         setup = "\n".join(x for x in (gt.get("test_imports") and "\n".join(gt["test_imports"]), gt.get("test_setup_code")) if x)

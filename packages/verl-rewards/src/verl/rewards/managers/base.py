@@ -1,0 +1,182 @@
+"""Shared machinery of the reward managers: decoding rows, placing scores, errors, extra info.
+
+A manager is built as ``Manager(tokenizer, num_examine, compute_score=None, reward_fn_key="data_source",
+**kwargs)`` and called as ``manager(data, return_dict=False)`` (docs/contracts.md). It returns the
+``[N, R]`` float tensor with each row's score on its last valid response token, or with
+``return_dict=True`` ``{"reward_tensor", "reward_extra_info": {key: [one value per row]},
+"reward_metrics": {name: float}}``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+
+@dataclass
+class Row:
+    """One decoded trajectory."""
+
+    index: int
+    prompt: str
+    response: str
+    valid_response_length: int
+    data_source: str
+    ground_truth: Any
+    extra_info: dict
+
+
+@dataclass
+class Scored:
+    """What scoring the batch produced: one final score per row plus extra info and metrics."""
+
+    scores: list[float]
+    extra: dict[str, list] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def response_lengths(data) -> torch.Tensor:
+    """Valid response length per row: up to the last 1 of the response part of ``attention_mask``
+    (which covers tool output inside multi-turn responses), else of ``response_mask``."""
+    responses = data.batch["responses"]
+    r = responses.shape[-1]
+    if "attention_mask" in data.batch:
+        mask = data.batch["attention_mask"][:, -r:]
+    elif "response_mask" in data.batch:
+        mask = data.batch["response_mask"]
+    else:
+        raise KeyError("reward manager needs 'attention_mask' or 'response_mask' in the batch to find response lengths")
+    positions = torch.arange(1, r + 1, device=mask.device).expand_as(mask)
+    return (positions * (mask != 0)).amax(dim=-1)
+
+
+def decode_rows(data, tokenizer, reward_fn_key: str) -> list[Row]:
+    responses = data.batch["responses"]
+    lengths = response_lengths(data).tolist()
+    prompts = data.batch["prompts"] if "prompts" in data.batch else None
+    p = prompts.shape[-1] if prompts is not None else 0
+    nt = data.non_tensor_batch
+    if reward_fn_key not in nt:
+        raise KeyError(f"reward_fn_key {reward_fn_key!r} is not a non-tensor key of the batch; keys: {sorted(nt)}")
+    if "reward_model" not in nt:
+        raise KeyError(f"the batch has no 'reward_model' column (dicts with 'ground_truth'); keys: {sorted(nt)}")
+    rows = []
+    for i in range(len(data)):
+        prompt = ""
+        if prompts is not None:
+            pmask = data.batch["attention_mask"][i, :p].bool() if "attention_mask" in data.batch else slice(None)
+            prompt = tokenizer.decode(prompts[i][pmask], skip_special_tokens=True)
+        response = tokenizer.decode(responses[i, : lengths[i]], skip_special_tokens=True)
+        rm = nt["reward_model"][i]
+        if not isinstance(rm, dict) or "ground_truth" not in rm:
+            raise KeyError(f"row {i}: reward_model must be a dict with 'ground_truth', got {rm!r}")
+        extra = nt["extra_info"][i] if "extra_info" in nt else None
+        rows.append(Row(i, prompt, response, lengths[i], str(nt[reward_fn_key][i]), rm["ground_truth"], dict(extra or {})))
+    return rows
+
+
+class RewardManagerBase:
+    """Holds the common constructor and the ``__call__`` protocol; subclasses implement `score_rows`.
+
+    Args:
+        tokenizer: decodes responses (and prompts, for `num_examine` printing).
+        num_examine: how many rows per data source to print per call.
+        compute_score: the scorer (default `verl.rewards.default_compute_score`).
+        reward_fn_key: the non-tensor column holding the data source.
+        count_errors_as_zero: a raising scorer scores 0 for that row (counted in
+            ``reward_metrics["reward/score_errors"]``) instead of stopping with an error.
+        score_kwargs: extra keyword arguments for every scorer call (e.g. the sandbox).
+    """
+
+    def __init__(
+        self,
+        tokenizer,
+        num_examine: int,
+        compute_score: Callable[..., Any] | None = None,
+        reward_fn_key: str = "data_source",
+        count_errors_as_zero: bool = False,
+        score_kwargs: dict | None = None,
+        **kwargs: Any,
+    ):
+        if kwargs:
+            raise TypeError(
+                f"{type(self).__name__} got unknown options {sorted(kwargs)}; it accepts compute_score, "
+                f"reward_fn_key, count_errors_as_zero, score_kwargs{self._extra_option_names()}"
+            )
+        from verl.rewards.scoring import default_compute_score
+
+        self.tokenizer = tokenizer
+        self.num_examine = int(num_examine)
+        self.compute_score = compute_score or default_compute_score
+        self.reward_fn_key = reward_fn_key
+        self.count_errors_as_zero = bool(count_errors_as_zero)
+        self.score_kwargs = dict(score_kwargs or {})
+
+    def _extra_option_names(self) -> str:
+        return ""
+
+    # -- subclasses ---------------------------------------------------------------------------
+    def score_rows(self, rows: list[Row]) -> Scored:
+        raise NotImplementedError
+
+    # -- shared helpers -----------------------------------------------------------------------
+    def score_one(self, row: Row, errors: list[str]) -> float | dict:
+        """Call the scorer on one row, applying the error policy."""
+        try:
+            return self.compute_score(
+                data_source=row.data_source,
+                solution_str=row.response,
+                ground_truth=row.ground_truth,
+                extra_info=row.extra_info,
+                **self.score_kwargs,
+            )
+        except Exception as e:
+            if not self.count_errors_as_zero:
+                raise RuntimeError(
+                    f"reward scorer failed on row {row.index} (data_source={row.data_source!r}): "
+                    f"{type(e).__name__}: {e}. Set reward.reward_kwargs.count_errors_as_zero=true to score such rows 0"
+                ) from e
+            errors.append(f"row {row.index} ({row.data_source}): {type(e).__name__}: {e}")
+            return 0.0
+
+    @staticmethod
+    def split_result(result: float | dict, row: Row) -> tuple[float, dict]:
+        if isinstance(result, dict):
+            if "score" not in result:
+                raise KeyError(f"row {row.index} (data_source={row.data_source!r}): scorer returned a dict without 'score': {result!r}")
+            return float(result["score"]), {k: v for k, v in result.items()}
+        return float(result), {"score": float(result)}
+
+    @staticmethod
+    def collect(results: list[tuple[float, dict]]) -> Scored:
+        keys = list(dict.fromkeys(k for _, info in results for k in info))
+        extra = {k: [info.get(k) for _, info in results] for k in keys}
+        return Scored([s for s, _ in results], extra)
+
+    def __call__(self, data, return_dict: bool = False):
+        if "rm_scores" in data.batch:
+            # A model reward model already scored the batch (upstream behaviour: pass it through).
+            rm = data.batch["rm_scores"]
+            return {"reward_tensor": rm, "reward_extra_info": {}, "reward_metrics": {}} if return_dict else rm
+        rows = decode_rows(data, self.tokenizer, self.reward_fn_key)
+        scored = self.score_rows(rows)
+        responses = data.batch["responses"]
+        reward = torch.zeros(responses.shape, dtype=torch.float32, device=responses.device)
+        for row, score in zip(rows, scored.scores):
+            reward[row.index, max(row.valid_response_length - 1, 0)] = score
+        self._examine(rows, scored)
+        if return_dict:
+            return {"reward_tensor": reward, "reward_extra_info": scored.extra, "reward_metrics": scored.metrics}
+        return reward
+
+    def _examine(self, rows: list[Row], scored: Scored) -> None:
+        shown: dict[str, int] = defaultdict(int)
+        for row, score in zip(rows, scored.scores):
+            if shown[row.data_source] >= self.num_examine:
+                continue
+            shown[row.data_source] += 1
+            print(f"[prompt] {row.prompt}\n[response] {row.response}\n[ground_truth] {row.ground_truth}\n[score] {score}")
