@@ -1,0 +1,21 @@
+"""Ray backend of the single controller (importing this imports Ray)."""
+
+from verl.single_controller.ray.base import (
+    RayClassWithInitArgs,
+    RayResourcePool,
+    RayWorkerGroup,
+    ResourcePoolManager,
+    WorkerDiedError,
+    WorkerError,
+    create_colocated_worker_cls,
+)
+
+__all__ = [
+    "RayClassWithInitArgs",
+    "RayResourcePool",
+    "RayWorkerGroup",
+    "ResourcePoolManager",
+    "WorkerDiedError",
+    "WorkerError",
+    "create_colocated_worker_cls",
+]
