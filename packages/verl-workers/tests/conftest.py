@@ -32,3 +32,35 @@ def tiny_tokenizer(tiny_model_dir):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+@pytest.fixture(scope="session")
+def dist_world1(tmp_path_factory):
+    """A one-process gloo group in the test process (engines need torch.distributed initialised)."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        store = tmp_path_factory.mktemp("dist_store") / "store"
+        dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+    assert dist.get_world_size() == 1, "another test left a multi-process group in this process"
+    return dist
+
+
+@pytest.fixture(scope="session")
+def ppo_config():
+    """A function ``(*overrides) -> resolved trainer DictConfig`` (upstream key names)."""
+    from verl.trainer.config import load_config
+
+    def make(*overrides: str):
+        return load_config(list(overrides))
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def make_rl_batch():
+    """A function building a DataProto shaped like a rollout output (docs/contracts.md): left-padded
+    prompts, right-padded responses, masks, position ids and PPO tensors, all from ``seed``."""
+    from verl.workers.engine.testing import make_rl_batch as make
+
+    return make

@@ -2,7 +2,6 @@ import string
 
 import torch
 from transformers import AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
-
 from verl.workers.tiny import CHARS, SPECIAL_TOKENS, build_char_tokenizer, build_tiny_qwen2
 
 

@@ -16,7 +16,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-
 from verl import DataProto
 from verl.trainer.ppo.core_algos import GlobalBatchInfo, agg_loss, get_policy_loss_fn, kl_penalty
 from verl.workers.engine.base import BaseEngine

@@ -32,7 +32,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import torch
-
 from verl.registries import TRAINING_ENGINES
 
 ModelType = Literal["causal_lm", "value"]

@@ -18,7 +18,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-
 from verl.workers.engine.base import BaseEngine, Batch, LossFn, ModelType, register_engine
 from verl.workers.engine.hf_model import load_hf_model, response_outputs
 from verl.workers.engine.optim import build_lr_scheduler, build_optimizer

@@ -1,0 +1,71 @@
+"""Helpers for tests of verl-workers and packages that build on it (no pytest dependency).
+
+``make_rl_batch`` builds a ``DataProto`` shaped like a rollout output (docs/contracts.md);
+``run_gloo`` runs a function on N forked CPU processes joined in one gloo group.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+
+def make_rl_batch(n: int = 8, prompt_len: int = 6, response_len: int = 5, vocab: int = 101, seed: int = 0,
+                  pad_id: int = 0):
+    """Rows with random prompt/response lengths: ``prompts`` left-padded, ``responses`` right-padded,
+    ``input_ids``, ``attention_mask``, ``position_ids``, ``response_mask``, and random
+    ``old_log_probs``, ``ref_log_prob``, ``advantages``, ``values``, ``returns`` ([N, R])."""
+    from verl import DataProto
+
+    g = torch.Generator().manual_seed(seed)
+    prompts = torch.full((n, prompt_len), pad_id, dtype=torch.long)
+    responses = torch.full((n, response_len), pad_id, dtype=torch.long)
+    p_mask = torch.zeros(n, prompt_len, dtype=torch.long)
+    r_mask = torch.zeros(n, response_len, dtype=torch.long)
+    for i in range(n):
+        lp = int(torch.randint(1, prompt_len + 1, (1,), generator=g))
+        lr = int(torch.randint(1, response_len + 1, (1,), generator=g))
+        prompts[i, prompt_len - lp:] = torch.randint(5, vocab, (lp,), generator=g)
+        responses[i, :lr] = torch.randint(5, vocab, (lr,), generator=g)
+        p_mask[i, prompt_len - lp:] = 1
+        r_mask[i, :lr] = 1
+    attention_mask = torch.cat([p_mask, r_mask], dim=1)
+    position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
+    shape = (n, response_len)
+    batch = {
+        "prompts": prompts, "responses": responses, "input_ids": torch.cat([prompts, responses], dim=1),
+        "attention_mask": attention_mask, "position_ids": position_ids, "response_mask": r_mask,
+        "old_log_probs": -torch.rand(shape, generator=g) * 3 - 2,
+        "ref_log_prob": -torch.rand(shape, generator=g) * 3 - 2,
+        "advantages": torch.randn(shape, generator=g),
+        "values": torch.randn(shape, generator=g),
+        "returns": torch.randn(shape, generator=g),
+    }
+    return DataProto.from_dict(tensors=batch, meta_info={"temperature": 1.0})
+
+
+def _gloo_entry(rank: int, fn: Callable, world_size: int, store: str, args: tuple) -> None:
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world_size)
+    try:
+        fn(rank, world_size, *args)
+    finally:
+        dist.destroy_process_group()
+
+
+def run_gloo(fn: Callable[..., Any], world_size: int, workdir: str, *args: Any) -> None:
+    """Run ``fn(rank, world_size, *args)`` in ``world_size`` forked processes sharing a gloo group
+    (rendezvous through a file in ``workdir``). Forking lets ``fn`` live in a test module. Raises
+    if any process fails; results travel through files."""
+    import torch.multiprocessing as mp
+
+    store = os.path.join(workdir, f"gloo_store_{os.getpid()}")
+    if os.path.exists(store):
+        os.remove(store)
+    mp.start_processes(_gloo_entry, args=(fn, world_size, store, args), nprocs=world_size, join=True,
+                       start_method="fork")

@@ -1,0 +1,81 @@
+"""Export an engine checkpoint to a Hugging Face folder that ``from_pretrained`` loads.
+
+    python -m verl.workers.model_merger merge --local_dir ckpts/global_step_10/actor --target_dir out/
+
+Runs in one process without ``torch.distributed``: the sharded DCP checkpoint is read whole into a
+model built from the checkpoint's ``huggingface/config.json``; tokenizer files are copied alongside.
+(Upstream spells it ``python -m verl.model_merger merge --backend fsdp ...``; ``--backend`` is accepted.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+
+import torch
+from verl.workers.checkpoint.dcp import _TOKENIZER_FILES, DCP_DIR, HF_DIR, read_meta
+
+
+def _build_model(hf_dir: str, model_type: str):
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification
+
+    config = AutoConfig.from_pretrained(hf_dir)
+    with torch.device("cpu"):
+        if model_type == "value":
+            return AutoModelForTokenClassification.from_config(config)
+        return AutoModelForCausalLM.from_config(config)
+
+
+def merge_checkpoint(local_dir: str, target_dir: str, dtype: str | None = None) -> str:
+    """Write the model of the engine checkpoint ``local_dir`` as a HF folder at ``target_dir``.
+
+    ``dtype`` (e.g. ``bfloat16``) casts the saved weights; default keeps the trained dtype.
+    Returns ``target_dir``.
+    """
+    import torch.distributed.checkpoint as dcp
+
+    meta = read_meta(local_dir)
+    hf_dir = os.path.join(local_dir, HF_DIR)
+    model = _build_model(hf_dir, meta["model_type"])
+    state = {"model": model.state_dict()}
+    dcp.load(state, checkpoint_id=os.path.join(local_dir, DCP_DIR), no_dist=True)
+    missing, unexpected = model.load_state_dict(state["model"], strict=False)
+    # tied weights (lm_head <-> embed_tokens) may be stored once; anything else missing is an error
+    tied = set(model._tied_weights_keys or {}) if model.config.tie_word_embeddings else set()
+    missing = [k for k in missing if k not in tied]
+    if missing or unexpected:
+        raise RuntimeError(
+            f"checkpoint at {local_dir!r} does not match its config: missing {missing}, unexpected {unexpected}"
+        )
+    if dtype is not None:
+        from verl.workers.engine.hf_model import resolve_dtype
+
+        model = model.to(resolve_dtype(dtype))
+    os.makedirs(target_dir, exist_ok=True)
+    model.save_pretrained(target_dir)
+    for name in _TOKENIZER_FILES:
+        src = os.path.join(hf_dir, name)
+        if os.path.isfile(src) and not os.path.exists(os.path.join(target_dir, name)):
+            shutil.copy2(src, os.path.join(target_dir, name))
+    return target_dir
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m verl.workers.model_merger", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    merge = sub.add_parser("merge", help="export an engine checkpoint folder to a Hugging Face folder")
+    merge.add_argument("--local_dir", required=True, help="checkpoint folder, e.g. ckpts/global_step_10/actor")
+    merge.add_argument("--target_dir", required=True, help="output folder for from_pretrained")
+    merge.add_argument("--backend", default="fsdp", choices=["fsdp", "fsdp2"], help="engine that wrote it")
+    merge.add_argument("--dtype", default=None, help="cast weights (float32, bfloat16, float16)")
+    args = parser.parse_args(argv)
+    out = merge_checkpoint(args.local_dir, args.target_dir, dtype=args.dtype)
+    print(f"saved Hugging Face model to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

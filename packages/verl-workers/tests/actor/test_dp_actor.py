@@ -1,0 +1,103 @@
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+from verl.trainer.ppo.core_algos import get_policy_loss_fn
+from verl.workers.actor import DataParallelPPOActor
+from verl.workers.engine import build_engine
+
+
+def _actor(ppo_config, path, *overrides, mini=None):
+    cfg = ppo_config(f"actor_rollout_ref.model.path={path}", "actor_rollout_ref.model.enable_gradient_checkpointing=false",
+                     *overrides)
+    arr = cfg.actor_rollout_ref
+    engine = build_engine(arr.actor.strategy, model_config=arr.model, engine_config=arr.actor.fsdp_config,
+                          optim_config=arr.actor.optim, grad_clip=arr.actor.grad_clip, total_training_steps=10)
+    return DataParallelPPOActor(arr.actor, engine, ppo_mini_batch_size_per_rank=mini), cfg
+
+
+def _plain_log_probs(path, data, temperature):
+    model = AutoModelForCausalLM.from_pretrained(path)
+    b = data.batch
+    with torch.no_grad():
+        logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
+                       position_ids=b["position_ids"]).logits
+    r = b["responses"].shape[1]
+    logp = torch.log_softmax(logits[:, -r - 1:-1] / temperature, dim=-1)
+    return logp.gather(-1, b["responses"][..., None])[..., 0], logits
+
+
+def test_compute_log_prob_matches_plain_forward(dist_world1, tiny_model_dir, ppo_config, make_rl_batch):
+    actor, _ = _actor(ppo_config, tiny_model_dir)
+    data = make_rl_batch(n=6, seed=3)
+    data.meta_info.update(temperature=0.7, micro_batch_size=4)  # 6 rows: micro-batches of 4 and 2
+    log_probs, entropys = actor.compute_log_prob(data, calculate_entropy=True)
+    expected, logits = _plain_log_probs(tiny_model_dir, data, 0.7)
+    assert log_probs.shape == (6, 5)
+    mask = data.batch["response_mask"].bool()
+    torch.testing.assert_close(log_probs[mask], expected[mask], atol=1e-5, rtol=1e-5)
+    # entropy by hand from the probabilities at the response positions
+    p = torch.softmax(logits[:, -6:-1] / 0.7, dim=-1)
+    ent = -(p * torch.log(p)).sum(-1)
+    torch.testing.assert_close(entropys[mask], ent[mask], atol=1e-4, rtol=1e-4)
+    _, none = actor.compute_log_prob(data)
+    assert none is None
+
+
+def _loss_on(actor, data, cfg):
+    """The PPO loss of the batch under the actor's current weights, computed in the test."""
+    log_probs, _ = actor.compute_log_prob(data)
+    pg, _ = get_policy_loss_fn("vanilla")(data.batch["old_log_probs"], log_probs, data.batch["advantages"],
+                                          data.batch["response_mask"], "token-mean", cfg.actor_rollout_ref.actor)
+    return float(pg)
+
+
+def test_one_update_lowers_loss_and_reports_metrics(dist_world1, tiny_model_dir, ppo_config, make_rl_batch):
+    actor, cfg = _actor(ppo_config, tiny_model_dir, "actor_rollout_ref.actor.optim.lr=1e-2",
+                        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4", mini=8)
+    data = make_rl_batch(n=8, seed=5)
+    data.meta_info["micro_batch_size"] = 8
+    # old_log_probs = current policy, so the clipped loss starts at -mean(A) and moves smoothly
+    old, _ = actor.compute_log_prob(data)
+    data.batch["old_log_probs"] = old
+    before = _loss_on(actor, data, cfg)
+    metrics = actor.update_policy(data)
+    after = _loss_on(actor, data, cfg)
+    assert after < before - 1e-3
+    for key in ("actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl", "actor/entropy", "actor/grad_norm",
+                "actor/lr"):
+        assert key in metrics and torch.isfinite(torch.tensor(metrics[key])), key
+    # pg_loss reported is the loss of the whole mini-batch before the step
+    assert abs(metrics["actor/pg_loss"] - before) < 1e-5
+    assert metrics["actor/lr"] == 1e-2 and abs(metrics["actor/ppo_kl"]) < 1e-5
+
+
+def _updated_weights(ppo_config, path, data, micro, *extra):
+    actor, _ = _actor(ppo_config, path, "actor_rollout_ref.actor.optim.lr=1e-3",
+                      f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro}",
+                      "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.entropy_coeff=0.01",
+                      *extra, mini=len(data))
+    metrics = actor.update_policy(data)
+    return actor.engine.full_state_dict(), metrics
+
+
+def test_micro_batch_count_does_not_change_update(dist_world1, tiny_model_dir, ppo_config, make_rl_batch):
+    data = make_rl_batch(n=8, seed=11)
+    for mode in ("token-mean", "seq-mean-token-mean"):
+        agg = f"actor_rollout_ref.actor.loss_agg_mode={mode}"
+        w1, m1 = _updated_weights(ppo_config, tiny_model_dir, data, 8, agg)
+        w4, m4 = _updated_weights(ppo_config, tiny_model_dir, data, 2, agg)
+        for k in w1:
+            torch.testing.assert_close(w1[k], w4[k], atol=1e-6, rtol=1e-5)
+        for k in ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/grad_norm"):
+            assert abs(m1[k] - m4[k]) < 1e-5 * max(1.0, abs(m1[k])), (mode, k, m1[k], m4[k])
+
+
+def test_update_needs_mini_batch_and_keys(dist_world1, tiny_model_dir, ppo_config, make_rl_batch):
+    actor, _ = _actor(ppo_config, tiny_model_dir)
+    data = make_rl_batch(n=4)
+    with pytest.raises(ValueError, match="ppo_mini_batch_size_per_rank"):
+        actor.update_policy(data)
+    actor.ppo_mini_batch_size_per_rank = 4
+    data.batch.pop("advantages")
+    with pytest.raises(KeyError, match="advantages"):
+        actor.update_policy(data)
