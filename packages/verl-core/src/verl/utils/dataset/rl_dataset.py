@@ -1,0 +1,298 @@
+"""The RL prompt dataset: parquet/jsonl rows in upstream verl's contract -> left-padded prompt tensors.
+
+Row contract: ``data_source`` (str), ``prompt`` (list of chat messages ``{"role", "content"}``),
+``reward_model`` (dict with ``ground_truth``, unless ``style == "model"``), optional ``ability``,
+``extra_info`` (dict), ``agent_name``, ``tools_kwargs``. The tokenizer (or processor) is passed in, so
+core does not depend on transformers; anything with ``apply_chat_template`` and ``__call__`` works.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+logger = logging.getLogger(__name__)
+
+TRUNCATION_MODES = ("error", "left", "right", "middle")
+
+
+class DatasetRowError(ValueError):
+    """A row that does not follow the row contract; the message names the file, the row and the field."""
+
+
+# ------------------------------------------------------------------------------------------ reading
+def read_rows(path: str | Path) -> list[tuple[str, dict]]:
+    """Read a parquet, jsonl or json file into ``[(position label, row dict)]``.
+
+    The label ("row 3" for parquet/json lists, 0-based; "line 4" for jsonl, 1-based) is used in errors.
+    """
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise FileNotFoundError(f"data file {path} does not exist")
+    suffix = path.suffix.lower()
+    if suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return [(f"row {i}", r) for i, r in enumerate(pq.read_table(path).to_pylist())]
+    if suffix == ".jsonl":
+        out = []
+        with path.open(encoding="utf-8") as f:
+            for lineno, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise DatasetRowError(f"{path}: line {lineno}: not valid JSON ({e.msg})") from e
+                out.append((f"line {lineno}", row))
+        return out
+    if suffix == ".json":
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(data, dict):
+            data = [data]
+        return [(f"row {i}", r) for i, r in enumerate(data)]
+    raise ValueError(f"data file {path}: unsupported extension {suffix!r}; use .parquet, .jsonl or .json")
+
+
+def _as_list(files: str | Path | Sequence[str | Path]) -> list[str]:
+    if isinstance(files, str | Path):
+        return [str(files)]
+    return [str(f) for f in files]
+
+
+def check_row(row: Any, where: str, prompt_key: str = "prompt") -> dict:
+    """Return ``row`` as a dict if it follows the row contract, else raise `DatasetRowError` naming the field."""
+    if not isinstance(row, Mapping):
+        raise DatasetRowError(f"{where}: a row must be a mapping of fields, got {type(row).__name__}")
+    row = dict(row)
+
+    def bad(field: str, why: str) -> DatasetRowError:
+        return DatasetRowError(f"{where}: field {field!r} {why}")
+
+    if "data_source" not in row:
+        raise bad("data_source", "is missing (the name that picks the scorer, e.g. 'openai/gsm8k')")
+    if not isinstance(row["data_source"], str):
+        raise bad("data_source", f"must be a string, got {type(row['data_source']).__name__}")
+    if prompt_key not in row:
+        raise bad(prompt_key, "is missing (a list of chat messages: [{'role': 'user', 'content': '...'}])")
+    messages = row[prompt_key]
+    if not isinstance(messages, list) or not messages:
+        raise bad(
+            prompt_key,
+            f"must be a non-empty list of chat messages, got {type(messages).__name__}: {messages!r:.80}",
+        )
+    for i, m in enumerate(messages):
+        if not isinstance(m, Mapping) or not isinstance(m.get("role"), str) or "content" not in m:
+            raise bad(
+                f"{prompt_key}[{i}]", f"must be a message {{'role': str, 'content': str}}, got {m!r:.80}"
+            )
+        if not isinstance(m["content"], str | list):
+            raise bad(f"{prompt_key}[{i}].content", f"must be a string, got {type(m['content']).__name__}")
+    rm = row.get("reward_model")
+    if not isinstance(rm, Mapping):
+        raise bad("reward_model", f"must be a dict with 'ground_truth' (and 'style'), got {rm!r:.80}")
+    if rm.get("style", "rule") != "model" and "ground_truth" not in rm:
+        raise bad(
+            "reward_model.ground_truth", "is missing (the answer the rule-based scorer compares against)"
+        )
+    extra = row.get("extra_info")
+    if extra is not None and not isinstance(extra, Mapping):
+        raise bad("extra_info", f"must be a dict, got {type(extra).__name__}")
+    return row
+
+
+# ------------------------------------------------------------------------------------------ dataset
+def _cfg_get(config: Any, key: str, default: Any) -> Any:
+    if config is None:
+        return default
+    value = config.get(key, default)
+    return default if value is None else value
+
+
+class RLHFDataset(torch.utils.data.Dataset):
+    """Prompts for RL: each item holds left-padded ``input_ids``/``attention_mask``/``position_ids`` of
+    length ``max_prompt_length`` plus the row's non-tensor fields (see `collate_fn`).
+
+    ``config`` is the ``data`` section (DictConfig or dict): ``prompt_key``, ``max_prompt_length``,
+    ``filter_overlong_prompts``, ``truncation`` (error | left | right | middle), ``return_raw_input_ids``,
+    ``return_full_prompt``, ``apply_chat_template_kwargs``.
+    """
+
+    def __init__(self, data_files, tokenizer, config=None, processor=None, max_samples: int = -1):
+        self.tokenizer = tokenizer
+        self.processor = processor
+        self.prompt_key = _cfg_get(config, "prompt_key", "prompt")
+        self.max_prompt_length = int(_cfg_get(config, "max_prompt_length", 1024))
+        self.truncation = _cfg_get(config, "truncation", "error")
+        self.filter_overlong = bool(_cfg_get(config, "filter_overlong_prompts", False))
+        self.return_raw_input_ids = bool(_cfg_get(config, "return_raw_input_ids", False))
+        self.return_full_prompt = bool(_cfg_get(config, "return_full_prompt", False))
+        self.chat_kwargs = dict(_cfg_get(config, "apply_chat_template_kwargs", {}))
+        if self.truncation not in TRUNCATION_MODES:
+            raise ValueError(
+                f"data.truncation={self.truncation!r} is not one of {', '.join(TRUNCATION_MODES)}"
+            )
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        if pad is None:
+            raise ValueError(
+                "the tokenizer has neither a pad_token_id nor an eos_token_id to pad prompts with"
+            )
+        self.pad_token_id = int(pad)
+
+        self.data_files = _as_list(data_files)
+        self.rows: list[dict] = []
+        self.where: list[str] = []
+        for f in self.data_files:
+            for label, row in read_rows(f):
+                where = f"{f}: {label}"
+                self.rows.append(check_row(row, where, self.prompt_key))
+                self.where.append(where)
+        if max_samples is not None and max_samples > 0:
+            self.rows, self.where = self.rows[:max_samples], self.where[:max_samples]
+        # Token ids are cached once computed: filtering needs them all, and items are re-read every epoch.
+        self._ids: list[list[int] | None] = [None] * len(self.rows)
+        if self.filter_overlong:
+            self._filter_overlong()
+        if not self.rows:
+            raise ValueError(
+                f"no prompts left in {self.data_files} (after filtering overlong prompts: {self.filter_overlong})"
+            )
+
+    def _filter_overlong(self) -> None:
+        keep = [i for i in range(len(self.rows)) if len(self.prompt_ids(i)) <= self.max_prompt_length]
+        dropped = len(self.rows) - len(keep)
+        if dropped:
+            logger.warning(
+                "filtered %d of %d prompts longer than max_prompt_length=%d tokens from %s",
+                dropped,
+                len(self.rows),
+                self.max_prompt_length,
+                self.data_files,
+            )
+        self.rows = [self.rows[i] for i in keep]
+        self.where = [self.where[i] for i in keep]
+        self._ids = [self._ids[i] for i in keep]
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def prompt_text(self, index: int) -> str:
+        """The row's messages rendered by the chat template, with the generation prompt appended."""
+        templater = self.processor if self.processor is not None else self.tokenizer
+        messages = self.rows[index][self.prompt_key]
+        return templater.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=False, **self.chat_kwargs
+        )
+
+    def prompt_ids(self, index: int) -> list[int]:
+        """Token ids of `prompt_text` (no truncation), cached."""
+        ids = self._ids[index]
+        if ids is None:
+            text = self.prompt_text(index)
+            if self.processor is not None:
+                ids = list(self.processor(text=[text], add_special_tokens=False)["input_ids"][0])
+            else:
+                ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+            self._ids[index] = ids
+        return ids
+
+    def _truncate(self, ids: list[int], index: int) -> list[int]:
+        limit = self.max_prompt_length
+        if len(ids) <= limit:
+            return ids
+        if self.truncation == "left":
+            return ids[-limit:]
+        if self.truncation == "right":
+            return ids[:limit]
+        if self.truncation == "middle":
+            head = limit // 2
+            return ids[:head] + ids[len(ids) - (limit - head) :]
+        raise ValueError(
+            f"{self.where[index]}: prompt is {len(ids)} tokens, longer than data.max_prompt_length={limit}; "
+            "raise max_prompt_length, set data.filter_overlong_prompts=true, or data.truncation=left|right|middle"
+        )
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        row = self.rows[index]
+        ids = self._truncate(self.prompt_ids(index), index)
+        n_pad = self.max_prompt_length - len(ids)
+        input_ids = torch.tensor([self.pad_token_id] * n_pad + ids, dtype=torch.long)
+        attention_mask = torch.tensor([0] * n_pad + [1] * len(ids), dtype=torch.long)
+        position_ids = torch.clamp(torch.cumsum(attention_mask, dim=0) - 1, min=0)
+        extra_info = dict(row.get("extra_info") or {})
+        item: dict[str, Any] = {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "position_ids": position_ids,
+            "raw_prompt": row[self.prompt_key],
+            "data_source": row["data_source"],
+            "reward_model": dict(row["reward_model"]),
+            "extra_info": extra_info,
+            "ability": row.get("ability"),
+            "index": extra_info.get("index", index),
+        }
+        if row.get("agent_name") is not None:
+            item["agent_name"] = row["agent_name"]
+        tools_kwargs = row.get("tools_kwargs", extra_info.get("tools_kwargs"))
+        if tools_kwargs is not None:
+            item["tools_kwargs"] = tools_kwargs
+        if self.return_raw_input_ids:
+            item["raw_prompt_ids"] = ids
+        if self.return_full_prompt:
+            item["full_prompts"] = self.prompt_text(index)
+        return item
+
+
+def collate_fn(items: list[dict[str, Any]]) -> dict[str, Any]:
+    """Stack tensors; gather everything else into numpy object arrays (``DataProto.from_single_dict`` input).
+
+    A key present in some items only is filled with None in the others.
+    """
+    keys: dict[str, None] = {}
+    for it in items:
+        keys.update(dict.fromkeys(it))
+    out: dict[str, Any] = {}
+    for k in keys:
+        values = [it.get(k) for it in items]
+        if all(isinstance(v, torch.Tensor) for v in values):
+            out[k] = torch.stack(values)
+        else:
+            arr = np.empty(len(values), dtype=object)
+            for i, v in enumerate(values):  # element-wise so lists/dicts are not broadcast into a 2-D array
+                arr[i] = v
+            out[k] = arr
+    return out
+
+
+def create_rl_dataset(
+    data_files, data_config, tokenizer, processor=None, is_train: bool = True
+) -> RLHFDataset:
+    """Build the dataset the ``data`` config asks for: `RLHFDataset`, or ``data.custom_cls`` (a class in a
+    python file, constructed with the same arguments)."""
+    cls = RLHFDataset
+    custom = _cfg_get(data_config, "custom_cls", {}) or {}
+    if custom.get("path"):
+        cls = _load_class(custom["path"], custom.get("name"))
+    max_samples = int(_cfg_get(data_config, "train_max_samples" if is_train else "val_max_samples", -1))
+    return cls(data_files, tokenizer, config=data_config, processor=processor, max_samples=max_samples)
+
+
+def _load_class(path: str, name: str | None):
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise FileNotFoundError(f"data.custom_cls.path={path}: no such file")
+    if not name:
+        raise ValueError(f"data.custom_cls.name is required with data.custom_cls.path={path}")
+    spec = importlib.util.spec_from_file_location(f"verl_custom_dataset_{file.stem}", file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if name not in vars(module):
+        raise AttributeError(f"data.custom_cls.name={name!r} is not defined in {path}")
+    return vars(module)[name]
