@@ -1,0 +1,312 @@
+"""The Ray worker roles of the PPO family (upstream: ``verl.workers.fsdp_workers``).
+
+``ActorRolloutRefWorker`` is the hybrid engine: actor, rollout and reference policy in one process,
+which of them is chosen by ``role``. ``CriticWorker`` trains the value model. Both are driven by the
+single controller through the ``@register``-ed methods below (names and dispatch modes as upstream;
+see docs/contracts.md). Training runs on a training engine from ``verl.registries.TRAINING_ENGINES``
+(``actor.strategy``); sampling on a rollout engine from ``ROLLOUT_ENGINES`` (``rollout.name``).
+
+Per-rank batch sizes are derived from the (read-only) config into worker attributes:
+``ppo_mini_batch_size_per_rank = ppo_mini_batch_size * rollout.n // dp_size``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from verl import DataProto
+from verl.single_controller.base.decorator import Dispatch, register
+from verl.single_controller.base.worker import Worker
+
+ROLES = ("actor_rollout_ref", "actor_rollout", "actor", "rollout", "ref")
+# Weight-sync bucket size for rollout engines that hold their own weights (rollout.engine_kwargs key).
+_BUCKET_MB_KEY = "update_weights_bucket_megabytes"
+
+
+def init_distributed() -> None:
+    """Join the worker group's torch.distributed group (env:// from the Worker): gloo on CPU, NCCL on GPU.
+
+    A no-op when already initialised (several roles colocated in one process share the group).
+    """
+    if dist.is_initialized():
+        return
+    if torch.cuda.is_available():
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        dist.init_process_group(backend="nccl")
+    else:
+        dist.init_process_group(backend="gloo")
+
+
+def per_rank_size(total_prompts: int, n: int, dp_size: int, what: str) -> int:
+    """``total_prompts * n // dp_size``, or an error in the user's terms when it does not divide."""
+    trajectories = int(total_prompts) * int(n)
+    if trajectories % dp_size:
+        raise ValueError(
+            f"{what}={total_prompts} prompts x rollout.n={n} = {trajectories} trajectories is not divisible "
+            f"by {dp_size} workers"
+        )
+    return trajectories // dp_size
+
+
+def _with_meta(data: DataProto, **meta: Any) -> DataProto:
+    """A view of ``data`` with extra meta_info (the caller's object is left untouched)."""
+    return DataProto(batch=data.batch, non_tensor_batch=data.non_tensor_batch, meta_info={**data.meta_info, **meta})
+
+
+class _CheckpointKeeper:
+    """Remembers where a worker saved and deletes the oldest folders beyond ``max_ckpt_to_keep``."""
+
+    def __init__(self) -> None:
+        self.saved: list[str] = []
+
+    def saved_and_prune(self, path: str, max_keep: int | None) -> None:
+        path = os.path.abspath(path)
+        if path in self.saved:
+            self.saved.remove(path)
+        self.saved.append(path)
+        if max_keep is None or max_keep <= 0:
+            return
+        while len(self.saved) > max_keep:
+            old = self.saved.pop(0)
+            if dist.get_rank() == 0 and os.path.isdir(old):
+                shutil.rmtree(old)
+
+
+class ActorRolloutRefWorker(Worker):
+    """Actor (PPO update), rollout (generation) and reference policy in one process.
+
+    ``config`` is ``cfg.actor_rollout_ref`` (read only); ``role`` is one of ``actor_rollout_ref``,
+    ``actor_rollout``, ``actor``, ``rollout``, ``ref``; ``total_training_steps`` sizes the LR schedule.
+    The rollout reads the actor's live module when the engine allows (``hf``): every actor update is
+    visible to the next generation without a copy. Engines with their own weights get them through the
+    bucketed weight sync before the first generation after an update.
+    """
+
+    def __init__(self, config: Any, role: str, total_training_steps: int | None = None, **_: Any):
+        super().__init__()
+        if role not in ROLES:
+            raise ValueError(f"unknown ActorRolloutRefWorker role {role!r}; known: {', '.join(ROLES)}")
+        self.config = config
+        self.role = role
+        self.total_training_steps = total_training_steps
+        self._is_actor = role in ("actor_rollout_ref", "actor_rollout", "actor")
+        self._is_rollout = role in ("actor_rollout_ref", "actor_rollout", "rollout")
+        self._is_ref = role in ("actor_rollout_ref", "ref")
+        self.ppo_mini_batch_size_per_rank: int | None = None
+        if self._is_actor:
+            self.ppo_mini_batch_size_per_rank = per_rank_size(
+                config.actor.ppo_mini_batch_size, config.rollout.n, self.world_size, "actor.ppo_mini_batch_size"
+            )
+        self.actor_engine = self.ref_engine = None
+        self.actor = self.ref_policy = self.rollout = None
+        self.tokenizer = None
+        self._ckpt = _CheckpointKeeper()
+        # Bumped by every actor update; engines with their own weights resync when it moves.
+        self._weights_version = 0
+        self._rollout_weights_version = -1
+
+    # ------------------------------------------------------------------ setup
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> None:
+        """Join torch.distributed and build the actor engine, rollout and reference as the role asks."""
+        init_distributed()
+        from verl.workers.actor.dp_actor import DataParallelPPOActor
+        from verl.workers.engine import build_engine
+        from verl.workers.rollout import build_rollout
+        from verl.workers.tokenizer import hf_tokenizer
+
+        cfg = self.config
+        if self._is_actor or self._is_rollout:
+            actor_cfg = cfg.actor
+            self.actor_engine = build_engine(
+                actor_cfg.strategy,
+                model_config=cfg.model,
+                engine_config=actor_cfg.fsdp_config,
+                optim_config=actor_cfg.optim if self._is_actor else None,
+                model_type="causal_lm",
+                grad_clip=actor_cfg.grad_clip,
+                total_training_steps=self.total_training_steps,
+                checkpoint_config=actor_cfg.checkpoint,
+            )
+            if self._is_actor:
+                self.actor = DataParallelPPOActor(
+                    actor_cfg, self.actor_engine, ppo_mini_batch_size_per_rank=self.ppo_mini_batch_size_per_rank
+                )
+        if self._is_rollout:
+            self.tokenizer = hf_tokenizer(cfg.model.tokenizer_path or cfg.model.path,
+                                          trust_remote_code=bool(cfg.model.trust_remote_code))
+            self.rollout = build_rollout(
+                cfg.rollout.name, module=self.actor_engine.module, config=cfg.rollout, tokenizer=self.tokenizer
+            )
+        if self._is_ref:
+            self.ref_engine = build_engine(
+                cfg.ref.strategy,
+                model_config=cfg.model,
+                engine_config=cfg.ref.fsdp_config,
+                optim_config=None,
+                model_type="causal_lm",
+            )
+            self.ref_policy = DataParallelPPOActor(cfg.ref, self.ref_engine)
+
+    @property
+    def actor_module(self) -> torch.nn.Module:
+        """The actor's (wrapped) module: the one the ``hf`` rollout samples from."""
+        return self.actor_engine.module
+
+    def _sync_rollout_weights(self) -> None:
+        """Push the actor's current weights to a rollout engine that keeps its own copy (collective)."""
+        if self.rollout.shares_trainer_weights or self._rollout_weights_version == self._weights_version:
+            return
+        from verl.workers.rollout.weight_sync import sync_weights
+
+        bucket_mb = int(dict(self.config.rollout.engine_kwargs or {}).get(_BUCKET_MB_KEY, 512))
+        sync_weights(self.actor_engine.full_state_dict().items(), self.rollout, bucket_mb << 20)
+        self._rollout_weights_version = self._weights_version
+
+    # ------------------------------------------------------------------ rollout
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        """One response per prompt row: ``prompts``, ``responses``, ``response_mask``, ``input_ids``,
+        ``attention_mask``, ``position_ids`` (+ ``rollout_log_probs`` with ``rollout.calculate_log_probs``)."""
+        if not self._is_rollout:
+            raise RuntimeError(f"generate_sequences needs a rollout; this worker's role is {self.role!r}")
+        self._sync_rollout_weights()
+        self.rollout.resume()
+        try:
+            return self.rollout.generate_sequences(prompts)
+        finally:
+            self.rollout.release()
+
+    # ------------------------------------------------------------------ log-probs
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def compute_log_prob(self, data: DataProto) -> DataProto:
+        """``old_log_probs`` and ``entropys`` [N, R] of ``responses`` under the current actor."""
+        if not self._is_actor:
+            raise RuntimeError(f"compute_log_prob needs the actor; this worker's role is {self.role!r}")
+        rollout_cfg = self.config.rollout
+        data = _with_meta(
+            data,
+            micro_batch_size=rollout_cfg.log_prob_micro_batch_size_per_gpu,
+            temperature=data.meta_info.get("temperature", rollout_cfg.temperature),
+        )
+        log_probs, entropys = self.actor.compute_log_prob(data, calculate_entropy=True)
+        return DataProto.from_dict(
+            tensors={"old_log_probs": log_probs, "entropys": entropys},
+            meta_info={"temperature": data.meta_info["temperature"]},
+        )
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def compute_ref_log_prob(self, data: DataProto) -> DataProto:
+        """``ref_log_prob`` [N, R] of ``responses`` under the frozen reference policy."""
+        if not self._is_ref:
+            raise RuntimeError(f"compute_ref_log_prob needs the reference policy; this worker's role is {self.role!r}")
+        data = _with_meta(
+            data,
+            micro_batch_size=self.config.ref.log_prob_micro_batch_size_per_gpu,
+            temperature=data.meta_info.get("temperature", self.config.rollout.temperature),
+        )
+        log_probs, _ = self.ref_policy.compute_log_prob(data, calculate_entropy=False)
+        return DataProto.from_dict(tensors={"ref_log_prob": log_probs})
+
+    # ------------------------------------------------------------------ update
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def update_actor(self, data: DataProto) -> DataProto:
+        """One PPO step over this rank's rows; returns ``meta_info={"metrics": {...}}``."""
+        if not self._is_actor:
+            raise RuntimeError(f"update_actor needs the actor; this worker's role is {self.role!r}")
+        data = _with_meta(data, temperature=data.meta_info.get("temperature", self.config.rollout.temperature))
+        metrics = self.actor.update_policy(data)
+        self._weights_version += 1
+        return DataProto(meta_info={"metrics": metrics})
+
+    # ------------------------------------------------------------------ checkpoints
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def save_checkpoint(
+        self, local_path: str, global_step: int = 0, max_ckpt_to_keep: int | None = None, hdfs_path: str | None = None
+    ) -> None:
+        """Save the actor's model, optimizer, LR schedule and RNG (sharded) to ``local_path``; keep at
+        most ``max_ckpt_to_keep`` of this worker's checkpoints (oldest deleted)."""
+        if not self._is_actor:
+            raise RuntimeError(f"save_checkpoint saves the actor; this worker's role is {self.role!r}")
+        if hdfs_path is not None:
+            raise NotImplementedError(f"hdfs_path={hdfs_path!r}: remote checkpoint copies are not supported")
+        self.actor_engine.save_checkpoint(local_path, global_step=global_step)
+        self._ckpt.saved_and_prune(local_path, max_ckpt_to_keep)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def load_checkpoint(self, local_path: str, hdfs_path: str | None = None, del_local_after_load: bool = False) -> None:
+        """Load what :meth:`save_checkpoint` wrote; the rollout sees the loaded weights."""
+        if not self._is_actor:
+            raise RuntimeError(f"load_checkpoint loads the actor; this worker's role is {self.role!r}")
+        self.actor_engine.load_checkpoint(local_path)
+        self._weights_version += 1
+        if del_local_after_load and dist.get_rank() == 0:
+            shutil.rmtree(local_path, ignore_errors=True)
+
+
+class CriticWorker(Worker):
+    """The value model. ``config`` is ``cfg.critic`` (read only)."""
+
+    def __init__(self, config: Any, total_training_steps: int | None = None, **_: Any):
+        super().__init__()
+        self.config = config
+        self.total_training_steps = total_training_steps
+        self.ppo_mini_batch_size_per_rank = per_rank_size(
+            config.ppo_mini_batch_size, config.rollout_n, self.world_size, "critic.ppo_mini_batch_size"
+        )
+        self.engine = None
+        self.critic = None
+        self._ckpt = _CheckpointKeeper()
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> None:
+        """Join torch.distributed and build the value model (backbone + scalar head) and its optimizer."""
+        init_distributed()
+        from verl.workers.critic.dp_critic import DataParallelPPOCritic
+        from verl.workers.engine import build_engine
+
+        cfg = self.config
+        self.engine = build_engine(
+            cfg.strategy,
+            model_config=cfg.model,
+            engine_config=cfg.model.fsdp_config,
+            optim_config=cfg.optim,
+            model_type="value",
+            grad_clip=cfg.grad_clip,
+            total_training_steps=self.total_training_steps,
+            checkpoint_config=cfg.checkpoint,
+        )
+        self.critic = DataParallelPPOCritic(
+            cfg, self.engine, ppo_mini_batch_size_per_rank=self.ppo_mini_batch_size_per_rank
+        )
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def compute_values(self, data: DataProto) -> DataProto:
+        """``values`` [N, R]: the value of the state before each response token (0 outside the mask)."""
+        data = _with_meta(data, micro_batch_size=self.config.forward_micro_batch_size_per_gpu)
+        return DataProto.from_dict(tensors={"values": self.critic.compute_values(data)})
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def update_critic(self, data: DataProto) -> DataProto:
+        """One value-model step over this rank's rows; returns ``meta_info={"metrics": {...}}``."""
+        return DataProto(meta_info={"metrics": self.critic.update_critic(data)})
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def save_checkpoint(
+        self, local_path: str, global_step: int = 0, max_ckpt_to_keep: int | None = None, hdfs_path: str | None = None
+    ) -> None:
+        if hdfs_path is not None:
+            raise NotImplementedError(f"hdfs_path={hdfs_path!r}: remote checkpoint copies are not supported")
+        self.engine.save_checkpoint(local_path, global_step=global_step)
+        self._ckpt.saved_and_prune(local_path, max_ckpt_to_keep)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def load_checkpoint(self, local_path: str, hdfs_path: str | None = None, del_local_after_load: bool = False) -> None:
+        self.engine.load_checkpoint(local_path)
+        if del_local_after_load and dist.get_rank() == 0:
+            shutil.rmtree(local_path, ignore_errors=True)

@@ -1,0 +1,14 @@
+"""verl-workers' entry point in the ``verl.plugins`` group (see pyproject.toml).
+
+Importing it registers what this package provides: training engines (``fsdp2``, ``fsdp``) in
+``TRAINING_ENGINES``, rollout engines (``hf``) in ``ROLLOUT_ENGINES``, and the worker classes
+``actor_rollout_ref`` and ``critic`` in ``WORKER_CLASSES``, which ``main_ppo`` maps roles to.
+"""
+
+import verl.workers.engine  # noqa: F401  (registers fsdp2, fsdp)
+import verl.workers.rollout  # noqa: F401  (registers hf)
+from verl.registries import WORKER_CLASSES
+from verl.workers.fsdp_workers import ActorRolloutRefWorker, CriticWorker
+
+WORKER_CLASSES.register("actor_rollout_ref", ActorRolloutRefWorker)
+WORKER_CLASSES.register("critic", CriticWorker)

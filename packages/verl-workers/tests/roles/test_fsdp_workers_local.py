@@ -1,0 +1,89 @@
+"""ActorRolloutRefWorker / CriticWorker in this process (world size 1, gloo): the hybrid engine."""
+
+import math
+
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from verl import DataProto
+from verl.workers.fsdp_workers import ActorRolloutRefWorker, CriticWorker, per_rank_size
+
+
+def test_per_rank_sizes_are_derived_not_written(make_cfg, tiny_model_dir):
+    cfg = make_cfg(tiny_model_dir, "actor_rollout_ref.actor.ppo_mini_batch_size=3",
+                   "actor_rollout_ref.rollout.n=4")
+    w = ActorRolloutRefWorker(cfg.actor_rollout_ref, role="actor_rollout")
+    assert w.ppo_mini_batch_size_per_rank == 12
+    assert cfg.actor_rollout_ref.actor.ppo_mini_batch_size == 3  # untouched
+    with pytest.raises(ValueError, match=r"ppo_mini_batch_size=3 prompts x rollout.n=3 = 9 trajectories .* 2 workers"):
+        per_rank_size(3, 3, 2, "actor.ppo_mini_batch_size")
+    with pytest.raises(ValueError, match="unknown ActorRolloutRefWorker role 'critic'"):
+        ActorRolloutRefWorker(cfg.actor_rollout_ref, role="critic")
+
+
+def test_hybrid_engine_generates_scores_and_sees_updates(make_cfg, prompts_for, tiny_model_dir):
+    cfg = make_cfg(tiny_model_dir, "actor_rollout_ref.rollout.calculate_log_probs=true")
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    w = ActorRolloutRefWorker(cfg.actor_rollout_ref, role="actor_rollout_ref", total_training_steps=3)
+    w.init_model()
+    assert w.rollout.module is w.actor_module  # no copy: the rollout samples from the trained module
+
+    prompts = prompts_for(tok, ["1+2=", "40+5="], n=2, meta={"do_sample": False, "temperature": 1.0})
+    gen = w.generate_sequences(prompts)
+    assert len(gen) == 4 and gen.batch["responses"].shape[1] <= 6
+    assert torch.equal(gen.batch["responses"][0], gen.batch["responses"][1])  # greedy: group rows agree
+
+    gen.meta_info["temperature"] = 1.0
+    old = w.compute_log_prob(gen)
+    ref = w.compute_ref_log_prob(gen)
+    mask = gen.batch["response_mask"].bool()
+    # rollout log-probs (KV cache) == actor recomputation (one forward) == reference before training
+    torch.testing.assert_close(old.batch["old_log_probs"][mask], gen.batch["rollout_log_probs"][mask],
+                               atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(ref.batch["ref_log_prob"], old.batch["old_log_probs"], atol=1e-5, rtol=0)
+    assert old.batch["entropys"].shape == gen.batch["responses"].shape
+
+    batch = gen.union(old).union(ref)
+    batch.batch["advantages"] = torch.tensor([1.0, -1.0, 1.0, -1.0]).unsqueeze(1) * batch.batch["response_mask"]
+    out = w.update_actor(batch)
+    metrics = out.meta_info["metrics"]
+    assert "actor/pg_loss" in metrics and "actor/grad_norm" in metrics
+    assert all(math.isfinite(float(v)) for v in metrics.values())
+
+    # The next generation runs on the updated weights: its log-probs match the updated actor's
+    # recomputation and differ from the first generation's.
+    gen2 = w.generate_sequences(prompts)
+    gen2.meta_info["temperature"] = 1.0
+    new = w.compute_log_prob(gen2)
+    mask2 = gen2.batch["response_mask"].bool()
+    torch.testing.assert_close(new.batch["old_log_probs"][mask2], gen2.batch["rollout_log_probs"][mask2],
+                               atol=1e-4, rtol=1e-4)
+    first_before = gen.batch["rollout_log_probs"][:, 0]
+    first_after = gen2.batch["rollout_log_probs"][:, 0]
+    assert (first_before - first_after).abs().max() > 1e-3
+    # the reference policy did not move
+    ref2 = w.compute_ref_log_prob(gen)
+    torch.testing.assert_close(ref2.batch["ref_log_prob"], ref.batch["ref_log_prob"], atol=1e-6, rtol=0)
+
+
+def test_critic_worker_values_and_update(make_cfg, prompts_for, tiny_model_dir):
+    cfg = make_cfg(tiny_model_dir, "critic.optim.lr=0.001")
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    actor = ActorRolloutRefWorker(cfg.actor_rollout_ref, role="rollout")
+    actor.init_model()
+    gen = actor.generate_sequences(prompts_for(tok, ["3+3=", "9+1="], n=2))
+    critic = CriticWorker(cfg.critic, total_training_steps=3)
+    critic.init_model()
+    values = critic.compute_values(gen).batch["values"]
+    mask = gen.batch["response_mask"]
+    assert values.shape == gen.batch["responses"].shape
+    assert torch.all(values[mask == 0] == 0)
+    returns = (values + 0.3) * mask  # inside cliprange_value=0.5 of the old values
+    batch = gen.union(DataProto.from_dict(tensors={"values": values, "returns": returns}))
+    for _ in range(3):
+        m = critic.update_critic(batch).meta_info["metrics"]
+        assert all(math.isfinite(float(v)) for v in m.values())
+    new_values = critic.compute_values(gen).batch["values"]
+    err = lambda v: ((v - returns).abs() * mask).sum() / mask.sum()  # noqa: E731
+    assert err(new_values) < 0.5 * err(values)  # the value model moved towards the returns
