@@ -24,10 +24,10 @@ def test_vanilla_dual_clip_by_hand():
     mask = torch.tensor([[1, 1, 1, 1, 1, 0]], dtype=torch.float64)
     loss, m = core_algos.compute_policy_loss_vanilla(old, logp, adv, mask, "token-mean", PolicyLossConfig())
     assert loss.item() == pytest.approx((-1.2 - 0.5 + 1.5 + 3.0 + 0.8) / 5)
-    assert m["pg_clipfrac"] == pytest.approx(2 / 5)
-    assert m["pg_clipfrac_lower"] == pytest.approx(1 / 5)
+    assert m["actor/pg_clipfrac"] == pytest.approx(2 / 5)
+    assert m["actor/pg_clipfrac_lower"] == pytest.approx(1 / 5)
     kl = -(math.log(1.5) + math.log(0.5) + math.log(1.5) + math.log(5) + math.log(0.5)) / 5
-    assert m["ppo_kl"] == pytest.approx(kl)
+    assert m["actor/ppo_kl"] == pytest.approx(kl)
     loss.backward()
     # d(-A r)/dlogp = -A r on unclipped tokens, 0 on clipped ones and padding
     assert torch.allclose(logp.grad, torch.tensor([[0.0, -0.5, 1.5, 0.0, 0.0, 0.0]], dtype=torch.float64) / 5)
@@ -41,7 +41,7 @@ def test_vanilla_decoupled_clip_and_config_objects():
     loss, m = core_algos.compute_policy_loss_vanilla(old, logp, adv, mask, config=cfg)
     # 1.25 < 1 + 0.3 stays; 0.85 < 1 - 0.1 is clipped to 0.9 for the negative advantage
     assert loss.item() == pytest.approx((-1.25 + 0.9) / 2)
-    assert m["pg_clipfrac"] == pytest.approx(0.5)
+    assert m["actor/pg_clipfrac"] == pytest.approx(0.5)
     # an actor-shaped config (None low/high fall back to clip_ratio) works by attribute
     actor = SimpleNamespace(clip_ratio=0.2, clip_ratio_low=None, clip_ratio_high=None, clip_ratio_c=3.0)
     loss2, _ = core_algos.get_policy_loss_fn("vanilla")(old, logp, adv, mask, config=actor)
@@ -73,7 +73,7 @@ def test_gspo_sequence_ratio_and_token_gradient():
     s0 = math.exp(0.1)  # exp(mean(0.1, -0.3, 0.5)), inside [0.8, 1.2]
     # row 1: s = e^1 > 1.2 and A > 0 -> clipped to 1.2, no gradient
     assert loss.item() == pytest.approx((-2 * s0 + -1.2) / 2)
-    assert m["pg_clipfrac"] == pytest.approx(2 / 5)
+    assert m["actor/pg_clipfrac"] == pytest.approx(2 / 5)
     loss.backward()
     want = torch.tensor([[-2 * s0 / 3 / 2] * 3 + [0.0], [0.0] * 4], dtype=torch.float64)
     assert torch.allclose(logp.grad, want)
@@ -94,7 +94,9 @@ def test_gpg_and_cispo_values_and_gradients():
     assert loss.item() == pytest.approx((-1.2 * math.log(1.5) - 0.8 * math.log(0.5) + 0.0) / 3)
     loss.backward()
     assert torch.allclose(logp.grad, torch.tensor([[-1.2, -0.8, 2.0, 0.0]], dtype=torch.float64) / 3)
-    assert m["pg_clipfrac"] == pytest.approx(1 / 3) and m["pg_clipfrac_lower"] == pytest.approx(1 / 3)
+    assert m["actor/pg_clipfrac"] == pytest.approx(1 / 3) and m["actor/pg_clipfrac_lower"] == pytest.approx(
+        1 / 3
+    )
 
 
 def test_geo_mean_by_hand():
@@ -107,7 +109,9 @@ def test_geo_mean_by_hand():
     # row 0 (A>0): log ratios capped from above at 0.4 -> mean(0.1, 0.4, -0.5) = 0 -> loss -1
     # row 1 (A<0): capped from below at -0.4 -> mean(0.6, -0.4) = 0.1 -> loss +e^0.1
     assert loss.item() == pytest.approx((-1 + math.exp(0.1)) / 2)
-    assert m["pg_clipfrac"] == pytest.approx(2 / 5) and m["pg_clipfrac_lower"] == pytest.approx(2 / 5)
+    assert m["actor/pg_clipfrac"] == pytest.approx(2 / 5) and m["actor/pg_clipfrac_lower"] == pytest.approx(
+        2 / 5
+    )
 
 
 def test_clip_cov_drops_the_selected_token():
@@ -130,7 +134,7 @@ def test_clip_cov_drops_the_selected_token():
     ratio = torch.exp(lp - old)
     want = ((-adv * ratio) * mask * (~target)).sum() / mask.sum()
     assert loss.item() == pytest.approx(want.item())
-    assert m["pg_clipfrac"] == pytest.approx(1 / 12)
+    assert m["actor/pg_clipfrac"] == pytest.approx(1 / 12)
 
 
 def test_kl_cov_penalises_top_covariance_tokens():
@@ -150,7 +154,7 @@ def test_kl_cov_penalises_top_covariance_tokens():
     pen = pen.reshape(2, 6)
     token = -adv * torch.exp(logp - old) + pen * 0.5 * (logp - old).abs()
     assert loss.item() == pytest.approx(((token * mask).sum() / mask.sum()).item())
-    assert m["pg_clipfrac"] == pytest.approx(2 / 10)
+    assert m["actor/pg_clipfrac"] == pytest.approx(2 / 10)
 
 
 @pytest.mark.parametrize("name", ["vanilla", "gspo", "gpg", "geo_mean", "cispo"])
@@ -189,7 +193,7 @@ def test_every_registered_loss_has_the_one_signature():
         loss.backward()
         assert loss.dim() == 0 and torch.isfinite(loss), name
         assert torch.isfinite(logp.grad).all() and torch.all(logp.grad[mask == 0] == 0), name
-        assert {"pg_clipfrac", "pg_clipfrac_lower", "ppo_kl"} <= set(metrics), name
+        assert {"actor/pg_clipfrac", "actor/pg_clipfrac_lower", "actor/ppo_kl"} <= set(metrics), name
 
 
 def test_policy_loss_registry_errors():
@@ -232,4 +236,4 @@ def test_losses_read_a_read_only_actor_shaped_omegaconf_node():
     # (centred A = 5/6, -7/6, 1/3; centred log pi = 2/3 log 1.25, -1/3 log 1.25, -1/3 log 1.25)
     loss, m = core_algos.compute_policy_loss_kl_cov(old, logp, adv, mask, config=actor)
     assert loss.item() == pytest.approx((-1.25 + math.log(1.25) + 1.0 - 0.5) / 3)
-    assert m["pg_clipfrac"] == pytest.approx(1 / 3)
+    assert m["actor/pg_clipfrac"] == pytest.approx(1 / 3)

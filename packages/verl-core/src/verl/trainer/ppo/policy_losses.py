@@ -17,10 +17,10 @@ All tensors are ``[B, T]``. ``config`` is read by attribute and is shaped like t
 correct for a rollout engine whose probabilities differ from the trainer's). ``global_batch_info``
 is passed to ``agg_loss`` (see ``loss_agg``) so micro-batch losses sum to the mini-batch loss.
 
-``metrics`` is a dict of floats: ``pg_clipfrac`` (fraction of valid tokens whose ratio was clipped
-on the side that matters), ``pg_clipfrac_lower`` (tokens where the dual clip ``clip_ratio_c`` bound
-the loss of a negative advantage; for other losses the lower-side clip), ``ppo_kl`` (approximate KL
-mean(old_log_prob - log_prob) over valid tokens). The actor prefixes them with ``actor/``.
+``metrics`` is a dict of floats keyed as upstream (ready for the actor's metrics): ``actor/pg_clipfrac`` (fraction of valid tokens whose ratio was clipped
+on the side that matters), ``actor/pg_clipfrac_lower`` (tokens where the dual clip ``clip_ratio_c`` bound
+the loss of a negative advantage; for other losses the lower-side clip), ``actor/ppo_kl``
+(approximate KL mean(old_log_prob - log_prob) over valid tokens).
 """
 
 from __future__ import annotations
@@ -128,9 +128,9 @@ def compute_policy_loss_vanilla(
         _weighted(pg_losses, rollout_is_weights), response_mask, loss_agg_mode, global_batch_info
     )
     metrics = {
-        "pg_clipfrac": _frac(loss_clipped > loss_unclipped, response_mask),
-        "pg_clipfrac_lower": _frac((loss_ppo > loss_dual) & negative, response_mask),
-        "ppo_kl": float(verl_F.masked_mean(-log_ratio, response_mask).item()),
+        "actor/pg_clipfrac": _frac(loss_clipped > loss_unclipped, response_mask),
+        "actor/pg_clipfrac_lower": _frac((loss_ppo > loss_dual) & negative, response_mask),
+        "actor/ppo_kl": float(verl_F.masked_mean(-log_ratio, response_mask).item()),
     }
     return pg_loss, metrics
 
@@ -166,9 +166,9 @@ def compute_policy_loss_gspo(
     )
     clipped = loss_clipped > loss_unclipped
     metrics = {
-        "pg_clipfrac": _frac(clipped, response_mask),
-        "pg_clipfrac_lower": _frac(clipped & (advantages < 0), response_mask),
-        "ppo_kl": float(verl_F.masked_mean(-log_ratio, response_mask).item()),
+        "actor/pg_clipfrac": _frac(clipped, response_mask),
+        "actor/pg_clipfrac_lower": _frac(clipped & (advantages < 0), response_mask),
+        "actor/ppo_kl": float(verl_F.masked_mean(-log_ratio, response_mask).item()),
     }
     return pg_loss, metrics
 
@@ -191,9 +191,9 @@ def compute_policy_loss_gpg(
         _weighted(pg_losses, rollout_is_weights), response_mask, loss_agg_mode, global_batch_info
     )
     metrics = {
-        "pg_clipfrac": 0.0,
-        "pg_clipfrac_lower": 0.0,
-        "ppo_kl": float(verl_F.masked_mean(old_log_prob - log_prob.detach(), response_mask).item()),
+        "actor/pg_clipfrac": 0.0,
+        "actor/pg_clipfrac_lower": 0.0,
+        "actor/ppo_kl": float(verl_F.masked_mean(old_log_prob - log_prob.detach(), response_mask).item()),
     }
     return pg_loss, metrics
 
@@ -243,9 +243,9 @@ def compute_policy_loss_clip_cov(
         _weighted(pg_losses, rollout_is_weights), response_mask, loss_agg_mode, global_batch_info
     )
     metrics = {
-        "pg_clipfrac": _frac(keep == 0, response_mask),
-        "pg_clipfrac_lower": 0.0,
-        "ppo_kl": float(verl_F.masked_mean(-log_ratio, response_mask).item()),
+        "actor/pg_clipfrac": _frac(keep == 0, response_mask),
+        "actor/pg_clipfrac_lower": 0.0,
+        "actor/ppo_kl": float(verl_F.masked_mean(-log_ratio, response_mask).item()),
     }
     return pg_loss, metrics
 
@@ -287,9 +287,9 @@ def compute_policy_loss_kl_cov(
         _weighted(pg_losses, rollout_is_weights), response_mask, loss_agg_mode, global_batch_info
     )
     metrics = {
-        "pg_clipfrac": _frac(penalised, response_mask),
-        "pg_clipfrac_lower": 0.0,
-        "ppo_kl": float(verl_F.masked_mean(-log_ratio, response_mask).item()),
+        "actor/pg_clipfrac": _frac(penalised, response_mask),
+        "actor/pg_clipfrac_lower": 0.0,
+        "actor/ppo_kl": float(verl_F.masked_mean(-log_ratio, response_mask).item()),
     }
     return pg_loss, metrics
 
@@ -330,9 +330,9 @@ def compute_policy_loss_geo_mean(
     )
     clipped = log_ratio != log_ratio_clamped
     metrics = {
-        "pg_clipfrac": _frac(clipped & (advantages > 0), response_mask),
-        "pg_clipfrac_lower": _frac(clipped & (advantages < 0), response_mask),
-        "ppo_kl": float(verl_F.masked_mean(-log_ratio, response_mask).item()),
+        "actor/pg_clipfrac": _frac(clipped & (advantages > 0), response_mask),
+        "actor/pg_clipfrac_lower": _frac(clipped & (advantages < 0), response_mask),
+        "actor/ppo_kl": float(verl_F.masked_mean(-log_ratio, response_mask).item()),
     }
     return pg_loss, metrics
 
@@ -362,8 +362,8 @@ def compute_policy_loss_cispo(
         _weighted(pg_losses, rollout_is_weights), response_mask, loss_agg_mode, global_batch_info
     )
     metrics = {
-        "pg_clipfrac": _frac(ratio > 1 + high, response_mask),
-        "pg_clipfrac_lower": _frac(ratio < 1 - low, response_mask),
-        "ppo_kl": float(verl_F.masked_mean(-log_ratio, response_mask).item()),
+        "actor/pg_clipfrac": _frac(ratio > 1 + high, response_mask),
+        "actor/pg_clipfrac_lower": _frac(ratio < 1 - low, response_mask),
+        "actor/ppo_kl": float(verl_F.masked_mean(-log_ratio, response_mask).item()),
     }
     return pg_loss, metrics
