@@ -17,10 +17,11 @@ All tensors are ``[B, T]``. ``config`` is read by attribute and is shaped like t
 correct for a rollout engine whose probabilities differ from the trainer's). ``global_batch_info``
 is passed to ``agg_loss`` (see ``loss_agg``) so micro-batch losses sum to the mini-batch loss.
 
-``metrics`` is a dict of floats keyed as upstream (ready for the actor's metrics): ``actor/pg_clipfrac`` (fraction of valid tokens whose ratio was clipped
-on the side that matters), ``actor/pg_clipfrac_lower`` (tokens where the dual clip ``clip_ratio_c`` bound
-the loss of a negative advantage; for other losses the lower-side clip), ``actor/ppo_kl``
-(approximate KL mean(old_log_prob - log_prob) over valid tokens).
+``metrics`` is a dict of floats keyed as upstream, ready for the actor's metrics:
+``actor/pg_clipfrac`` (fraction of valid tokens whose ratio was clipped on the side that matters),
+``actor/pg_clipfrac_lower`` (tokens where the dual clip ``clip_ratio_c`` bound the loss of a negative
+advantage; for other losses the lower-side clip), ``actor/ppo_kl`` (approximate KL
+mean(old_log_prob - log_prob) over valid tokens).
 """
 
 from __future__ import annotations
