@@ -15,6 +15,8 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+from verl.utils.dataset.rows import write_parquet
+
 OPS = ("+", "-", "*")
 # One problem in TEST_BUCKETS lands in the test split: a fixed hash of the problem decides, so the two
 # splits are disjoint whatever n and seed are.
@@ -110,30 +112,6 @@ def make_reasoning_gym_rows(task_name: str, n: int, seed: int, split: str = "tra
             }
         )
     return rows
-
-
-def write_parquet(rows: list[dict], path: str | Path) -> Path:
-    """Write rows with pyarrow. When the ``extra_info.metadata`` dicts have no common Arrow type
-    (tasks whose metadata varies by row), they are stored as JSON strings instead."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        table = pa.Table.from_pylist(rows)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
-        rows = [_metadata_as_json(r) for r in rows]
-        table = pa.Table.from_pylist(rows)
-    pq.write_table(table, path)
-    return path
-
-
-def _metadata_as_json(row: dict) -> dict:
-    extra = dict(row.get("extra_info") or {})
-    if "metadata" in extra and not isinstance(extra["metadata"], str):
-        extra["metadata"] = json.dumps(extra["metadata"])
-    return {**row, "extra_info": extra}
 
 
 def make_task_splits(task: str, n_train: int, n_test: int, seed: int, **kwargs: Any) -> dict[str, list[dict]]:
