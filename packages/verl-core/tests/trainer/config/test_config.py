@@ -286,3 +286,20 @@ def test_config_to_yaml_round_trips_through_config_flag(tmp_path):
     path.write_text(config_to_yaml(cfg))
     again = load_config(["--config", str(path)])
     assert OmegaConf.to_container(again) == OmegaConf.to_container(cfg)
+
+
+def test_scalar_for_a_list_key_becomes_a_one_element_list():
+    cfg = load_config(REQUIRED + ["trainer.logger=jsonl"])
+    assert list(cfg.trainer.logger) == ["jsonl"]
+
+
+def test_sections_pickle_read_only_for_workers():
+    import pickle
+
+    cfg = load_config(REQUIRED + ["actor_rollout_ref.actor.ppo_mini_batch_size=128"])
+    validate_config(cfg)
+    actor_rollout_ref = pickle.loads(pickle.dumps(cfg.actor_rollout_ref))
+    assert actor_rollout_ref.actor.ppo_mini_batch_size == 128
+    assert actor_rollout_ref.rollout.n == 5 and actor_rollout_ref.rollout.prompt_length == 512
+    with pytest.raises(ReadonlyConfigError):
+        actor_rollout_ref.actor.ppo_epochs = 2

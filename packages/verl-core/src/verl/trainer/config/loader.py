@@ -14,7 +14,7 @@ import difflib
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from verl.trainer.config.schema import PPOTrainerConfig
@@ -157,6 +157,8 @@ def _set(cfg: DictConfig, key: str, value: Any, where: str, problems: list[str])
             problems.append(f"unknown key {key!r} ({where}){_did_you_mean(cfg, key, depth)}")
             return
         node = node._get_node(part)
+    if isinstance(node, ListConfig) and isinstance(value, str) and not value.startswith("${"):
+        value = [value]  # upstream scripts write trainer.logger=console for a one-element list
     try:
         OmegaConf.update(cfg, key, value, merge=True, force_add=False)
     except OmegaConfBaseException as e:
