@@ -99,3 +99,29 @@ def test_create_prompt_loader_from_data_config():
     val = create_prompt_loader(_dataset(10), cfg.data, train=False)
     assert (len(val), val.shuffle, val.drop_last) == (1, False, False)
     assert _run(val, 1) == [[list(range(10))]]
+
+
+class _ReverseSampler:
+    """A deterministic custom order: reversed on even epochs, forward on odd ones."""
+
+    def __init__(self, n):
+        self.n, self.epoch = n, 0
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+
+    def __len__(self):
+        return self.n
+
+    def __iter__(self):
+        return iter(range(self.n - 1, -1, -1) if self.epoch % 2 == 0 else range(self.n))
+
+
+def test_custom_sampler_order_and_resume():
+    from verl.utils.dataset import create_rl_dataloader
+
+    loader = create_rl_dataloader(_dataset(6), batch_size=2, seed=0, sampler=_ReverseSampler(6))
+    assert _run(loader, 2) == [[[5, 4], [3, 2], [1, 0]], [[0, 1], [2, 3], [4, 5]]]
+    resumed = create_rl_dataloader(_dataset(6), batch_size=2, seed=0, sampler=_ReverseSampler(6))
+    resumed.load_state_dict({"epoch": 1, "batch_index": 2})
+    assert _run(resumed, 1) == [[[4, 5]]]

@@ -15,6 +15,7 @@ _EXPORTS = {
     "create_rl_dataset": "verl.utils.dataset.rl_dataset",
     "StatefulPromptLoader": "verl.utils.dataset.loader",
     "create_prompt_loader": "verl.utils.dataset.loader",
+    "create_rl_dataloader": "verl.utils.dataset.loader",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -6,7 +6,7 @@ exactly the batches an uninterrupted run would have, mid-epoch or at an epoch bo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
@@ -20,6 +20,10 @@ class StatefulPromptLoader:
     A batch counts as consumed once it is handed out: `state_dict` taken after processing it resumes
     with the next one. After the last batch of an epoch the position moves to (epoch + 1, 0).
     ``len(loader)`` is the number of batches per epoch.
+
+    ``sampler`` (optional, e.g. a curriculum) replaces the seeded shuffle: an iterable of dataset indices,
+    iterated once per epoch after ``set_epoch(epoch)`` when it has one. Resume is exact only if its
+    order depends on the epoch alone.
     """
 
     def __init__(
@@ -31,6 +35,7 @@ class StatefulPromptLoader:
         drop_last: bool = True,
         collate_fn: Callable[[list], Any] = default_collate,
         num_workers: int = 0,
+        sampler: Iterable[int] | None = None,
     ):
         if batch_size <= 0:
             raise ValueError(f"batch_size={batch_size} must be positive")
@@ -49,16 +54,22 @@ class StatefulPromptLoader:
         self.drop_last = bool(drop_last)
         self.collate_fn = collate_fn
         self.num_workers = int(num_workers)
+        self.sampler = sampler
         self.epoch = 0
         self.batch_index = 0
 
     def __len__(self) -> int:
-        n = len(self.dataset)
+        n = len(self.dataset) if self.sampler is None else len(self.sampler)
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
     def epoch_order(self, epoch: int) -> list[int]:
         """Dataset indices in the order epoch ``epoch`` visits them."""
         n = len(self.dataset)
+        if self.sampler is not None:
+            set_epoch = getattr(self.sampler, "set_epoch", None)  # third-party samplers (torch convention)
+            if set_epoch is not None:
+                set_epoch(epoch)
+            return [int(i) for i in self.sampler]
         if not self.shuffle:
             return list(range(n))
         gen = torch.Generator().manual_seed(self.seed + epoch)
@@ -140,4 +151,27 @@ def create_prompt_loader(
         drop_last=drop_last,
         collate_fn=collate_fn,
         num_workers=int(data_config.get("dataloader_num_workers", 0) or 0),
+    )
+
+
+def create_rl_dataloader(
+    dataset,
+    batch_size: int,
+    shuffle: bool = True,
+    seed: int = 0,
+    collate_fn: Callable[[list], Any] = default_collate,
+    drop_last: bool = True,
+    sampler: Iterable[int] | None = None,
+    num_workers: int = 0,
+) -> StatefulPromptLoader:
+    """Keyword-compatible constructor used by the trainer: a `StatefulPromptLoader`."""
+    return StatefulPromptLoader(
+        dataset,
+        batch_size=batch_size,
+        shuffle=shuffle,
+        seed=seed,
+        drop_last=drop_last,
+        collate_fn=collate_fn,
+        num_workers=num_workers,
+        sampler=sampler,
     )
