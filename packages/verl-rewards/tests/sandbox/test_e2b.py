@@ -1,7 +1,6 @@
 import importlib.util
 
 import pytest
-
 from verl.rewards.sandbox import get_sandbox
 
 

@@ -5,7 +5,6 @@ import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
-
 from verl.rewards.sandbox.fusion import SandboxFusionSandbox
 from verl.rewards.scoring.code import compute_score
 
@@ -25,7 +24,12 @@ class _Stub(BaseHTTPRequestHandler):
         else:
             a, b = map(int, stdin.split())
             run = {"status": "Finished", "return_code": 0, "stdout": f"{a + b}\n", "stderr": ""}
-        resp = {"status": "Success", "message": "", "compile_result": None, "run_result": dict(run, execution_time=0.01)}
+        resp = {
+            "status": "Success",
+            "message": "",
+            "compile_result": None,
+            "run_result": dict(run, execution_time=0.01),
+        }
         data = json.dumps(resp).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -66,7 +70,9 @@ def test_run_code_request_and_result_mapping(server):
 
 def test_code_scorer_through_sandbox_fusion(server):
     gt = {"inputs": ["1 2", "5 5"], "outputs": ["3", "10"]}
-    out = compute_score("```python\nprint(1)\n```", gt, sandbox="sandbox_fusion", sandbox_options={"url": server})
+    out = compute_score(
+        "```python\nprint(1)\n```", gt, sandbox="sandbox_fusion", sandbox_options={"url": server}
+    )
     assert out == {"score": 1.0, "pass_rate": 1.0, "failure": "none", "num_tests": 2, "num_passed": 2}
 
 

@@ -1,7 +1,6 @@
 import logging
 
 import pytest
-
 from verl.rewards.sandbox import SANDBOXES, get_sandbox
 from verl.rewards.sandbox.isolation import probe
 

@@ -10,7 +10,6 @@ import threading
 import time
 
 import pytest
-
 from verl.rewards.sandbox import base
 from verl.rewards.sandbox.isolation import probe
 from verl.rewards.sandbox.local import LocalSandbox
@@ -28,7 +27,8 @@ LEVELS = [
     pytest.param(
         lvl,
         marks=pytest.mark.skipif(
-            (lvl == "bwrap" and shutil.which("bwrap") is None) or not _available(lvl), reason=f"{lvl} isolation unavailable"
+            (lvl == "bwrap" and shutil.which("bwrap") is None) or not _available(lvl),
+            reason=f"{lvl} isolation unavailable",
         ),
     )
     for lvl in ("bwrap", "namespaces")
@@ -177,7 +177,9 @@ def test_world_readable_file_outside_is_hidden_only_with_bwrap(sandbox):
     with open(path, "w") as f:
         f.write("WORLD-READABLE")
     os.chmod(path, 0o644)
-    res = sandbox.run(f"try:\n    print(open({path!r}).read())\nexcept OSError as e:\n    print('refused', type(e).__name__)\n")
+    res = sandbox.run(
+        f"try:\n    print(open({path!r}).read())\nexcept OSError as e:\n    print('refused', type(e).__name__)\n"
+    )
     if sandbox.isolation.level == "bwrap":
         assert "WORLD-READABLE" not in res.stdout and "refused" in res.stdout
     else:

@@ -2,7 +2,6 @@ import pickle  # noqa: F401 - cloudpickle round trip below
 
 import cloudpickle
 import pytest
-
 from verl.rewards.scoring.custom import load_custom_reward_function
 
 
@@ -38,12 +37,17 @@ def test_missing_function_lists_the_ones_there(tmp_path):
 
 def test_wrong_signature(tmp_path):
     path = _write(tmp_path, "def compute_score(solution_str):\n    return 0.0\n")
-    with pytest.raises(TypeError, match=r"compute_score\(solution_str\).*cannot be called as compute_score\(data_source"):
+    with pytest.raises(
+        TypeError, match=r"compute_score\(solution_str\).*cannot be called as compute_score\(data_source"
+    ):
         load_custom_reward_function(path)
 
 
 def test_unknown_reward_kwarg_is_a_signature_error(tmp_path):
-    path = _write(tmp_path, "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 0.0\n")
+    path = _write(
+        tmp_path,
+        "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 0.0\n",
+    )
     with pytest.raises(TypeError, match=r"reward_kwargs \['scale'\]"):
         load_custom_reward_function(path, reward_kwargs={"scale": 2})
 
@@ -63,4 +67,7 @@ def test_batched_signature(tmp_path):
     fn = load_custom_reward_function(path, batched=True)
     assert fn(data_sources=["a"], solution_strs=["x"], ground_truths=["x"], extra_infos=[None]) == [1.0]
     with pytest.raises(TypeError, match="data_sources, solution_strs"):
-        load_custom_reward_function(_write(tmp_path, "def compute_score(a, b, c, extra_info=None):\n    return 0\n", "x.py"), batched=True)
+        load_custom_reward_function(
+            _write(tmp_path, "def compute_score(a, b, c, extra_info=None):\n    return 0\n", "x.py"),
+            batched=True,
+        )

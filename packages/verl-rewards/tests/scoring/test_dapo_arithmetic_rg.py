@@ -1,5 +1,4 @@
 import pytest
-
 from verl.rewards.scoring import arithmetic, dapo_math, rg_tasks
 
 ARITH = [
@@ -44,9 +43,17 @@ def test_reasoning_gym_scores_with_its_own_scorer():
     for entry in ds:
         extra = {"metadata": entry["metadata"]}
         want_right = ds.score_answer(entry["answer"], entry)
-        assert rg_tasks.compute_score("basic_arithmetic", f"<answer>{entry['answer']}</answer>", entry["answer"], extra) == want_right == 1.0
+        assert (
+            rg_tasks.compute_score(
+                "basic_arithmetic", f"<answer>{entry['answer']}</answer>", entry["answer"], extra
+            )
+            == want_right
+            == 1.0
+        )
         wrong = str(int(entry["answer"]) + 1)
-        assert rg_tasks.compute_score("basic_arithmetic", f"Answer: {wrong}", entry["answer"], extra) == ds.score_answer(wrong, entry)
+        assert rg_tasks.compute_score(
+            "basic_arithmetic", f"Answer: {wrong}", entry["answer"], extra
+        ) == ds.score_answer(wrong, entry)
 
 
 def test_reasoning_gym_unknown_task_is_named():

@@ -1,5 +1,4 @@
 import pytest
-
 from verl.rewards.scoring.gsm8k import compute_score, extract_solution
 
 STRICT = [

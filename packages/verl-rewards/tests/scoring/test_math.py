@@ -1,7 +1,6 @@
 """MATH scorer on tricky cases (all checks go through the process-wide time-limited helper)."""
 
 import pytest
-
 from verl.rewards.scoring.math_equiv import compute_score, last_boxed_only_string, remove_boxed
 from verl.rewards.utils.time_limit import default_limiter
 

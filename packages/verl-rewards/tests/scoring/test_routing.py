@@ -1,5 +1,4 @@
 import pytest
-
 from verl.rewards import default_compute_score
 from verl.rewards.scoring import SCORERS, get_scorer, register_scorer
 
@@ -29,7 +28,9 @@ def test_math_family(source):
     assert get_scorer(source) is get_scorer("lighteval/MATH")
 
 
-@pytest.mark.parametrize("source", ["codecontests", "apps", "taco", "codeforces", "livecodebench", "humaneval", "mbpp"])
+@pytest.mark.parametrize(
+    "source", ["codecontests", "apps", "taco", "codeforces", "livecodebench", "humaneval", "mbpp"]
+)
 def test_code_family(source):
     assert get_scorer(source) is get_scorer("apps")
 
@@ -38,7 +39,9 @@ def test_unknown_source_names_the_known_ones():
     with pytest.raises(ValueError) as e:
         default_compute_score("my/dataset", "x", "y")
     msg = str(e.value)
-    assert "'my/dataset'" in msg and "openai/gsm8k" in msg and "aime*" in msg and "reasoning_gym/<task>" in msg
+    assert (
+        "'my/dataset'" in msg and "openai/gsm8k" in msg and "aime*" in msg and "reasoning_gym/<task>" in msg
+    )
 
 
 def test_register_scorer_and_duplicate_error():

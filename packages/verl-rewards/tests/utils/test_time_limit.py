@@ -2,7 +2,6 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-
 from verl.rewards.utils.time_limit import TimeLimiter
 
 
@@ -12,7 +11,7 @@ def _spin(n):
 
 
 def _bigpow(x):
-    return 9 ** 9 ** x  # one C call: a signal handler could never interrupt it
+    return 9**9**x  # one C call: a signal handler could never interrupt it
 
 
 def _boom(x):

@@ -49,7 +49,9 @@ def response_lengths(data) -> torch.Tensor:
     elif "response_mask" in data.batch:
         mask = data.batch["response_mask"]
     else:
-        raise KeyError("reward manager needs 'attention_mask' or 'response_mask' in the batch to find response lengths")
+        raise KeyError(
+            "reward manager needs 'attention_mask' or 'response_mask' in the batch to find response lengths"
+        )
     positions = torch.arange(1, r + 1, device=mask.device).expand_as(mask)
     return (positions * (mask != 0)).amax(dim=-1)
 
@@ -61,21 +63,37 @@ def decode_rows(data, tokenizer, reward_fn_key: str) -> list[Row]:
     p = prompts.shape[-1] if prompts is not None else 0
     nt = data.non_tensor_batch
     if reward_fn_key not in nt:
-        raise KeyError(f"reward_fn_key {reward_fn_key!r} is not a non-tensor key of the batch; keys: {sorted(nt)}")
+        raise KeyError(
+            f"reward_fn_key {reward_fn_key!r} is not a non-tensor key of the batch; keys: {sorted(nt)}"
+        )
     if "reward_model" not in nt:
-        raise KeyError(f"the batch has no 'reward_model' column (dicts with 'ground_truth'); keys: {sorted(nt)}")
+        raise KeyError(
+            f"the batch has no 'reward_model' column (dicts with 'ground_truth'); keys: {sorted(nt)}"
+        )
     rows = []
     for i in range(len(data)):
         prompt = ""
         if prompts is not None:
-            pmask = data.batch["attention_mask"][i, :p].bool() if "attention_mask" in data.batch else slice(None)
+            pmask = (
+                data.batch["attention_mask"][i, :p].bool() if "attention_mask" in data.batch else slice(None)
+            )
             prompt = tokenizer.decode(prompts[i][pmask], skip_special_tokens=True)
         response = tokenizer.decode(responses[i, : lengths[i]], skip_special_tokens=True)
         rm = nt["reward_model"][i]
         if not isinstance(rm, dict) or "ground_truth" not in rm:
             raise KeyError(f"row {i}: reward_model must be a dict with 'ground_truth', got {rm!r}")
         extra = nt["extra_info"][i] if "extra_info" in nt else None
-        rows.append(Row(i, prompt, response, lengths[i], str(nt[reward_fn_key][i]), rm["ground_truth"], dict(extra or {})))
+        rows.append(
+            Row(
+                i,
+                prompt,
+                response,
+                lengths[i],
+                str(nt[reward_fn_key][i]),
+                rm["ground_truth"],
+                dict(extra or {}),
+            )
+        )
     return rows
 
 
@@ -147,7 +165,9 @@ class RewardManagerBase:
     def split_result(result: float | dict, row: Row) -> tuple[float, dict]:
         if isinstance(result, dict):
             if "score" not in result:
-                raise KeyError(f"row {row.index} (data_source={row.data_source!r}): scorer returned a dict without 'score': {result!r}")
+                raise KeyError(
+                    f"row {row.index} (data_source={row.data_source!r}): scorer returned a dict without 'score': {result!r}"
+                )
             return float(result["score"]), {k: v for k, v in result.items()}
         return float(result), {"score": float(result)}
 
@@ -170,7 +190,11 @@ class RewardManagerBase:
             reward[row.index, max(row.valid_response_length - 1, 0)] = score
         self._examine(rows, scored)
         if return_dict:
-            return {"reward_tensor": reward, "reward_extra_info": scored.extra, "reward_metrics": scored.metrics}
+            return {
+                "reward_tensor": reward,
+                "reward_extra_info": scored.extra,
+                "reward_metrics": scored.metrics,
+            }
         return reward
 
     def _examine(self, rows: list[Row], scored: Scored) -> None:
@@ -179,4 +203,6 @@ class RewardManagerBase:
             if shown[row.data_source] >= self.num_examine:
                 continue
             shown[row.data_source] += 1
-            print(f"[prompt] {row.prompt}\n[response] {row.response}\n[ground_truth] {row.ground_truth}\n[score] {score}")
+            print(
+                f"[prompt] {row.prompt}\n[response] {row.response}\n[ground_truth] {row.ground_truth}\n[score] {score}"
+            )

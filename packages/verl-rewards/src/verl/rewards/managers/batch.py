@@ -15,7 +15,15 @@ from verl.rewards.managers.base import RewardManagerBase, Row, Scored
 
 
 class BatchRewardManager(RewardManagerBase):
-    def __init__(self, tokenizer, num_examine, compute_score: Callable[..., Any] | None = None, reward_fn_key="data_source", max_workers: int = 8, **kwargs):
+    def __init__(
+        self,
+        tokenizer,
+        num_examine,
+        compute_score: Callable[..., Any] | None = None,
+        reward_fn_key="data_source",
+        max_workers: int = 8,
+        **kwargs,
+    ):
         self.batched_user_fn = compute_score
         self.max_workers = int(max_workers)
         super().__init__(tokenizer, num_examine, None, reward_fn_key, **kwargs)

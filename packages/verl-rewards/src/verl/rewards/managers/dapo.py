@@ -35,9 +35,13 @@ class DAPORewardManager(NaiveRewardManager):
         self.max_resp_len = max_resp_len
         if self.overlong_enable:
             if max_resp_len is None:
-                raise ValueError("dapo reward manager: overlong_buffer.enable=true needs max_resp_len (the rollout response length)")
+                raise ValueError(
+                    "dapo reward manager: overlong_buffer.enable=true needs max_resp_len (the rollout response length)"
+                )
             if not 0 < self.overlong_len <= max_resp_len:
-                raise ValueError(f"dapo reward manager: overlong_buffer.len={self.overlong_len} must be in (0, max_resp_len={max_resp_len}]")
+                raise ValueError(
+                    f"dapo reward manager: overlong_buffer.len={self.overlong_len} must be in (0, max_resp_len={max_resp_len}]"
+                )
 
     def _extra_option_names(self) -> str:
         return ", max_resp_len, overlong_buffer"

@@ -41,7 +41,9 @@ def load_reward_manager(config: Any, tokenizer, num_examine: int, **reward_kwarg
 
     cfg = _plain(config) or {}
     if not isinstance(cfg, dict):
-        raise TypeError(f"load_reward_manager expects the reward config section (a mapping), got {type(config).__name__}")
+        raise TypeError(
+            f"load_reward_manager expects the reward config section (a mapping), got {type(config).__name__}"
+        )
     name = cfg.get("reward_manager") or "naive"
     cls = REWARD_MANAGERS.get(name)
     kwargs = dict(cfg.get("reward_kwargs") or {})
@@ -62,4 +64,10 @@ def load_reward_manager(config: Any, tokenizer, num_examine: int, **reward_kwarg
         score_kwargs.setdefault("sandbox", sandbox.pop("name", "local"))
         score_kwargs.setdefault("sandbox_options", sandbox)
         kwargs["score_kwargs"] = score_kwargs
-    return cls(tokenizer, num_examine, compute_score=compute_score, reward_fn_key=cfg.get("reward_fn_key") or "data_source", **kwargs)
+    return cls(
+        tokenizer,
+        num_examine,
+        compute_score=compute_score,
+        reward_fn_key=cfg.get("reward_fn_key") or "data_source",
+        **kwargs,
+    )

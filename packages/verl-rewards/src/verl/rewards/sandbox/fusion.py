@@ -11,7 +11,6 @@ import threading
 import time
 
 import requests
-
 from verl.rewards.sandbox import base
 from verl.rewards.sandbox.base import RunResult, Sandbox
 
@@ -61,14 +60,18 @@ class SandboxFusionSandbox(Sandbox):
                     last = f"SandboxFusion reported SandboxError: {body.get('message', '')}"
                     continue
                 return _to_result(body, time.monotonic() - start)
-        return RunResult(base.SANDBOX_ERROR, notes=[last], wall_time=time.monotonic() - start, isolation="sandbox_fusion")
+        return RunResult(
+            base.SANDBOX_ERROR, notes=[last], wall_time=time.monotonic() - start, isolation="sandbox_fusion"
+        )
 
 
 def _to_result(body: dict, wall: float) -> RunResult:
     compile_result = body.get("compile_result") or {}
     run = body.get("run_result") or {}
-    if compile_result and compile_result.get("status") not in (None, "Finished") or (
-        compile_result and compile_result.get("return_code") not in (None, 0)
+    if (
+        compile_result
+        and compile_result.get("status") not in (None, "Finished")
+        or (compile_result and compile_result.get("return_code") not in (None, 0))
     ):
         return RunResult(
             base.ERROR,

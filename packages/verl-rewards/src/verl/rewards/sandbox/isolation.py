@@ -133,7 +133,9 @@ def probe(level: str = "auto", python: str | None = None) -> Isolation:
                     _announce(iso, tried)
                     return iso
                 tried.append(f"{lvl} with {py}: failed")
-    raise RuntimeError(f"no sandbox isolation level works here (asked for {level!r}); tried: {'; '.join(tried)}")
+    raise RuntimeError(
+        f"no sandbox isolation level works here (asked for {level!r}); tried: {'; '.join(tried)}"
+    )
 
 
 def _announce(iso: Isolation, tried: list[str]) -> None:

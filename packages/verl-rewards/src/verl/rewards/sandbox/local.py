@@ -132,7 +132,11 @@ class LocalSandbox(Sandbox):
                 os.chmod(private, 0o711)  # nobody must traverse to `work`, not list `private`
             inside = SANDBOX_DIR if iso.level == "bwrap" else work
             env = dict(_ENV, HOME=inside, TMPDIR="/tmp")
-            argv = wrapper_argv(iso, work) + self._limits(timeout, memory_mb) + [iso.python, "-I", "-B", "main.py"]
+            argv = (
+                wrapper_argv(iso, work)
+                + self._limits(timeout, memory_mb)
+                + [iso.python, "-I", "-B", "main.py"]
+            )
             with open(os.path.join(private, "stdin"), "w", encoding="utf-8") as f:
                 f.write(stdin)
             with (
@@ -153,7 +157,9 @@ class LocalSandbox(Sandbox):
                         **user_kwargs(iso.uid),
                     )
                 except OSError as e:
-                    return RunResult(base.SANDBOX_ERROR, notes=[f"could not start the sandbox: {e}"], isolation=iso.level)
+                    return RunResult(
+                        base.SANDBOX_ERROR, notes=[f"could not start the sandbox: {e}"], isolation=iso.level
+                    )
                 timed_out = _wait_then_kill_group(proc, timeout)
                 rc = proc.wait()
             stdout = _read_capped(os.path.join(private, "stdout"), self.max_output_bytes)

@@ -36,7 +36,9 @@ def register_scorer(*data_sources: str) -> Callable[[Scorer], Scorer]:
 
 
 @register_scorer(*GSM8K_SOURCES)
-def gsm8k_scorer(data_source, solution_str, ground_truth, extra_info=None, method="strict", **kwargs) -> float:
+def gsm8k_scorer(
+    data_source, solution_str, ground_truth, extra_info=None, method="strict", **kwargs
+) -> float:
     from verl.rewards.scoring import gsm8k
 
     return gsm8k.compute_score(solution_str, ground_truth, method=method)

@@ -42,9 +42,13 @@ def parse_ground_truth(ground_truth: Any) -> dict:
         try:
             ground_truth = json.loads(ground_truth)
         except json.JSONDecodeError as e:
-            raise ValueError(f"code ground truth is a string but not JSON ({e}): {ground_truth[:200]!r}") from e
+            raise ValueError(
+                f"code ground truth is a string but not JSON ({e}): {ground_truth[:200]!r}"
+            ) from e
     if not isinstance(ground_truth, dict):
-        raise ValueError(f"code ground truth must be a dict or its JSON string, got {type(ground_truth).__name__}")
+        raise ValueError(
+            f"code ground truth must be a dict or its JSON string, got {type(ground_truth).__name__}"
+        )
     if "inputs" in ground_truth and "outputs" in ground_truth:
         if len(ground_truth["inputs"]) != len(ground_truth["outputs"]):
             raise ValueError(
@@ -114,7 +118,9 @@ def _run_stdio_case(sandbox: Sandbox, code: str, inp: Any, out: Any, timeout: fl
     return "none" if outputs_match(res.stdout, _stdin_text(out)) else "wrong_answer"
 
 
-def _run_call_case(sandbox: Sandbox, code: str, fn: str, args: Any, want: Any, timeout: float, memory_mb) -> str:
+def _run_call_case(
+    sandbox: Sandbox, code: str, fn: str, args: Any, want: Any, timeout: float, memory_mb
+) -> str:
     token = secrets.token_hex(16)
     args = args if isinstance(args, list) else [args]
     res = sandbox.run(call_program(code, fn, args), token + "\n", timeout=timeout, memory_mb=memory_mb)
@@ -125,11 +131,15 @@ def _run_call_case(sandbox: Sandbox, code: str, fn: str, args: Any, want: Any, t
     if not lines:
         return "runtime_error"  # exited before returning (e.g. sys.exit inside the function)
     got = json.loads(lines[-1][len(token) + 1 :])
-    ok = _values_match(got, want) or (isinstance(want, list) and len(want) == 1 and _values_match(got, want[0]))
+    ok = _values_match(got, want) or (
+        isinstance(want, list) and len(want) == 1 and _values_match(got, want[0])
+    )
     return "none" if ok else "wrong_answer"
 
 
-def _run_asserts(sandbox: Sandbox, code: str, tests: list[str], setup: str, timeout: float, memory_mb) -> list[str]:
+def _run_asserts(
+    sandbox: Sandbox, code: str, tests: list[str], setup: str, timeout: float, memory_mb
+) -> list[str]:
     token = secrets.token_hex(16)
     res = sandbox.run(assert_program(code, tests, setup), token + "\n", timeout=timeout, memory_mb=memory_mb)
     verdicts: dict[int, str] = {}
@@ -165,8 +175,14 @@ def compute_score(
         sandbox = get_sandbox(sandbox or "local", **(sandbox_options or {}))
     code = extract_code(solution_str)
     if "test_list" in gt:
-        setup = "\n".join(x for x in (gt.get("test_imports") and "\n".join(gt["test_imports"]), gt.get("test_setup_code")) if x)
-        kinds = _run_asserts(sandbox, code, list(gt["test_list"]), setup, timeout or DEFAULT_PROGRAM_TIMEOUT, memory_mb)
+        setup = "\n".join(
+            x
+            for x in (gt.get("test_imports") and "\n".join(gt["test_imports"]), gt.get("test_setup_code"))
+            if x
+        )
+        kinds = _run_asserts(
+            sandbox, code, list(gt["test_list"]), setup, timeout or DEFAULT_PROGRAM_TIMEOUT, memory_mb
+        )
     elif "test" in gt:
         test = f"{gt['test']}\ncheck({gt['entry_point']})\n"
         kinds = _run_asserts(sandbox, code, [test], "", timeout or DEFAULT_PROGRAM_TIMEOUT, memory_mb)

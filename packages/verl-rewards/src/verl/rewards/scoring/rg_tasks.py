@@ -29,7 +29,9 @@ def _scorer(task: str):
     try:
         import reasoning_gym
     except ImportError as e:
-        raise ImportError("data_source 'reasoning_gym/...' needs the reasoning-gym package: pip install reasoning-gym") from e
+        raise ImportError(
+            "data_source 'reasoning_gym/...' needs the reasoning-gym package: pip install reasoning-gym"
+        ) from e
     try:
         return reasoning_gym.get_score_answer_fn(task)
     except ValueError as e:

@@ -8,7 +8,6 @@ import signal
 import sys
 
 import cloudpickle
-
 from verl.rewards.utils import time_limit
 
 
