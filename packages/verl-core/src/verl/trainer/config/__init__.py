@@ -38,7 +38,6 @@ from verl.trainer.config.schema import (
     RewardModelConfig,
     RewardModelModelConfig,
     RolloutConfig,
-    SandboxConfig,
     TrainerConfig,
     ValKwargsConfig,
 )
@@ -80,7 +79,6 @@ __all__ = [
     "RewardModelConfig",
     "RewardModelModelConfig",
     "RolloutConfig",
-    "SandboxConfig",
     "TrainerConfig",
     "ValKwargsConfig",
     "config_to_yaml",

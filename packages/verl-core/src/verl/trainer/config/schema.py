@@ -271,13 +271,10 @@ class CustomRewardFunctionConfig:
     reward_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass
-class SandboxConfig:
-    name: str = "local"
-    timeout: float = 10.0  # seconds per program run
-    memory_limit_mb: int = 1024
-    max_concurrent: int = 2
-    kwargs: dict[str, Any] = field(default_factory=dict)
+def _sandbox_defaults() -> dict[str, Any]:
+    # Open dict: the keys besides ``name`` are the chosen sandbox's constructor options (verl-rewards),
+    # e.g. +reward.sandbox.url=... for sandbox_fusion, +reward.sandbox.max_concurrent=4.
+    return {"name": "local", "timeout": 10.0, "memory_mb": 1024}
 
 
 @dataclass
@@ -316,7 +313,7 @@ class RewardConfig:
     num_examine: int = 0
     launch_reward_fn_async: bool = False
     custom_reward_function: CustomRewardFunctionConfig = field(default_factory=CustomRewardFunctionConfig)
-    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    sandbox: dict[str, Any] = field(default_factory=_sandbox_defaults)
     overlong_buffer: OverlongBufferConfig = field(default_factory=OverlongBufferConfig)
     reward_model: RewardModelConfig = field(default_factory=RewardModelConfig)
 
