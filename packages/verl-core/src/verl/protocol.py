@@ -437,7 +437,8 @@ class DataProto:
 
     def union(self, other: DataProto) -> DataProto:
         """Merge other's keys into self (in place, returned). Shared keys must hold equal values."""
-        if len(self) != len(other) and (self.batch is not None or self.non_tensor_batch):
+        has_rows = [d.batch is not None or bool(d.non_tensor_batch) for d in (self, other)]
+        if all(has_rows) and len(self) != len(other):
             raise ValueError(f"union: the DataProtos have {len(self)} and {len(other)} rows")
         if self.batch is None:
             self.batch = other.batch
