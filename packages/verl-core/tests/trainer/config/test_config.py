@@ -303,3 +303,21 @@ def test_sections_pickle_read_only_for_workers():
     assert actor_rollout_ref.rollout.n == 5 and actor_rollout_ref.rollout.prompt_length == 512
     with pytest.raises(ReadonlyConfigError):
         actor_rollout_ref.actor.ppo_epochs = 2
+
+
+def test_checkpoint_kl_controller_and_validation_sample_checks():
+    problems = _problems(
+        [
+            "trainer.max_actor_ckpt_to_keep=0",
+            "algorithm.kl_ctrl.type=adaptive",
+            "algorithm.kl_ctrl.target_kl=0",
+            "actor_rollout_ref.rollout.val_kwargs.n=0",
+            "trainer.resume_mode=resume_path",
+        ]
+    )
+    text = "\n".join(problems)
+    assert len(problems) == 4
+    assert "trainer.max_actor_ckpt_to_keep=0 must be >= 1" in text
+    assert "kl_ctrl.type=adaptive needs target_kl > 0" in text
+    assert "val_kwargs.n=0 must be >= 1" in text
+    assert "trainer.resume_mode=resume_path needs trainer.resume_from_path" in text

@@ -307,6 +307,16 @@ def _check_algorithm(cfg: DictConfig, problems: list[str]) -> None:
             "KL to the reference: the penalty is applied twice",
             stacklevel=3,
         )
+    if algo.kl_ctrl.type == "adaptive" and (
+        float(algo.kl_ctrl.target_kl) <= 0 or int(algo.kl_ctrl.horizon) <= 0
+    ):
+        problems.append(
+            f"algorithm.kl_ctrl.type=adaptive needs target_kl > 0 and horizon > 0, got "
+            f"target_kl={algo.kl_ctrl.target_kl}, horizon={algo.kl_ctrl.horizon}"
+        )
+    val_n = cfg.actor_rollout_ref.rollout.val_kwargs.n
+    if int(val_n) < 1:
+        problems.append(f"actor_rollout_ref.rollout.val_kwargs.n={val_n} must be >= 1")
     if algo.filter_groups.enable and not algo.filter_groups.metric:
         problems.append(
             "algorithm.filter_groups.enable=true needs algorithm.filter_groups.metric (e.g. acc or score)"
@@ -336,6 +346,10 @@ def _check_trainer(cfg: DictConfig, problems: list[str]) -> None:
             problems.append(
                 f"trainer.total_epochs={trainer.total_epochs} must be >= 1 unless trainer.total_training_steps is set"
             )
+    for key in ("max_actor_ckpt_to_keep", "max_critic_ckpt_to_keep"):
+        value = trainer[key]
+        if value is not None and int(value) < 1:
+            problems.append(f"trainer.{key}={value} must be >= 1 (or null to keep every checkpoint)")
     if trainer.critic_warmup < 0:
         problems.append(f"trainer.critic_warmup={trainer.critic_warmup} must be >= 0")
     if trainer.device == "cuda":
