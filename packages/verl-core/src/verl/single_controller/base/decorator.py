@@ -308,13 +308,14 @@ def dispatch_nd_compute_dataproto(mesh_name: str, wg, *args, **kwargs):
 
 def collect_nd_compute_dataproto(mesh_name: str, wg, outputs: list):
     dp_ranks, is_collect = _mesh_info(wg, mesh_name)
-    picked = [o for o, c in zip(outputs, is_collect) if c]
-    picked_ranks = [r for r, c in zip(dp_ranks, is_collect) if c]
+    picked_by_dp = sorted((r, i) for i, (r, c) in enumerate(zip(dp_ranks, is_collect)) if c)
+    picked_ranks = [r for r, _ in picked_by_dp]
     if picked_ranks != list(range(max(dp_ranks) + 1)):
         raise ValueError(
-            f"mesh {mesh_name!r}: exactly one worker per data-parallel rank must be marked is_collect, in rank "
-            f"order; the collecting workers have dp ranks {picked_ranks}"
+            f"mesh {mesh_name!r}: exactly one worker per data-parallel rank must be marked is_collect; "
+            f"the collecting workers have dp ranks {picked_ranks}"
         )
+    picked = [outputs[i] for _, i in picked_by_dp]
     if _is_future_list(picked):
         return DataProtoFuture.concat(picked)
     return _concat_outputs(picked)

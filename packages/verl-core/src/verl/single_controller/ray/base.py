@@ -21,6 +21,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from verl.protocol import DataProto
 from verl.single_controller.base import ClassWithInitArgs, ResourcePool, Worker, WorkerGroup
 from verl.single_controller.base.decorator import MAGIC_ATTR, registered_methods
+from verl.single_controller.base.worker import get_free_port
 from verl.single_controller.ray.transport import install_tensor_transport
 
 __all__ = [
@@ -191,6 +192,19 @@ def _is_large(value: Any) -> bool:
     return isinstance(value, (DataProto, torch.Tensor, np.ndarray))
 
 
+def _driver_side_rendezvous(pg: PlacementGroup) -> dict[str, str]:
+    """MASTER_ADDR/PORT for the group when rank 0's bundle is on the driver's node.
+
+    Then the driver can pick the free port itself and start every actor at once; otherwise the
+    values are empty and rank 0 picks them on its own node (the group waits for it first).
+    """
+    node_of_bundle = ray.util.placement_group_table(pg)["bundles_to_node_id"].get(0)
+    if node_of_bundle is not None and node_of_bundle == ray.get_runtime_context().get_node_id():
+        return {"MASTER_ADDR": ray.util.get_node_ip_address(), "MASTER_PORT": str(get_free_port())}
+    # Empty (not absent) so rank 0 picks the rendezvous even if the cluster's env has stale values.
+    return {"MASTER_ADDR": "", "MASTER_PORT": ""}
+
+
 class RayWorkerGroup(WorkerGroup):
     """Workers on Ray actors, called like one object.
 
@@ -234,8 +248,7 @@ class RayWorkerGroup(WorkerGroup):
         pgs = pool.get_placement_groups()
         world_size = pool.world_size
         res = pool.actor_resources()
-        # Empty for rank 0 so it picks the rendezvous itself even if the cluster's env has stale values.
-        master: dict[str, str] = {"MASTER_ADDR": "", "MASTER_PORT": ""}
+        master = _driver_side_rendezvous(pgs[0])
         rank = 0
         for pg_idx, (pg, local_world) in enumerate(zip(pgs, pool.store)):
             for local_rank in range(local_world):
@@ -257,7 +270,7 @@ class RayWorkerGroup(WorkerGroup):
                 self._workers.append(actor)
                 self._worker_names.append(name)
                 self._worker_info.append({"pid": "?", "node_ip": "?", "rank": rank})
-                if rank == 0:
+                if rank == 0 and not master["MASTER_ADDR"]:
                     # Rank 0 chose the rendezvous address on its own node; the others are told it.
                     addr, port = self._resolve([actor.get_master_addr_port.remote()], [0], "__init__")[0]
                     master = {"MASTER_ADDR": addr, "MASTER_PORT": port}
@@ -355,9 +368,9 @@ class RayWorkerGroup(WorkerGroup):
             )
         if isinstance(error, ray.exceptions.RayTaskError):
             cause = error.cause
+            # str(error) carries Ray's remote traceback ("ray::Cls.method() (pid=..)" + Traceback ...)
             return WorkerError(
-                f"{who} raised {type(cause).__name__} in `{method_name}`: {cause}\n"
-                f"remote traceback:\n{error.traceback_str}",
+                f"{who} raised {type(cause).__name__} in `{method_name}`: {cause}\nremote traceback:\n{error}",
                 rank,
                 method_name,
             )
