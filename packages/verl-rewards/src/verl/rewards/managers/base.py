@@ -108,6 +108,8 @@ class RewardManagerBase:
         count_errors_as_zero: a raising scorer scores 0 for that row (counted in
             ``reward_metrics["reward/score_errors"]``) instead of stopping with an error.
         score_kwargs: extra keyword arguments for every scorer call (e.g. the sandbox).
+        combine_rm_scores: when the batch has ``rm_scores`` from a model reward model, add the rule
+            scores to them (True) instead of returning ``rm_scores`` alone (upstream behaviour).
     """
 
     def __init__(
@@ -118,12 +120,13 @@ class RewardManagerBase:
         reward_fn_key: str = "data_source",
         count_errors_as_zero: bool = False,
         score_kwargs: dict | None = None,
+        combine_rm_scores: bool = False,
         **kwargs: Any,
     ):
         if kwargs:
             raise TypeError(
                 f"{type(self).__name__} got unknown options {sorted(kwargs)}; it accepts compute_score, "
-                f"reward_fn_key, count_errors_as_zero, score_kwargs{self._extra_option_names()}"
+                f"reward_fn_key, count_errors_as_zero, score_kwargs, combine_rm_scores{self._extra_option_names()}"
             )
         from verl.rewards.scoring import default_compute_score
 
@@ -133,6 +136,7 @@ class RewardManagerBase:
         self.reward_fn_key = reward_fn_key
         self.count_errors_as_zero = bool(count_errors_as_zero)
         self.score_kwargs = dict(score_kwargs or {})
+        self.combine_rm_scores = bool(combine_rm_scores)
 
     def _extra_option_names(self) -> str:
         return ""
@@ -178,7 +182,7 @@ class RewardManagerBase:
         return Scored([s for s, _ in results], extra)
 
     def __call__(self, data, return_dict: bool = False):
-        if "rm_scores" in data.batch:
+        if "rm_scores" in data.batch and not self.combine_rm_scores:
             # A model reward model already scored the batch (upstream behaviour: pass it through).
             rm = data.batch["rm_scores"]
             return {"reward_tensor": rm, "reward_extra_info": {}, "reward_metrics": {}} if return_dict else rm
@@ -188,6 +192,8 @@ class RewardManagerBase:
         reward = torch.zeros(responses.shape, dtype=torch.float32, device=responses.device)
         for row, score in zip(rows, scored.scores):
             reward[row.index, max(row.valid_response_length - 1, 0)] = score
+        if "rm_scores" in data.batch:
+            reward = reward + data.batch["rm_scores"].to(reward)
         self._examine(rows, scored)
         if return_dict:
             return {

@@ -11,6 +11,9 @@ Keys read (all optional)::
         path: null                     # a .py file; default: verl.rewards.default_compute_score
         name: compute_score
         reward_kwargs: {}              # bound to the user's function
+      reward_model:
+        judge: {enable: false, ...}    # a generative judge added to the rule score
+                                       # (verl.rewards.models.judge documents its keys)
       sandbox:                         # for code rows of the default scorer
         name: local                    # local | sandbox_fusion | e2b
         ...                            # that sandbox's options (url, timeout, memory_mb, ...)
@@ -58,8 +61,13 @@ def load_reward_manager(config: Any, tokenizer, num_examine: int, **reward_kwarg
             custom.get("reward_kwargs") or {},
             batched=name == "batch",
         )
+    judge = dict((cfg.get("reward_model") or {}).get("judge") or {})
+    if judge.get("enable"):
+        from verl.rewards.models.judge import build_judge_scorer
+
+        compute_score = build_judge_scorer(judge, rule=compute_score)
     sandbox = dict(cfg.get("sandbox") or {})
-    if compute_score is None and sandbox:
+    if (compute_score is None or judge.get("enable")) and sandbox:
         score_kwargs = dict(kwargs.pop("score_kwargs", None) or {})
         score_kwargs.setdefault("sandbox", sandbox.pop("name", "local"))
         score_kwargs.setdefault("sandbox_options", sandbox)

@@ -1,0 +1,1 @@
+"""Model reward models: a discriminative RM worker and a generative judge scorer."""
