@@ -1,0 +1,203 @@
+"""The trainer's I/O around the loop: data loading, validation, tracking, checkpoint and resume.
+
+Mixed into ``RayPPOTrainer``; every method here is a hook a subclass may override on its own.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+from verl.protocol import DataProto
+from verl.trainer.ppo.metric_utils import process_validation_metrics
+from verl.trainer.ppo.reward import compute_reward
+from verl.utils.checkpoint import (
+    atomic_checkpoint,
+    find_latest_ckpt_path,
+    get_rng_state,
+    load_trainer_state,
+    prune_checkpoints,
+    save_trainer_state,
+    set_rng_state,
+)
+from verl.utils.tracking import Tracking
+
+
+class TrainerIOMixin:
+    """Data, validation, logging and checkpoints for ``RayPPOTrainer`` (expects its attributes)."""
+
+    # ----------------------------------------------------------------------------------------- data
+    def _build_loader(self, dataset: Any, batch_size: int, shuffle: bool, seed: int, collate_fn: Any,
+                      drop_last: bool, sampler: Any = None) -> Any:
+        """A resumable loader (``state_dict``/``load_state_dict``, ``len`` = batches per epoch)."""
+        from verl.utils.dataset import create_rl_dataloader  # the dataset helper's stateful loader
+
+        return create_rl_dataloader(dataset, batch_size=batch_size, shuffle=shuffle, seed=seed,
+                                    collate_fn=collate_fn, drop_last=drop_last, sampler=sampler)
+
+    def _create_dataloader(self, train_dataset: Any, val_dataset: Any, collate_fn: Any, train_sampler: Any) -> None:
+        """Build the resumable train loader and the val loader; compute the total step count once."""
+        cfg = self.config
+        if train_dataset is None:
+            raise ValueError("RayPPOTrainer needs train_dataset (main_ppo builds it from data.train_files)")
+        self.train_dataloader = self._build_loader(
+            train_dataset, cfg.data.gen_batch_size, cfg.data.shuffle, cfg.data.seed, collate_fn, True, train_sampler
+        )
+        self.val_dataloader = None
+        if val_dataset is not None:
+            val_bs = cfg.data.val_batch_size or len(val_dataset)
+            self.val_dataloader = self._build_loader(
+                val_dataset, val_bs, cfg.data.validation_shuffle, cfg.data.seed, collate_fn, False
+            )
+        steps_per_epoch = len(self.train_dataloader)
+        if steps_per_epoch == 0:
+            raise ValueError(
+                f"the training set has {len(train_dataset)} prompts, fewer than one batch of "
+                f"data.gen_batch_size={cfg.data.gen_batch_size}; lower the batch size or add data"
+            )
+        total = steps_per_epoch * int(cfg.trainer.total_epochs)
+        if cfg.trainer.total_training_steps is not None and int(cfg.trainer.total_training_steps) > 0:
+            total = int(cfg.trainer.total_training_steps)
+        # Computed once, passed to the workers as a constructor keyword; the config is never written.
+        self.total_training_steps = total
+        self.epoch = 0
+        self._train_iter = None
+
+    def _next_batch(self) -> dict:
+        """The next prompt batch, moving to the next epoch when one runs out.
+
+        Past ``trainer.total_epochs`` the data cycles only when ``trainer.total_training_steps`` asks
+        for more steps than the epochs hold (e.g. dynamic sampling consuming extra batches).
+        """
+        for _ in range(2):
+            if self._train_iter is None:
+                self._train_iter = iter(self.train_dataloader)
+            try:
+                return next(self._train_iter)
+            except StopIteration:
+                self._train_iter = None
+                self.epoch += 1
+        raise RuntimeError(f"the train dataloader yielded no batch in epoch {self.epoch - 1} nor {self.epoch}")
+
+    # ----------------------------------------------------------------------------------- validation
+    def _validate(self) -> dict[str, float]:
+        """Generate for the validation set with ``rollout.val_kwargs`` and score it with val_reward_fn.
+
+        Returns ``val/<data_source>/reward`` (mean score) and the mean of each numeric extra score key.
+        """
+        if self.val_dataloader is None:
+            return {}
+        val_kwargs = self.config.actor_rollout_ref.rollout.val_kwargs
+        scores: list[float] = []
+        sources: list[str] = []
+        extra_all: dict[str, list] = defaultdict(list)
+        for batch_dict in self.val_dataloader:
+            batch = DataProto.from_single_dict(batch_dict).repeat(val_kwargs.n, interleave=True)
+            gen_batch = self._gen_input(batch, do_sample=val_kwargs.do_sample, validate=True)
+            output = self.actor_rollout_wg.generate_sequences(gen_batch)
+            batch.pop(batch_keys=["input_ids", "attention_mask", "position_ids"])
+            batch.union(DataProto(batch=output.batch, non_tensor_batch=output.non_tensor_batch, meta_info={}))
+            reward_tensor, extra = compute_reward(batch, self.val_reward_fn)
+            scores.extend(reward_tensor.sum(-1).tolist())
+            sources.extend(batch.non_tensor_batch.get("data_source", np.array(["unknown"] * len(batch), dtype=object)))
+            for key, values in extra.items():
+                extra_all[key].extend(values)
+        if extra_all and any(len(v) != len(scores) for v in extra_all.values()):
+            extra_all = {}  # some batches lacked a key: per-key means would be misaligned
+        return process_validation_metrics(np.array(sources, dtype=object), scores, extra_all)
+
+    # ------------------------------------------------------------------------------------ tracking
+    @property
+    def output_dir(self) -> str:
+        """Where metrics, plots and checkpoints of this run go (``trainer.default_local_dir``)."""
+        return self.config.trainer.default_local_dir
+
+    def _make_logger(self) -> Tracking:
+        t = self.config.trainer
+        return Tracking(
+            project_name=t.project_name, experiment_name=t.experiment_name, default_backend=list(t.logger),
+            config=self.config, output_dir=self.output_dir,
+        )
+
+    def _progress_bar(self, initial: int, total: int):
+        if not self.config.trainer.progress_bar:
+            return None
+        from tqdm import tqdm
+
+        return tqdm(total=total, initial=initial, desc="Training", unit="step", dynamic_ncols=True)
+
+    def _advance_progress(self, bar, metrics: dict) -> None:
+        if bar is None:
+            return
+        postfix = {"reward": f"{metrics.get('critic/score/mean', float('nan')):.3f}"}
+        for k, v in metrics.items():
+            if k.startswith("val/") and k.endswith("/reward"):
+                postfix[k.removeprefix("val/")] = f"{v:.3f}"
+        bar.set_postfix(postfix, refresh=False)
+        bar.update(1)
+
+    # --------------------------------------------------------------------------------- checkpoints
+    def _trainer_state(self) -> dict[str, Any]:
+        return {
+            "global_step": self.global_steps,
+            "epoch": self.epoch,
+            "dataloader": self.train_dataloader.state_dict(),
+            "rng": get_rng_state(),
+            "kl_ctrl": self.kl_ctrl_in_reward.state_dict() if self.kl_ctrl_in_reward is not None else None,
+            "total_training_steps": self.total_training_steps,
+        }
+
+    def _save_checkpoint(self) -> str:
+        """Save ``global_step_{N}`` atomically: workers fill ``actor/`` and ``critic/``, the driver its
+        ``trainer_state.pt``; then prune to ``max_actor_ckpt_to_keep`` / ``max_critic_ckpt_to_keep``."""
+        t = self.config.trainer
+        root = t.default_local_dir
+        with atomic_checkpoint(root, self.global_steps) as tmp:
+            # Pruning is the driver's job (whole dirs); workers get max_ckpt_to_keep=None.
+            self.actor_rollout_wg.save_checkpoint(os.path.join(tmp, "actor"), self.global_steps, None)
+            if self.use_critic:
+                self.critic_wg.save_checkpoint(os.path.join(tmp, "critic"), self.global_steps, None)
+            save_trainer_state(tmp, self._trainer_state())
+        limits = [x for x in (t.max_actor_ckpt_to_keep, t.max_critic_ckpt_to_keep) if x is not None and x > 0]
+        keep = max(limits) if limits else None
+        prune_checkpoints(root, keep, {"actor": t.max_actor_ckpt_to_keep, "critic": t.max_critic_ckpt_to_keep})
+        return os.path.join(root, f"global_step_{self.global_steps}")
+
+    def _resume_path(self) -> str | None:
+        t = self.config.trainer
+        if t.resume_mode == "disable":
+            return None
+        if t.resume_mode == "auto":
+            return find_latest_ckpt_path(t.default_local_dir)
+        if t.resume_mode == "resume_path":
+            path = str(t.resume_from_path)
+            if not os.path.basename(os.path.normpath(path)).startswith("global_step_"):
+                raise ValueError(f"trainer.resume_from_path={path!r} must be a global_step_N directory")
+            if not os.path.isdir(path):
+                raise FileNotFoundError(f"trainer.resume_from_path={path!r}: no such directory")
+            return path
+        raise ValueError(f"trainer.resume_mode={t.resume_mode!r}; expected auto, disable or resume_path")
+
+    def _load_checkpoint(self) -> int:
+        """Restore step, data position, RNG, KL controller and the workers' state; returns the step."""
+        self._resumed_from = None
+        path = self._resume_path()
+        if path is None:
+            return 0
+        state = load_trainer_state(path)
+        self.global_steps = int(state["global_step"])
+        self.epoch = int(state["epoch"])
+        self.actor_rollout_wg.load_checkpoint(os.path.join(path, "actor"))
+        if self.use_critic:
+            self.critic_wg.load_checkpoint(os.path.join(path, "critic"))
+        self.train_dataloader.load_state_dict(state["dataloader"])
+        self._train_iter = None
+        set_rng_state(state["rng"])
+        if self.kl_ctrl_in_reward is not None and state["kl_ctrl"] is not None:
+            self.kl_ctrl_in_reward.load_state_dict(state["kl_ctrl"])
+        self._resumed_from = path
+        print(f"resumed from {path} at step {self.global_steps} (epoch {self.epoch})", flush=True)
+        return self.global_steps
