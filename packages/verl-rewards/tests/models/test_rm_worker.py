@@ -3,7 +3,6 @@
 import numpy as np
 import pytest
 import torch
-
 from verl import DataProto
 
 tiny = pytest.importorskip("verl.workers.tiny")
@@ -65,7 +64,13 @@ def _batch(tok):
 
 @pytest.fixture
 def worker_env(monkeypatch):
-    for k, v in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29999"}.items():
+    for k, v in {
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+        "LOCAL_RANK": "0",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "29999",
+    }.items():
         monkeypatch.setenv(k, v)
 
 
@@ -101,7 +106,9 @@ def test_different_tokenizer_retemplates_the_conversation(dirs, worker_env):
     rm = w.compute_rm_score(data).batch["rm_scores"]
     rm_tok = transformers.AutoTokenizer.from_pretrained(rm_dir)
     for i, chat in enumerate(CHATS):
-        text = "".join(f"### {m['role']}: {m['content']}\n" for m in chat) + f"### assistant: {RESPONSES[i]}\n"
+        text = (
+            "".join(f"### {m['role']}: {m['content']}\n" for m in chat) + f"### assistant: {RESPONSES[i]}\n"
+        )
         want = _single(model, rm_tok(text, add_special_tokens=False)["input_ids"])
         assert rm[i, len(r_ids[i]) - 1].item() == pytest.approx(want, abs=1e-5)
 
@@ -116,7 +123,9 @@ def test_manager_passes_rm_scores_through_or_adds_rule_scores(dirs):
         rm[i, len(r) - 1] = 0.25 * (i + 1)
     data.batch["rm_scores"] = rm
     data.non_tensor_batch["data_source"] = np.array(["arithmetic"] * 3, dtype=object)
-    data.non_tensor_batch["reward_model"] = np.array([{"ground_truth": g} for g in ["4", "15", "42"]], dtype=object)
+    data.non_tensor_batch["reward_model"] = np.array(
+        [{"ground_truth": g} for g in ["4", "15", "42"]], dtype=object
+    )
     assert torch.equal(NaiveRewardManager(policy_tok, 0)(data), rm)
     combined = NaiveRewardManager(policy_tok, 0, combine_rm_scores=True)(data)
     rule = torch.zeros_like(rm)
