@@ -3,9 +3,10 @@
     uv run python benchmarks/bench_dataproto.py                      # this repo's verl
     uv run python benchmarks/bench_dataproto.py --compare /work/venv-upstream/bin/python
 
-With --compare, each round runs a fresh worker process under this interpreter and then one under
-PYTHON (alternating, so machine-load drift hits both sides alike), and the table shows the median
-over rounds of each side's per-op median, plus the ratio ours / upstream.
+With --compare, one persistent worker process per interpreter builds the batch once; then, op by op
+and round by round, the two workers time the same op back to back (alternating which goes first),
+so load drift on a shared machine hits both sides alike. The table shows each side's median and
+the median of the per-round ratios ours / upstream. Whole-process import times are measured last.
 
 The batch mirrors ../shared/anchors/verl_anchor/bench_dataproto.py: B rows x L tokens with
 input_ids, attention_mask, responses (int64) and old_log_probs (float32) = 28 MiB at B=L=1024,
@@ -55,30 +56,21 @@ def _inputs(B: int, L: int, seed: int = 0):
     return tensors, {"uid": uid, "extra_info": extra}
 
 
-def run_ops(B: int, L: int, reps: int) -> dict:
-    """Time every op in this process; returns {"rows": {op: seconds}, "pickle_bytes": n}."""
+def build_ops(B: int, L: int) -> dict:
+    """name -> (fn, setup or None). Sanity checks run once here, so an implementation cannot win
+    by doing nothing."""
     import numpy as np
     import torch
     from verl import DataProto
 
     torch.set_num_threads(max(1, os.cpu_count() or 1))
-    rows: dict[str, float] = {}
 
     def build():
         tensors, non_tensors = _inputs(B, L)
         return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info={"step": 1})
 
-    rows["build: random tensors + from_dict (anchor's from_dict row)"] = _timeit(build, reps)
-    rows["from_dict only (inputs prebuilt)"] = _timeit(
-        lambda inp: DataProto.from_dict(tensors=inp[0], non_tensors=inp[1], meta_info={"step": 1}),
-        reps,
-        setup=lambda: _inputs(B, L),
-    )
     data = build()
     chunks8 = data.chunk(8)
-    rows["chunk(8)"] = _timeit(lambda: data.chunk(8), reps)
-    rows["concat(8 chunks)"] = _timeit(lambda: DataProto.concat(chunks8), reps)
-
     right = data.select(batch_keys=["old_log_probs"], non_tensor_batch_keys=["extra_info"])
 
     def fresh_left():  # union mutates its left side
@@ -88,41 +80,87 @@ def run_ops(B: int, L: int, reps: int) -> dict:
             meta_info={"step": 1},
         )
 
-    rows["union (3 tensors + 1 obj) with (1 tensor + 1 obj)"] = _timeit(
-        lambda left: left.union(right), reps, setup=fresh_left
-    )
-    rows["select(batch_keys=2, non_tensor_keys=1)"] = _timeit(
-        lambda: data.select(batch_keys=["input_ids", "attention_mask"], non_tensor_batch_keys=["uid"]), reps
-    )
-    rows["slice data[0:B/2]"] = _timeit(lambda: data[0 : B // 2], reps)
     idx = np.random.default_rng(0).permutation(B)[: B // 2]
-    rows["index select data[np array of B/2 random rows]"] = _timeit(lambda: data[idx], reps)
     idx_list = idx.tolist()
-    rows["index select data[python list of B/2 rows]"] = _timeit(lambda: data[idx_list], reps)
     mask = np.zeros(B, dtype=bool)
     mask[::2] = True
-    rows["bool-mask select (B/2 rows)"] = _timeit(lambda: data[mask], reps)
-    rows["repeat(8, interleave=True)"] = _timeit(lambda: data.repeat(repeat_times=8, interleave=True), reps)
-    rows["to('cpu')"] = _timeit(lambda: data.to("cpu"), reps)
-
     blob = pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL)
-    rows["pickle.dumps"] = _timeit(lambda: pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL), reps)
-    rows["pickle.loads"] = _timeit(lambda: pickle.loads(blob), reps)
-    rows["pickle round-trip (dumps+loads)"] = _timeit(
-        lambda: pickle.loads(pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL)), reps
-    )
 
-    # Sanity checks, so an implementation cannot win by doing nothing.
     assert len(DataProto.concat(chunks8)) == B
+    assert torch.equal(DataProto.concat(chunks8).batch["input_ids"], data.batch["input_ids"])
     rep = data.repeat(repeat_times=8, interleave=True)
     assert len(rep) == 8 * B and torch.equal(rep.batch["input_ids"][8 * 3 + 5], data.batch["input_ids"][3])
+    del rep
     assert torch.equal(data[idx].batch["responses"], data.batch["responses"][torch.from_numpy(idx)])
     assert list(data[mask].non_tensor_batch["uid"]) == list(data.non_tensor_batch["uid"][::2])
     rt = pickle.loads(blob)
     assert torch.equal(rt.batch["old_log_probs"], data.batch["old_log_probs"])
     assert list(rt.non_tensor_batch["extra_info"][:3]) == list(data.non_tensor_batch["extra_info"][:3])
-    nbytes = sum(t.numel() * t.element_size() for t in data.batch.values())
-    return {"rows": rows, "pickle_bytes": len(blob), "tensor_bytes": nbytes}
+
+    return {
+        "build: random tensors + from_dict (anchor's from_dict row)": (build, None),
+        "from_dict only (inputs prebuilt)": (
+            lambda inp: DataProto.from_dict(tensors=inp[0], non_tensors=inp[1], meta_info={"step": 1}),
+            lambda: _inputs(B, L),
+        ),
+        "chunk(8)": (lambda: data.chunk(8), None),
+        "concat(8 chunks)": (lambda: DataProto.concat(chunks8), None),
+        "union (3 tensors + 1 obj) with (1 tensor + 1 obj)": (lambda left: left.union(right), fresh_left),
+        "select(batch_keys=2, non_tensor_keys=1)": (
+            lambda: data.select(batch_keys=["input_ids", "attention_mask"], non_tensor_batch_keys=["uid"]),
+            None,
+        ),
+        "slice data[0:B/2]": (lambda: data[0 : B // 2], None),
+        "index select data[np array of B/2 random rows]": (lambda: data[idx], None),
+        "index select data[python list of B/2 rows]": (lambda: data[idx_list], None),
+        "bool-mask select (B/2 rows)": (lambda: data[mask], None),
+        "repeat(8, interleave=True)": (lambda: data.repeat(repeat_times=8, interleave=True), None),
+        "to('cpu')": (lambda: data.to("cpu"), None),
+        "pickle.dumps": (lambda: pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL), None),
+        "pickle.loads": (lambda: pickle.loads(blob), None),
+        "pickle round-trip (dumps+loads)": (
+            lambda: pickle.loads(pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL)),
+            None,
+        ),
+        "_info": (len(blob), sum(t.numel() * t.element_size() for t in data.batch.values())),
+    }
+
+
+def worker(B: int, L: int) -> None:
+    """Serve timing requests on stdin ("<reps> <op name>" per line), answer one JSON line each."""
+    ops = build_ops(B, L)
+    pickle_bytes, tensor_bytes = ops.pop("_info")
+    print(
+        json.dumps({"ops": list(ops), "pickle_bytes": pickle_bytes, "tensor_bytes": tensor_bytes}), flush=True
+    )
+    for line in sys.stdin:
+        reps, name = line.rstrip("\n").split(" ", 1)
+        fn, setup = ops[name]
+        print(json.dumps(_timeit(fn, int(reps), setup=setup)), flush=True)
+
+
+class Side:
+    """A persistent worker process running this file under one interpreter."""
+
+    def __init__(self, python: str, B: int, L: int):
+        self.python = python
+        self.proc = subprocess.Popen(
+            [python, os.path.abspath(__file__), "--worker", "--batch", str(B), "--seqlen", str(L)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd="/",  # keep this repo's source tree off the upstream interpreter's path
+        )
+        self.info = json.loads(self.proc.stdout.readline())
+
+    def time(self, name: str, reps: int) -> float:
+        self.proc.stdin.write(f"{reps} {name}\n")
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait()
 
 
 def import_time(python: str, statement: str = "import verl") -> float:
@@ -130,33 +168,6 @@ def import_time(python: str, statement: str = "import verl") -> float:
     t0 = time.perf_counter()
     subprocess.run([python, "-c", statement], check=True, cwd="/")
     return time.perf_counter() - t0
-
-
-def measure(python: str, B: int, L: int, reps: int) -> dict:
-    """One fresh worker process under `python` (this file with --worker), plus the import timings."""
-    out = subprocess.run(
-        [
-            python,
-            os.path.abspath(__file__),
-            "--worker",
-            "--batch",
-            str(B),
-            "--seqlen",
-            str(L),
-            "--reps",
-            str(reps),
-        ],
-        check=True,
-        capture_output=True,
-        text=True,
-        cwd="/",  # so the repo's source tree is not on the upstream interpreter's path
-    )
-    result = json.loads(out.stdout.strip().splitlines()[-1])
-    result["rows"]["process: python -c 'import verl'"] = import_time(python)
-    result["rows"]["process: python -c 'from verl import DataProto'"] = import_time(
-        python, "from verl import DataProto"
-    )
-    return result
 
 
 def _fmt(s: float) -> str:
@@ -171,47 +182,61 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--batch", type=int, default=1024)
     ap.add_argument("--seqlen", type=int, default=1024)
-    ap.add_argument("--reps", type=int, default=7, help="timed repetitions per op in each worker (median)")
-    ap.add_argument("--rounds", type=int, default=3, help="worker processes per interpreter (alternating)")
+    ap.add_argument("--reps", type=int, default=5, help="timed repetitions per op per round (median)")
+    ap.add_argument("--rounds", type=int, default=5, help="alternating rounds over all ops")
+    ap.add_argument("--import-reps", type=int, default=3, help="whole-process import timings per side")
     ap.add_argument("--compare", metavar="PYTHON", help="interpreter with upstream verl installed")
     ap.add_argument("--json", help="write the raw numbers here")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
 
     if args.worker:
-        print(json.dumps(run_ops(args.batch, args.seqlen, args.reps)))
+        worker(args.batch, args.seqlen)
         return
 
-    sides = {"ours": sys.executable}
+    pythons = {"ours": sys.executable}
     if args.compare:
-        sides["upstream"] = args.compare
-    runs: dict[str, list[dict]] = {name: [] for name in sides}
+        pythons["upstream"] = args.compare
+    sides = {name: Side(py, args.batch, args.seqlen) for name, py in pythons.items()}
+    ops = sides["ours"].info["ops"]
+    times: dict[str, dict[str, list[float]]] = {name: {op: [] for op in ops} for name in sides}
+    order = list(sides)
     for r in range(args.rounds):
-        for name, python in sides.items():
-            runs[name].append(measure(python, args.batch, args.seqlen, args.reps))
-            print(f"round {r + 1}/{args.rounds}: {name} done", file=sys.stderr)
+        for op in ops:
+            # the two sides run back to back on every op, in alternating order, so load drift on
+            # this shared machine hits both alike; ratios are taken per round
+            for name in order if r % 2 == 0 else order[::-1]:
+                times[name][op].append(sides[name].time(op, args.reps))
+        print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
+    for side in sides.values():
+        side.close()
+    for stmt in ("import verl", "from verl import DataProto"):
+        op = f"process: python -c '{stmt}'"
+        for name in sides:
+            times[name][op] = []
+        for _ in range(args.import_reps):
+            for name, py in pythons.items():
+                times[name][op].append(import_time(py, stmt))
 
-    med = {
-        name: {op: statistics.median(run["rows"][op] for run in rs) for op in rs[0]["rows"]}
-        for name, rs in runs.items()
-    }
-    ours = runs["ours"][0]
+    med = {name: {op: statistics.median(ts) for op, ts in per.items()} for name, per in times.items()}
+    ours = sides["ours"].info
     print(
-        f"# DataProto benchmark: B={args.batch} L={args.seqlen}, tensor payload {ours['tensor_bytes'] / 2**20:.1f} MiB, "
-        f"median of {args.reps} reps per worker, median over {args.rounds} alternating rounds, "
+        f"# DataProto benchmark: B={args.batch} L={args.seqlen}, tensor payload {ours['tensor_bytes'] / 2**20:.1f} MiB; "
+        f"per op: median over {args.rounds} alternating rounds of the median of {args.reps} reps; "
         f"{os.cpu_count()} CPUs, loadavg {os.getloadavg()[0]:.2f}"
     )
     if args.compare:
-        up = runs["upstream"][0]
+        up = sides["upstream"].info
         print(
             f"# pickle size: ours {ours['pickle_bytes'] / 2**20:.2f} MiB, upstream {up['pickle_bytes'] / 2**20:.2f} MiB\n"
         )
-        print("| op | ours | upstream verl | ours / upstream |")
+        print("| op | ours | upstream verl | ours / upstream (median of per-round ratios) |")
         print("|---|---|---|---|")
-        for op, t in med["ours"].items():
-            u = med["upstream"].get(op)
-            ratio = f"{t / u:.2f}" if u else "n/a"
-            print(f"| {op} | {_fmt(t)} | {_fmt(u) if u else 'n/a'} | {ratio} |")
+        for op in times["ours"]:
+            ratios = [a / b for a, b in zip(times["ours"][op], times["upstream"][op])]
+            print(
+                f"| {op} | {_fmt(med['ours'][op])} | {_fmt(med['upstream'][op])} | {statistics.median(ratios):.2f} |"
+            )
     else:
         print(f"# pickle size: {ours['pickle_bytes'] / 2**20:.2f} MiB\n")
         print("| op | median |")
@@ -220,7 +245,7 @@ def main() -> None:
             print(f"| {op} | {_fmt(t)} |")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "runs": runs, "median": med}, f, indent=2)
+            json.dump({"args": vars(args), "times": times, "median": med}, f, indent=2)
 
 
 if __name__ == "__main__":

@@ -473,7 +473,24 @@ class DataProto:
                 f"pad first (pad_dataproto_to_divisor) or enable DataProtoConfig.auto_padding"
             )
         step = -(-n // chunks)
-        return [self.slice(min(i * step, n), min((i + 1) * step, n)) for i in range(chunks)]
+        bounds = [(min(i * step, n), min((i + 1) * step, n)) for i in range(chunks)]
+        if self.batch is not None:
+            # one split call per tensor instead of one slice per tensor per chunk
+            sizes = [b - a for a, b in bounds]
+            pieces = {k: t.split(sizes) for k, t in self.batch.items()}
+            rest = self.batch.batch_size[1:]
+            batches = [
+                TensorBatch._trusted({k: p[i] for k, p in pieces.items()}, torch.Size((sizes[i], *rest)))
+                for i in range(chunks)
+            ]
+        else:
+            batches = [None] * chunks
+        return [
+            type(self)._trusted(
+                batches[i], {k: v[a:b] for k, v in self.non_tensor_batch.items()}, self.meta_info
+            )
+            for i, (a, b) in enumerate(bounds)
+        ]
 
     def split(self, split_size: int) -> list[DataProto]:
         """Pieces of split_size rows (the last may be shorter)."""

@@ -227,7 +227,11 @@ class TensorBatch:
         return TensorBatch._trusted(out, self._batch_size if batch_size is None else torch.Size(batch_size))
 
     def to(self, device: str | torch.device, non_blocking: bool = False) -> TensorBatch:
-        return self.apply(lambda t: t.to(device, non_blocking=non_blocking))
+        """This batch itself when every tensor is already on `device` (as TensorDict), else a moved copy."""
+        target = torch.device(device)
+        if all(t.device == target for t in self._tensors.values()):
+            return self
+        return self.apply(lambda t: t.to(target, non_blocking=non_blocking))
 
     def cpu(self) -> TensorBatch:
         return self.to("cpu")
