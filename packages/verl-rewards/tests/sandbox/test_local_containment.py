@@ -191,7 +191,7 @@ def test_no_network_to_a_local_listener(sandbox):
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen(1)
-    srv.settimeout(3)
+    srv.settimeout(1)
     port = srv.getsockname()[1]
     accepted = []
 

@@ -66,6 +66,49 @@ def read_frame(fd: int, deadline: float | None) -> bytes:
     return read_exact(fd, size, deadline)
 
 
+class _Spawner:
+    """Starts helper processes from one long-lived thread.
+
+    Helpers ask the kernel to SIGKILL them when their parent dies (PR_SET_PDEATHSIG), but the kernel
+    means the parent *thread*: a helper started from a short-lived pool thread would die with that
+    thread. Starting them all from this thread ties them to the process instead.
+    """
+
+    def __init__(self) -> None:
+        self._requests: queue.Queue = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def _loop(self) -> None:
+        while True:
+            argv, env, reply = self._requests.get()
+            try:
+                reply.put(
+                    subprocess.Popen(
+                        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, start_new_session=True
+                    )
+                )
+            except OSError as e:
+                reply.put(e)
+
+    def popen(self, argv: list[str], env: dict[str, str]) -> subprocess.Popen:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._loop, name="verl-time-limit-spawner", daemon=True
+                )
+                self._thread.start()
+        reply: queue.Queue = queue.Queue()
+        self._requests.put((argv, env, reply))
+        out = reply.get()
+        if isinstance(out, OSError):
+            raise out
+        return out
+
+
+_spawner = _Spawner()
+
+
 class _Helper:
     """One helper process; not thread-safe (the pool hands it to one caller at a time)."""
 
@@ -74,12 +117,9 @@ class _Helper:
         # so keep the environment but make sure the child's imports match ours.
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "verl.rewards.utils._limit_worker", str(os.getpid()), *preload],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env=env,
-            start_new_session=True,  # a Ctrl-C on the trainer's terminal is the trainer's business
+        # start_new_session (in the spawner): a Ctrl-C on the trainer's terminal is the trainer's business.
+        self.proc = _spawner.popen(
+            [sys.executable, "-m", "verl.rewards.utils._limit_worker", str(os.getpid()), *preload], env
         )
         # The time limit of a call must not include interpreter start-up and heavy imports (sympy
         # takes seconds on a busy machine): wait for the helper's ready frame first.
@@ -150,8 +190,7 @@ class TimeLimiter:
         payload = cloudpickle.dumps((fn, args, kwargs))
         helper = self._idle.get()
         try:
-            # PR_SET_PDEATHSIG fires when the *thread* that started a helper exits, so a reused helper
-            # may have died between calls: retry once on a fresh one.
+            # A reused helper may have died between calls (killed from outside): retry once on a fresh one.
             for attempt in range(2):
                 if isinstance(helper, _Restarting):
                     helper = helper.result()
