@@ -22,8 +22,10 @@ def test_per_rank_sizes_are_derived_not_written(make_cfg, tiny_model_dir):
         ActorRolloutRefWorker(cfg.actor_rollout_ref, role="critic")
 
 
-def test_hybrid_engine_generates_scores_and_sees_updates(make_cfg, prompts_for, tiny_model_dir):
-    cfg = make_cfg(tiny_model_dir, "actor_rollout_ref.rollout.calculate_log_probs=true")
+@pytest.mark.parametrize("strategy", ["fsdp2", "fsdp"])
+def test_hybrid_engine_generates_scores_and_sees_updates(make_cfg, prompts_for, tiny_model_dir, strategy):
+    cfg = make_cfg(tiny_model_dir, "actor_rollout_ref.rollout.calculate_log_probs=true",
+                   f"actor_rollout_ref.actor.strategy={strategy}")
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     w = ActorRolloutRefWorker(cfg.actor_rollout_ref, role="actor_rollout_ref", total_training_steps=3)
     w.init_model()
