@@ -113,7 +113,8 @@ class DataParallelPPOActor:
             # token share of this micro-batch: per-token-mean metrics are weighted by it and summed
             share = float(mask.sum().item()) / n_tokens
             metrics = {"pg_loss": float(pg_loss.detach().item())}
-            metrics.update({k: float(v) * share for k, v in pg_metrics.items()})
+            # the losses name their metrics 'actor/...' (upstream); update_policy adds the prefix itself
+            metrics.update({k.removeprefix("actor/"): float(v) * share for k, v in pg_metrics.items()})
             entropy = agg_loss(out["entropys"], mask, "token-mean", info)
             metrics["entropy"] = float(entropy.detach().item())
             if cfg.entropy_coeff != 0:

@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-
 from verl import DataProto
 from verl.trainer.ppo.core_algos import GlobalBatchInfo, compute_value_loss
 from verl.utils.torch_functional import masked_mean

@@ -211,7 +211,8 @@ class _FSDPEngineBase(BaseEngine):
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         sd = get_model_state_dict(self.module, options=StateDictOptions(full_state_dict=True))
-        return {k: v.detach().cpu() for k, v in sd.items()}
+        # clone: on one CPU rank the gathered tensors can alias the live parameters
+        return {k: v.detach().cpu().clone() for k, v in sd.items()}
 
     def save_checkpoint(self, path: str, global_step: int = 0) -> None:
         from verl.workers.checkpoint.dcp import save_engine_checkpoint

@@ -1,7 +1,7 @@
 """Helpers for tests of verl-workers and packages that build on it (no pytest dependency).
 
 ``make_rl_batch`` builds a ``DataProto`` shaped like a rollout output (docs/contracts.md);
-``run_gloo`` runs a function on N forked CPU processes joined in one gloo group.
+``run_gloo`` runs a function on N spawned CPU processes joined in one gloo group.
 """
 
 from __future__ import annotations
@@ -47,9 +47,11 @@ def make_rl_batch(n: int = 8, prompt_len: int = 6, response_len: int = 5, vocab:
     return DataProto.from_dict(tensors=batch, meta_info={"temperature": 1.0})
 
 
-def _gloo_entry(rank: int, fn: Callable, world_size: int, store: str, args: tuple) -> None:
+def _gloo_entry(rank: int, payload: bytes, world_size: int, store: str) -> None:
+    import cloudpickle
     import torch.distributed as dist
 
+    fn, args = cloudpickle.loads(payload)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world_size)
     try:
@@ -59,13 +61,20 @@ def _gloo_entry(rank: int, fn: Callable, world_size: int, store: str, args: tupl
 
 
 def run_gloo(fn: Callable[..., Any], world_size: int, workdir: str, *args: Any) -> None:
-    """Run ``fn(rank, world_size, *args)`` in ``world_size`` forked processes sharing a gloo group
-    (rendezvous through a file in ``workdir``). Forking lets ``fn`` live in a test module. Raises
-    if any process fails; results travel through files."""
+    """Run ``fn(rank, world_size, *args)`` in ``world_size`` fresh (spawned) processes sharing a gloo
+    group (rendezvous through a file in ``workdir``). ``fn`` may live in a test module: it is sent by
+    value with cloudpickle. Raises if any process fails; results travel through files."""
+    import sys
+
+    import cloudpickle
     import torch.multiprocessing as mp
 
+    module = sys.modules.get(fn.__module__)
+    if module is not None and fn.__module__ != "__main__":
+        cloudpickle.register_pickle_by_value(module)
+    payload = cloudpickle.dumps((fn, args))
     store = os.path.join(workdir, f"gloo_store_{os.getpid()}")
     if os.path.exists(store):
         os.remove(store)
-    mp.start_processes(_gloo_entry, args=(fn, world_size, store, args), nprocs=world_size, join=True,
-                       start_method="fork")
+    mp.start_processes(_gloo_entry, args=(payload, world_size, store), nprocs=world_size, join=True,
+                       start_method="spawn")

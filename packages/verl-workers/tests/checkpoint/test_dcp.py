@@ -1,0 +1,54 @@
+import os
+import shutil
+
+import pytest
+import torch
+
+from verl.workers.checkpoint import is_complete_checkpoint, read_meta
+from verl.workers.critic import DataParallelPPOCritic
+from verl.workers.engine import build_engine
+
+
+def _critic(ppo_config, path):
+    cfg = ppo_config(f"actor_rollout_ref.model.path={path}", "critic.model.enable_gradient_checkpointing=false",
+                     "critic.optim.lr=1e-3", "critic.optim.lr_scheduler_type=cosine", "critic.ppo_micro_batch_size_per_gpu=4")
+    c = cfg.critic
+    engine = build_engine(c.strategy, model_config=c.model, engine_config=c.model.fsdp_config,
+                          optim_config=c.optim, model_type="value", grad_clip=c.grad_clip, total_training_steps=5)
+    return DataParallelPPOCritic(c, engine, ppo_mini_batch_size_per_rank=4)
+
+
+def test_save_reload_continue_identically(dist_world1, tiny_value_model_dir, ppo_config, make_rl_batch, tmp_path):
+    data1, data2 = make_rl_batch(n=8, seed=31), make_rl_batch(n=8, seed=32)
+    a = _critic(ppo_config, tiny_value_model_dir)
+    a.update_critic(data1)
+    ckpt = str(tmp_path / "global_step_1" / "critic")
+    a.engine.save_checkpoint(ckpt, global_step=1)
+    assert is_complete_checkpoint(ckpt) and read_meta(ckpt)["global_step"] == 1
+    torch.manual_seed(1234)  # RNG state after the save must be restored by the load
+    rng_after_save = torch.get_rng_state()
+    metrics_a = a.update_critic(data2)
+    state_a = a.engine.full_state_dict()
+
+    b = _critic(ppo_config, tiny_value_model_dir)
+    torch.manual_seed(999)
+    b.engine.load_checkpoint(ckpt)
+    assert not torch.equal(torch.get_rng_state(), rng_after_save)  # restored to the state at save time
+    metrics_b = b.update_critic(data2)
+    state_b = b.engine.full_state_dict()
+    assert metrics_b == metrics_a  # same lr (scheduler restored), same loss, same grad norm
+    for k in state_a:
+        assert torch.equal(state_a[k], state_b[k]), k
+
+
+def test_half_written_checkpoint_is_detected(dist_world1, tiny_value_model_dir, ppo_config, tmp_path):
+    a = _critic(ppo_config, tiny_value_model_dir)
+    ckpt = str(tmp_path / "ckpt")
+    a.engine.save_checkpoint(ckpt)
+    os.remove(os.path.join(ckpt, "checkpoint_meta.json"))  # as if the run died before the marker
+    assert not is_complete_checkpoint(ckpt)
+    with pytest.raises(RuntimeError, match="incomplete"):
+        a.engine.load_checkpoint(ckpt)
+    shutil.rmtree(ckpt)
+    with pytest.raises(FileNotFoundError, match="no checkpoint folder"):
+        a.engine.load_checkpoint(ckpt)

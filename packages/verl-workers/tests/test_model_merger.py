@@ -1,0 +1,54 @@
+import subprocess
+import sys
+
+import torch
+from transformers import AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
+
+from verl.workers.actor import DataParallelPPOActor
+from verl.workers.engine import build_engine
+from verl.workers.model_merger import merge_checkpoint
+
+
+def test_export_reloads_with_identical_outputs(dist_world1, tiny_model_dir, ppo_config, make_rl_batch, tmp_path):
+    cfg = ppo_config(f"actor_rollout_ref.model.path={tiny_model_dir}", "actor_rollout_ref.actor.optim.lr=1e-2",
+                     "actor_rollout_ref.model.enable_gradient_checkpointing=false")
+    arr = cfg.actor_rollout_ref
+    engine = build_engine("fsdp2", model_config=arr.model, engine_config=arr.actor.fsdp_config,
+                          optim_config=arr.actor.optim, total_training_steps=3)
+    actor = DataParallelPPOActor(arr.actor, engine, ppo_mini_batch_size_per_rank=8)
+    data = make_rl_batch(n=8, seed=41)
+    data.meta_info["micro_batch_size"] = 4
+    actor.update_policy(data)  # trained weights differ from the initial checkpoint
+    ckpt = str(tmp_path / "actor")
+    engine.save_checkpoint(ckpt, global_step=1)
+    expected, _ = actor.compute_log_prob(data)
+
+    out = str(tmp_path / "hf")
+    proc = subprocess.run([sys.executable, "-m", "verl.workers.model_merger", "merge", "--local_dir", ckpt,
+                           "--target_dir", out], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    model = AutoModelForCausalLM.from_pretrained(out)
+    b = data.batch
+    with torch.no_grad():
+        logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
+                       position_ids=b["position_ids"]).logits[:, -6:-1]
+    got = torch.log_softmax(logits, -1).gather(-1, b["responses"][..., None])[..., 0]
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    initial = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    assert not torch.equal(initial.model.embed_tokens.weight, model.model.embed_tokens.weight)
+    tok = AutoTokenizer.from_pretrained(out)
+    assert tok.decode(tok("12+3=")["input_ids"]) == "12+3="
+
+
+def test_export_value_model(dist_world1, tiny_value_model_dir, ppo_config, tmp_path):
+    cfg = ppo_config(f"actor_rollout_ref.model.path={tiny_value_model_dir}")
+    c = cfg.critic
+    engine = build_engine("fsdp2", model_config=c.model, engine_config=c.model.fsdp_config, optim_config=c.optim,
+                          model_type="value")
+    ckpt = str(tmp_path / "critic")
+    engine.save_checkpoint(ckpt)
+    merge_checkpoint(ckpt, str(tmp_path / "hf"))
+    model = AutoModelForTokenClassification.from_pretrained(str(tmp_path / "hf"))
+    sd = engine.full_state_dict()
+    for k, v in model.state_dict().items():
+        torch.testing.assert_close(v, sd[k], atol=0, rtol=0)
