@@ -1,0 +1,120 @@
+"""FSDP engines: 2 gloo processes give the same update as 1 (one spawn serves several checks),
+checkpoints reshard from 2 workers to 1, FSDP1 matches FSDP2, offload flags are rejected on CPU."""
+
+import os
+
+import pytest
+import torch
+
+from verl.workers.engine.testing import run_gloo
+
+
+def _actor(model_dir, strategy, mini, *extra):
+    from verl.trainer.config import load_config
+    from verl.workers.actor import DataParallelPPOActor
+    from verl.workers.engine import build_engine
+
+    cfg = load_config([
+        f"actor_rollout_ref.model.path={model_dir}", f"actor_rollout_ref.actor.strategy={strategy}",
+        "actor_rollout_ref.model.enable_gradient_checkpointing=false",
+        "actor_rollout_ref.actor.optim.lr=1e-3", "actor_rollout_ref.actor.optim.lr_warmup_steps=0",
+        "actor_rollout_ref.actor.optim.lr_scheduler_type=cosine",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "actor_rollout_ref.actor.use_kl_loss=true",
+        "actor_rollout_ref.actor.entropy_coeff=0.01", "actor_rollout_ref.actor.ppo_epochs=2", *extra,
+    ], defaults_yaml=None)
+    arr = cfg.actor_rollout_ref
+    engine = build_engine(strategy, model_config=arr.model, engine_config=arr.actor.fsdp_config,
+                          optim_config=arr.actor.optim, grad_clip=arr.actor.grad_clip, total_training_steps=10)
+    return DataParallelPPOActor(arr.actor, engine, ppo_mini_batch_size_per_rank=mini)
+
+
+def _batches():
+    from verl.workers.engine.testing import make_rl_batch
+
+    return make_rl_batch(n=8, seed=21), make_rl_batch(n=8, seed=22)
+
+
+def _two_rank_job(rank, world, model_dir, out_dir):
+    """Every rank takes its contiguous half of 8 rows (as DP_COMPUTE_PROTO chunks); mini-batches of
+    4 trajectories = 2 per rank, so two optimizer steps per epoch, two epochs."""
+    data1, data2 = _batches()
+    results = {}
+    for strategy in ("fsdp2", "fsdp"):
+        actor = _actor(model_dir, strategy, 2)  # mini-batch of 4 trajectories = 2 per rank
+        part = data1.chunk(world)[rank]
+        metrics = actor.update_policy(part)
+        sd = actor.engine.full_state_dict()
+        log_probs, _ = actor.compute_log_prob(part)
+        results[strategy] = {"metrics": metrics, "state": sd, f"log_probs_{rank}": log_probs}
+        if strategy == "fsdp2":
+            actor.engine.save_checkpoint(os.path.join(out_dir, "ckpt_w2"), global_step=1)
+            results["step2_metrics"] = actor.update_policy(data2.chunk(world)[rank])
+            results["step2_state"] = actor.engine.full_state_dict()
+    torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
+
+
+@pytest.fixture(scope="module")
+def two_rank_results(tiny_model_dir, tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("two_rank"))
+    run_gloo(_two_rank_job, 2, out, tiny_model_dir, out)
+    return out, [torch.load(os.path.join(out, f"rank{r}.pt"), weights_only=False) for r in range(2)]
+
+
+def _as_two_ranks(data):
+    """Rows reordered so one rank's mini-batches of 4 hold what two ranks' mini-batches of 2 hold."""
+    return data.select_idxs([0, 1, 4, 5, 2, 3, 6, 7])
+
+
+def _close_states(a, b, atol=2e-6):
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], atol=atol, rtol=1e-4, msg=lambda m, k=k: f"{k}: {m}")
+
+
+def test_two_workers_match_one_worker(dist_world1, tiny_model_dir, two_rank_results):
+    _, (r0, r1) = two_rank_results
+    data1, _ = _batches()
+    single = _actor(tiny_model_dir, "fsdp2", 4)  # the same mini-batch of 4 trajectories on one rank
+    w0 = single.engine.full_state_dict()
+    m1 = single.update_policy(_as_two_ranks(data1))
+    w1 = single.engine.full_state_dict()
+    assert max((w1[k] - w0[k]).abs().max() for k in w0) > 1e-4  # the update did move the weights
+    log_probs, _ = single.compute_log_prob(data1)
+    for strategy in ("fsdp2", "fsdp"):
+        _close_states(r0[strategy]["state"], w1)
+        _close_states(r1[strategy]["state"], w1)
+        torch.testing.assert_close(
+            torch.cat([r0[strategy]["log_probs_0"], r1[strategy]["log_probs_1"]]), log_probs, atol=1e-5, rtol=1e-5
+        )
+        for k in ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/grad_norm", "actor/pg_clipfrac"):
+            assert r0[strategy]["metrics"][k] == pytest.approx(m1[k], rel=1e-4, abs=1e-6), (strategy, k)
+            assert r1[strategy]["metrics"][k] == pytest.approx(m1[k], rel=1e-4, abs=1e-6), (strategy, k)
+
+
+def test_checkpoint_from_two_workers_resumes_on_one(dist_world1, tiny_model_dir, two_rank_results):
+    out, (r0, _) = two_rank_results
+    _, data2 = _batches()
+    single = _actor(tiny_model_dir, "fsdp2", 4)
+    with pytest.warns(UserWarning, match="saved by 2 workers"):
+        single.engine.load_checkpoint(os.path.join(out, "ckpt_w2"))
+    _close_states(single.engine.full_state_dict(), r0["fsdp2"]["state"], atol=0)
+    # optimizer moments and LR schedule came back too: the next step matches the 2-worker run
+    metrics = single.update_policy(_as_two_ranks(data2))
+    _close_states(single.engine.full_state_dict(), r0["step2_state"])
+    assert metrics["actor/lr"] == pytest.approx(r0["step2_metrics"]["actor/lr"])
+    assert metrics["actor/pg_loss"] == pytest.approx(r0["step2_metrics"]["actor/pg_loss"], rel=1e-4)
+
+
+def test_offload_flags_rejected_on_cpu(dist_world1, tiny_model_dir):
+    with pytest.raises(ValueError, match="param_offload=True means nothing on CPU"):
+        _actor(tiny_model_dir, "fsdp2", 4, "actor_rollout_ref.actor.fsdp_config.param_offload=true")
+
+
+def test_gradient_checkpointing_and_bf16_are_applied(dist_world1, tiny_model_dir):
+    actor = _actor(tiny_model_dir, "fsdp2", 4, "actor_rollout_ref.model.enable_gradient_checkpointing=true",
+                   "actor_rollout_ref.model.model_dtype=bfloat16")
+    assert actor.engine.module.is_gradient_checkpointing
+    assert all(p.dtype == torch.bfloat16 for p in actor.engine.module.parameters())
+    data1, _ = _batches()
+    metrics = actor.update_policy(data1)
+    assert torch.isfinite(torch.tensor(metrics["actor/grad_norm"]))
