@@ -6,7 +6,6 @@ import sys
 import warnings
 
 import pytest
-
 from verl.workers.tokenizer import hf_tokenizer
 
 _PROBE = """

@@ -16,7 +16,9 @@ def _arithmetic_files(tmp_path):
     from verl.utils.dataset import write_parquet
     from verl.utils.dataset.tasks import make_arithmetic_rows
 
-    train = write_parquet(make_arithmetic_rows(8, seed=0, digits=1, split="train"), tmp_path / "train.parquet")
+    train = write_parquet(
+        make_arithmetic_rows(8, seed=0, digits=1, split="train"), tmp_path / "train.parquet"
+    )
     test = write_parquet(make_arithmetic_rows(4, seed=0, digits=1, split="test"), tmp_path / "test.parquet")
     return str(train), str(test)
 
@@ -30,24 +32,37 @@ def _run(tmp_path, model_path, *overrides):
     from verl.workers.tokenizer import hf_tokenizer
 
     train, test = _arithmetic_files(tmp_path)
-    cfg = load_config([
-        f"data.train_files={train}", f"data.val_files={test}",
-        "data.train_batch_size=2", "data.max_prompt_length=32", "data.max_response_length=4",
-        f"actor_rollout_ref.model.path={model_path}",
-        "actor_rollout_ref.model.enable_gradient_checkpointing=false",
-        "critic.model.enable_gradient_checkpointing=false",
-        "actor_rollout_ref.rollout.name=hf", "actor_rollout_ref.rollout.n=2",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
-        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
-        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4",
-        "actor_rollout_ref.actor.optim.lr=0.001",
-        "critic.ppo_micro_batch_size_per_gpu=2",
-        "trainer.device=cpu", "trainer.nnodes=1", "trainer.n_gpus_per_node=1",
-        "trainer.total_training_steps=2", "trainer.logger=[console]",
-        "trainer.val_before_train=false", "trainer.test_freq=2", "trainer.save_freq=-1",
-        "trainer.progress_bar=false", f"trainer.default_local_dir={tmp_path / 'ckpt'}",
-        *overrides,
-    ])
+    cfg = load_config(
+        [
+            f"data.train_files={train}",
+            f"data.val_files={test}",
+            "data.train_batch_size=2",
+            "data.max_prompt_length=32",
+            "data.max_response_length=4",
+            f"actor_rollout_ref.model.path={model_path}",
+            "actor_rollout_ref.model.enable_gradient_checkpointing=false",
+            "critic.model.enable_gradient_checkpointing=false",
+            "actor_rollout_ref.rollout.name=hf",
+            "actor_rollout_ref.rollout.n=2",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+            "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
+            "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4",
+            "actor_rollout_ref.actor.optim.lr=0.001",
+            "critic.ppo_micro_batch_size_per_gpu=2",
+            "trainer.device=cpu",
+            "trainer.nnodes=1",
+            "trainer.n_gpus_per_node=1",
+            "trainer.total_training_steps=2",
+            "trainer.logger=[console]",
+            "trainer.val_before_train=false",
+            "trainer.test_freq=2",
+            "trainer.save_freq=-1",
+            "trainer.progress_bar=false",
+            f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+            *overrides,
+        ]
+    )
     validate_config(cfg)
     tokenizer = hf_tokenizer(model_path)
     actor_role = Role.ActorRolloutRef if cfg.actor_rollout_ref.actor.use_kl_loss else Role.ActorRollout
@@ -55,13 +70,19 @@ def _run(tmp_path, model_path, *overrides):
     if use_critic(cfg):
         mapping[Role.Critic] = WORKER_CLASSES.get("critic")
     pools = ResourcePoolManager(
-        resource_pool_spec={"global_pool": [1]}, mapping={role: "global_pool" for role in mapping},
-        use_gpu=False, num_cpus_per_worker=0.5,
+        resource_pool_spec={"global_pool": [1]},
+        mapping={role: "global_pool" for role in mapping},
+        use_gpu=False,
+        num_cpus_per_worker=0.5,
     )
     reward = REWARD_MANAGERS.get("naive")
     trainer = RayPPOTrainer(
-        config=cfg, tokenizer=tokenizer, role_worker_mapping=mapping, resource_pool_manager=pools,
-        reward_fn=reward(tokenizer=tokenizer, num_examine=0), val_reward_fn=reward(tokenizer=tokenizer, num_examine=0),
+        config=cfg,
+        tokenizer=tokenizer,
+        role_worker_mapping=mapping,
+        resource_pool_manager=pools,
+        reward_fn=reward(tokenizer=tokenizer, num_examine=0),
+        val_reward_fn=reward(tokenizer=tokenizer, num_examine=0),
         train_dataset=create_rl_dataset(train, cfg.data, tokenizer),
         val_dataset=create_rl_dataset(test, cfg.data, tokenizer, is_train=False),
         collate_fn=collate_fn,
@@ -77,8 +98,9 @@ def _assert_finite(metrics):
 
 
 def test_grpo_steps_on_cpu(ray_cluster, tmp_path, tiny_model_dir):
-    metrics = _run(tmp_path, tiny_model_dir, "algorithm.adv_estimator=grpo",
-                   "actor_rollout_ref.actor.use_kl_loss=true")
+    metrics = _run(
+        tmp_path, tiny_model_dir, "algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.use_kl_loss=true"
+    )
     _assert_finite(metrics)
     assert metrics["training/global_step"] == 2
     assert "actor/pg_loss" in metrics and "actor/kl_loss" in metrics

@@ -5,18 +5,20 @@ import math
 import pytest
 import torch
 from transformers import AutoTokenizer
-
 from verl import DataProto
 from verl.workers.fsdp_workers import ActorRolloutRefWorker, CriticWorker, per_rank_size
 
 
 def test_per_rank_sizes_are_derived_not_written(make_cfg, tiny_model_dir):
-    cfg = make_cfg(tiny_model_dir, "actor_rollout_ref.actor.ppo_mini_batch_size=3",
-                   "actor_rollout_ref.rollout.n=4")
+    cfg = make_cfg(
+        tiny_model_dir, "actor_rollout_ref.actor.ppo_mini_batch_size=3", "actor_rollout_ref.rollout.n=4"
+    )
     w = ActorRolloutRefWorker(cfg.actor_rollout_ref, role="actor_rollout")
     assert w.ppo_mini_batch_size_per_rank == 12
     assert cfg.actor_rollout_ref.actor.ppo_mini_batch_size == 3  # untouched
-    with pytest.raises(ValueError, match=r"ppo_mini_batch_size=3 prompts x rollout.n=3 = 9 trajectories .* 2 workers"):
+    with pytest.raises(
+        ValueError, match=r"ppo_mini_batch_size=3 prompts x rollout.n=3 = 9 trajectories .* 2 workers"
+    ):
         per_rank_size(3, 3, 2, "actor.ppo_mini_batch_size")
     with pytest.raises(ValueError, match="unknown ActorRolloutRefWorker role 'critic'"):
         ActorRolloutRefWorker(cfg.actor_rollout_ref, role="critic")
@@ -24,8 +26,11 @@ def test_per_rank_sizes_are_derived_not_written(make_cfg, tiny_model_dir):
 
 @pytest.mark.parametrize("strategy", ["fsdp2", "fsdp"])
 def test_hybrid_engine_generates_scores_and_sees_updates(make_cfg, prompts_for, tiny_model_dir, strategy):
-    cfg = make_cfg(tiny_model_dir, "actor_rollout_ref.rollout.calculate_log_probs=true",
-                   f"actor_rollout_ref.actor.strategy={strategy}")
+    cfg = make_cfg(
+        tiny_model_dir,
+        "actor_rollout_ref.rollout.calculate_log_probs=true",
+        f"actor_rollout_ref.actor.strategy={strategy}",
+    )
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     w = ActorRolloutRefWorker(cfg.actor_rollout_ref, role="actor_rollout_ref", total_training_steps=3)
     w.init_model()
@@ -41,13 +46,16 @@ def test_hybrid_engine_generates_scores_and_sees_updates(make_cfg, prompts_for, 
     ref = w.compute_ref_log_prob(gen)
     mask = gen.batch["response_mask"].bool()
     # rollout log-probs (KV cache) == actor recomputation (one forward) == reference before training
-    torch.testing.assert_close(old.batch["old_log_probs"][mask], gen.batch["rollout_log_probs"][mask],
-                               atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(
+        old.batch["old_log_probs"][mask], gen.batch["rollout_log_probs"][mask], atol=1e-4, rtol=1e-4
+    )
     torch.testing.assert_close(ref.batch["ref_log_prob"], old.batch["old_log_probs"], atol=1e-5, rtol=0)
     assert old.batch["entropys"].shape == gen.batch["responses"].shape
 
     batch = gen.union(old).union(ref)
-    batch.batch["advantages"] = torch.tensor([1.0, -1.0, 1.0, -1.0]).unsqueeze(1) * batch.batch["response_mask"]
+    batch.batch["advantages"] = (
+        torch.tensor([1.0, -1.0, 1.0, -1.0]).unsqueeze(1) * batch.batch["response_mask"]
+    )
     out = w.update_actor(batch)
     metrics = out.meta_info["metrics"]
     assert "actor/pg_loss" in metrics and "actor/grad_norm" in metrics
@@ -59,8 +67,9 @@ def test_hybrid_engine_generates_scores_and_sees_updates(make_cfg, prompts_for, 
     gen2.meta_info["temperature"] = 1.0
     new = w.compute_log_prob(gen2)
     mask2 = gen2.batch["response_mask"].bool()
-    torch.testing.assert_close(new.batch["old_log_probs"][mask2], gen2.batch["rollout_log_probs"][mask2],
-                               atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(
+        new.batch["old_log_probs"][mask2], gen2.batch["rollout_log_probs"][mask2], atol=1e-4, rtol=1e-4
+    )
     first_before = gen.batch["rollout_log_probs"][:, 0]
     first_after = gen2.batch["rollout_log_probs"][:, 0]
     assert (first_before - first_after).abs().max() > 1e-3

@@ -5,19 +5,25 @@ import math
 import pytest
 import torch
 from transformers import AutoTokenizer
-
 from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
 from verl.workers.fsdp_workers import ActorRolloutRefWorker
 
 
 @pytest.mark.slow
 def test_two_worker_hybrid_engine(ray_cluster, make_cfg, prompts_for, tiny_model_dir):
-    cfg = make_cfg(tiny_model_dir, "actor_rollout_ref.rollout.calculate_log_probs=true",
-                   "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
-                   "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1")
+    cfg = make_cfg(
+        tiny_model_dir,
+        "actor_rollout_ref.rollout.calculate_log_probs=true",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1",
+    )
     pool = RayResourcePool(process_on_nodes=[2], use_gpu=False, num_cpus_per_worker=0.5, max_colocate_count=1)
-    cls = RayClassWithInitArgs(cls=ActorRolloutRefWorker, config=cfg.actor_rollout_ref,
-                               role="actor_rollout_ref", total_training_steps=2)
+    cls = RayClassWithInitArgs(
+        cls=ActorRolloutRefWorker,
+        config=cfg.actor_rollout_ref,
+        role="actor_rollout_ref",
+        total_training_steps=2,
+    )
     wg = RayWorkerGroup(pool, cls)
     try:
         assert wg.world_size == 2
@@ -35,12 +41,15 @@ def test_two_worker_hybrid_engine(ray_cluster, make_cfg, prompts_for, tiny_model
         old = wg.compute_log_prob(gen)
         ref = wg.compute_ref_log_prob(gen)
         mask = gen.batch["response_mask"].bool()
-        torch.testing.assert_close(old.batch["old_log_probs"][mask], gen.batch["rollout_log_probs"][mask],
-                                   atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(
+            old.batch["old_log_probs"][mask], gen.batch["rollout_log_probs"][mask], atol=1e-4, rtol=1e-4
+        )
         torch.testing.assert_close(ref.batch["ref_log_prob"], old.batch["old_log_probs"], atol=1e-5, rtol=0)
 
         batch = gen.union(old).union(ref)
-        batch.batch["advantages"] = torch.tensor([1.0, -1.0, 0.5, -0.5]).unsqueeze(1) * batch.batch["response_mask"]
+        batch.batch["advantages"] = (
+            torch.tensor([1.0, -1.0, 0.5, -0.5]).unsqueeze(1) * batch.batch["response_mask"]
+        )
         metrics = wg.update_actor(batch).meta_info["metrics"]
         for name, values in metrics.items():
             values = values if isinstance(values, list) else [values]
@@ -53,8 +62,9 @@ def test_two_worker_hybrid_engine(ray_cluster, make_cfg, prompts_for, tiny_model
         after.meta_info["temperature"] = 1.0
         recomputed = wg.compute_log_prob(after)
         m2 = after.batch["response_mask"].bool()
-        torch.testing.assert_close(recomputed.batch["old_log_probs"][m2], after.batch["rollout_log_probs"][m2],
-                                   atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(
+            recomputed.batch["old_log_probs"][m2], after.batch["rollout_log_probs"][m2], atol=1e-4, rtol=1e-4
+        )
     finally:
         for actor in wg.workers:
             ray_cluster.kill(actor)

@@ -3,7 +3,6 @@
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
-
 from verl.registries import ROLLOUT_ENGINES
 from verl.workers.fsdp_workers import ActorRolloutRefWorker
 from verl.workers.rollout.hf_rollout import HFRollout
@@ -27,12 +26,17 @@ class OwnCopyRollout(HFRollout):
         assert all(k == "lm_head.weight" for k in missing), missing  # tied to the embedding
 
 
-def test_own_weight_engine_is_synced_before_each_generation_after_an_update(make_cfg, prompts_for, tiny_model_dir):
+def test_own_weight_engine_is_synced_before_each_generation_after_an_update(
+    make_cfg, prompts_for, tiny_model_dir
+):
     ROLLOUT_ENGINES.register("test_own_copy", OwnCopyRollout)
     try:
-        cfg = make_cfg(tiny_model_dir, "actor_rollout_ref.rollout.name=test_own_copy",
-                       "actor_rollout_ref.rollout.calculate_log_probs=true",
-                       "+actor_rollout_ref.rollout.engine_kwargs.update_weights_bucket_megabytes=1")
+        cfg = make_cfg(
+            tiny_model_dir,
+            "actor_rollout_ref.rollout.name=test_own_copy",
+            "actor_rollout_ref.rollout.calculate_log_probs=true",
+            "+actor_rollout_ref.rollout.engine_kwargs.update_weights_bucket_megabytes=1",
+        )
         tok = AutoTokenizer.from_pretrained(tiny_model_dir)
         w = ActorRolloutRefWorker(cfg.actor_rollout_ref, role="actor_rollout")
         w.init_model()
@@ -53,7 +57,9 @@ def test_own_weight_engine_is_synced_before_each_generation_after_an_update(make
         assert len(OwnCopyRollout.received) == 1
 
         batch = gen.union(w.compute_log_prob(gen))
-        batch.batch["advantages"] = torch.tensor([1.0, -1.0, 1.0, -1.0]).unsqueeze(1) * batch.batch["response_mask"]
+        batch.batch["advantages"] = (
+            torch.tensor([1.0, -1.0, 1.0, -1.0]).unsqueeze(1) * batch.batch["response_mask"]
+        )
         w.update_actor(batch)
         check_rollout_matches_actor()  # the update reached the engine's copy
         assert len(OwnCopyRollout.received) == 2

@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-
 from verl.workers.rollout.hf_rollout import SamplingParams, filter_logits, generate_tokens
 
 PAD, EOS = 0, 1
@@ -22,7 +21,9 @@ def left_padded_prompts(lengths, vocab=48, seed=0):
 
 def full_forward_logits(model, input_ids, attention_mask, position_ids):
     with torch.no_grad():
-        return model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits.float()
+        return model(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
+        ).logits.float()
 
 
 def manual_greedy(model, ids, mask, pos, steps):
@@ -115,7 +116,9 @@ def test_sampling_respects_top_k_and_rows_differ(rollout_model):
     got = generate_tokens(rollout_model, ids, mask, pos, SamplingParams(response_length=5), [999], PAD)
     assert got["responses"].shape == (16, 5)
     assert len({tuple(r) for r in got["responses"].tolist()}) > 1
-    top1 = generate_tokens(rollout_model, ids, mask, pos, SamplingParams(response_length=5, top_k=1), [999], PAD)
+    top1 = generate_tokens(
+        rollout_model, ids, mask, pos, SamplingParams(response_length=5, top_k=1), [999], PAD
+    )
     greedy = generate_tokens(rollout_model, ids, mask, pos, SamplingParams(5, do_sample=False), [999], PAD)
     assert torch.equal(top1["responses"], greedy["responses"])
 
@@ -131,7 +134,13 @@ def test_filter_logits_by_hand():
     assert kept(filter_logits(logits, top_k=-1, top_p=1.0)) == [True] * 5
     # both filters: top_k first, then the nucleus over the renormalised survivors
     # (0.5, 0.2, 0.15 -> 0.588, 0.235, 0.176; 0.588 < 0.6 needs the second, 0.824 >= 0.6 stops)
-    assert kept(filter_logits(logits[:, [4, 3, 2, 1, 0]], top_k=3, top_p=0.6)) == [False, False, False, True, True]
+    assert kept(filter_logits(logits[:, [4, 3, 2, 1, 0]], top_k=3, top_p=0.6)) == [
+        False,
+        False,
+        False,
+        True,
+        True,
+    ]
 
 
 def test_concat_generations_pads_shorter_chunks():
@@ -140,9 +149,12 @@ def test_concat_generations_pads_shorter_chunks():
     def chunk(prompt, resp, pos0):
         p, r = len(prompt), len(resp)
         return {
-            "prompts": torch.tensor([prompt]), "responses": torch.tensor([resp]),
-            "response_mask": torch.ones(1, r, dtype=torch.long), "rollout_log_probs": -torch.ones(1, r),
-            "input_ids": torch.tensor([prompt + resp]), "attention_mask": torch.ones(1, p + r, dtype=torch.long),
+            "prompts": torch.tensor([prompt]),
+            "responses": torch.tensor([resp]),
+            "response_mask": torch.ones(1, r, dtype=torch.long),
+            "rollout_log_probs": -torch.ones(1, r),
+            "input_ids": torch.tensor([prompt + resp]),
+            "attention_mask": torch.ones(1, p + r, dtype=torch.long),
             "position_ids": torch.arange(pos0, pos0 + p + r).unsqueeze(0),
         }
 

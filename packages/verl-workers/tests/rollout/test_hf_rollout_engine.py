@@ -3,7 +3,6 @@
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
-
 from verl import DataProto
 from verl.registries import ROLLOUT_ENGINES
 from verl.trainer.config import load_config
@@ -17,17 +16,22 @@ def rollout_config(*overrides):
 
 
 def prompt_batch(tokenizer, texts, meta=None):
-    enc = [tokenizer.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True,
-                                         tokenize=True, return_dict=False) for t in texts]
+    enc = [
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": t}], add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+        for t in texts
+    ]
     p = max(len(e) for e in enc)
     ids = torch.full((len(enc), p), tokenizer.pad_token_id, dtype=torch.long)
     mask = torch.zeros_like(ids)
     for i, e in enumerate(enc):
-        ids[i, p - len(e):] = torch.tensor(e)
-        mask[i, p - len(e):] = 1
+        ids[i, p - len(e) :] = torch.tensor(e)
+        mask[i, p - len(e) :] = 1
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
-    return DataProto.from_dict(tensors={"input_ids": ids, "attention_mask": mask, "position_ids": pos},
-                               meta_info=meta or {})
+    return DataProto.from_dict(
+        tensors={"input_ids": ids, "attention_mask": mask, "position_ids": pos}, meta_info=meta or {}
+    )
 
 
 @pytest.fixture
@@ -43,8 +47,12 @@ def test_generate_sequences_contract_and_micro_batches(model_and_tokenizer):
     model, tok = model_and_tokenizer
     model.train()  # as the actor leaves it
     prompts = prompt_batch(tok, ["1+2=", "33+44=", "5+6=", "7+81="], {"do_sample": False})
-    whole = build_rollout("hf", module=model, config=rollout_config("actor_rollout_ref.rollout.calculate_log_probs=true"),
-                          tokenizer=tok)
+    whole = build_rollout(
+        "hf",
+        module=model,
+        config=rollout_config("actor_rollout_ref.rollout.calculate_log_probs=true"),
+        tokenizer=tok,
+    )
     out = whole.generate_sequences(prompts)
     r = out.batch["responses"].shape[1]
     assert len(out) == 4 and 1 <= r <= 6
@@ -52,27 +60,44 @@ def test_generate_sequences_contract_and_micro_batches(model_and_tokenizer):
     assert out.batch["rollout_log_probs"].shape == (4, r)
     assert model.training is True  # restored after generation
     # micro-batches of 1 prompt: same greedy tokens, padded to the same longest length
-    split = HFRollout(model, rollout_config("actor_rollout_ref.rollout.calculate_log_probs=true",
-                                            "actor_rollout_ref.rollout.micro_batch_size=1"), tok)
+    split = HFRollout(
+        model,
+        rollout_config(
+            "actor_rollout_ref.rollout.calculate_log_probs=true",
+            "actor_rollout_ref.rollout.micro_batch_size=1",
+        ),
+        tok,
+    )
     out1 = split.generate_sequences(prompts)
     for key in ("responses", "response_mask", "input_ids", "attention_mask", "position_ids"):
         assert torch.equal(out1.batch[key], out.batch[key]), key
-    torch.testing.assert_close(out1.batch["rollout_log_probs"], out.batch["rollout_log_probs"], atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        out1.batch["rollout_log_probs"], out.batch["rollout_log_probs"], atol=1e-5, rtol=0
+    )
 
 
 def test_meta_info_and_val_kwargs_choose_sampling(model_and_tokenizer):
     model, tok = model_and_tokenizer
-    rollout = HFRollout(model, rollout_config("actor_rollout_ref.rollout.temperature=0.7",
-                                              "actor_rollout_ref.rollout.top_k=5"), tok)
+    rollout = HFRollout(
+        model,
+        rollout_config("actor_rollout_ref.rollout.temperature=0.7", "actor_rollout_ref.rollout.top_k=5"),
+        tok,
+    )
     p = rollout.sampling_params({})
     assert (p.do_sample, p.temperature, p.top_k, p.response_length) == (True, 0.7, 5, 6)
     assert rollout.sampling_params({"do_sample": False}).do_sample is False
     # validation uses val_kwargs (defaults: greedy, no top-k); log-probs keep the training temperature
     v = rollout.sampling_params({"validate": True})
     assert (v.do_sample, v.top_k, v.temperature) == (False, -1, 0.7)
-    rollout2 = HFRollout(model, rollout_config("actor_rollout_ref.rollout.val_kwargs.do_sample=true",
-                                               "actor_rollout_ref.rollout.val_kwargs.temperature=0.5",
-                                               "actor_rollout_ref.rollout.val_kwargs.top_p=0.9"), tok)
+    rollout2 = HFRollout(
+        model,
+        rollout_config(
+            "actor_rollout_ref.rollout.val_kwargs.do_sample=true",
+            "actor_rollout_ref.rollout.val_kwargs.temperature=0.5",
+            "actor_rollout_ref.rollout.val_kwargs.top_p=0.9",
+        ),
+        tok,
+    )
     v2 = rollout2.sampling_params({"validate": True})
     assert (v2.do_sample, v2.temperature, v2.top_p) == (True, 0.5, 0.9)
 

@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.weight_sync import (
     WeightBucketReceiver,

@@ -18,7 +18,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-
 from verl import DataProto
 from verl.single_controller.base.decorator import Dispatch, register
 from verl.single_controller.base.worker import Worker
@@ -55,7 +54,9 @@ def per_rank_size(total_prompts: int, n: int, dp_size: int, what: str) -> int:
 
 def _with_meta(data: DataProto, **meta: Any) -> DataProto:
     """A view of ``data`` with extra meta_info (the caller's object is left untouched)."""
-    return DataProto(batch=data.batch, non_tensor_batch=data.non_tensor_batch, meta_info={**data.meta_info, **meta})
+    return DataProto(
+        batch=data.batch, non_tensor_batch=data.non_tensor_batch, meta_info={**data.meta_info, **meta}
+    )
 
 
 class _CheckpointKeeper:
@@ -100,7 +101,10 @@ class ActorRolloutRefWorker(Worker):
         self.ppo_mini_batch_size_per_rank: int | None = None
         if self._is_actor:
             self.ppo_mini_batch_size_per_rank = per_rank_size(
-                config.actor.ppo_mini_batch_size, config.rollout.n, self.world_size, "actor.ppo_mini_batch_size"
+                config.actor.ppo_mini_batch_size,
+                config.rollout.n,
+                self.world_size,
+                "actor.ppo_mini_batch_size",
             )
         self.actor_engine = self.ref_engine = None
         self.actor = self.ref_policy = self.rollout = None
@@ -135,13 +139,20 @@ class ActorRolloutRefWorker(Worker):
             )
             if self._is_actor:
                 self.actor = DataParallelPPOActor(
-                    actor_cfg, self.actor_engine, ppo_mini_batch_size_per_rank=self.ppo_mini_batch_size_per_rank
+                    actor_cfg,
+                    self.actor_engine,
+                    ppo_mini_batch_size_per_rank=self.ppo_mini_batch_size_per_rank,
                 )
         if self._is_rollout:
-            self.tokenizer = hf_tokenizer(cfg.model.tokenizer_path or cfg.model.path,
-                                          trust_remote_code=bool(cfg.model.trust_remote_code))
+            self.tokenizer = hf_tokenizer(
+                cfg.model.tokenizer_path or cfg.model.path,
+                trust_remote_code=bool(cfg.model.trust_remote_code),
+            )
             self.rollout = build_rollout(
-                cfg.rollout.name, module=self.actor_engine.module, config=cfg.rollout, tokenizer=self.tokenizer
+                cfg.rollout.name,
+                module=self.actor_engine.module,
+                config=cfg.rollout,
+                tokenizer=self.tokenizer,
             )
         if self._is_ref:
             self.ref_engine = build_engine(
@@ -204,7 +215,9 @@ class ActorRolloutRefWorker(Worker):
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
         """``ref_log_prob`` [N, R] of ``responses`` under the frozen reference policy."""
         if not self._is_ref:
-            raise RuntimeError(f"compute_ref_log_prob needs the reference policy; this worker's role is {self.role!r}")
+            raise RuntimeError(
+                f"compute_ref_log_prob needs the reference policy; this worker's role is {self.role!r}"
+            )
         data = _with_meta(
             data,
             micro_batch_size=self.config.ref.log_prob_micro_batch_size_per_gpu,
@@ -219,7 +232,9 @@ class ActorRolloutRefWorker(Worker):
         """One PPO step over this rank's rows; returns ``meta_info={"metrics": {...}}``."""
         if not self._is_actor:
             raise RuntimeError(f"update_actor needs the actor; this worker's role is {self.role!r}")
-        data = _with_meta(data, temperature=data.meta_info.get("temperature", self.config.rollout.temperature))
+        data = _with_meta(
+            data, temperature=data.meta_info.get("temperature", self.config.rollout.temperature)
+        )
         metrics = self.actor.update_policy(data)
         self._weights_version += 1
         return DataProto(meta_info={"metrics": metrics})
@@ -227,7 +242,11 @@ class ActorRolloutRefWorker(Worker):
     # ------------------------------------------------------------------ checkpoints
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_checkpoint(
-        self, local_path: str, global_step: int = 0, max_ckpt_to_keep: int | None = None, hdfs_path: str | None = None
+        self,
+        local_path: str,
+        global_step: int = 0,
+        max_ckpt_to_keep: int | None = None,
+        hdfs_path: str | None = None,
     ) -> None:
         """Save the actor's model, optimizer, LR schedule and RNG (sharded) to ``local_path``; keep at
         most ``max_ckpt_to_keep`` of this worker's checkpoints (oldest deleted)."""
@@ -239,7 +258,9 @@ class ActorRolloutRefWorker(Worker):
         self._ckpt.saved_and_prune(local_path, max_ckpt_to_keep)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def load_checkpoint(self, local_path: str, hdfs_path: str | None = None, del_local_after_load: bool = False) -> None:
+    def load_checkpoint(
+        self, local_path: str, hdfs_path: str | None = None, del_local_after_load: bool = False
+    ) -> None:
         """Load what :meth:`save_checkpoint` wrote; the rollout sees the loaded weights."""
         if not self._is_actor:
             raise RuntimeError(f"load_checkpoint loads the actor; this worker's role is {self.role!r}")
@@ -298,7 +319,11 @@ class CriticWorker(Worker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_checkpoint(
-        self, local_path: str, global_step: int = 0, max_ckpt_to_keep: int | None = None, hdfs_path: str | None = None
+        self,
+        local_path: str,
+        global_step: int = 0,
+        max_ckpt_to_keep: int | None = None,
+        hdfs_path: str | None = None,
     ) -> None:
         if hdfs_path is not None:
             raise NotImplementedError(f"hdfs_path={hdfs_path!r}: remote checkpoint copies are not supported")
@@ -306,7 +331,9 @@ class CriticWorker(Worker):
         self._ckpt.saved_and_prune(local_path, max_ckpt_to_keep)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def load_checkpoint(self, local_path: str, hdfs_path: str | None = None, del_local_after_load: bool = False) -> None:
+    def load_checkpoint(
+        self, local_path: str, hdfs_path: str | None = None, del_local_after_load: bool = False
+    ) -> None:
         self.engine.load_checkpoint(local_path)
         if del_local_after_load and dist.get_rank() == 0:
             shutil.rmtree(local_path, ignore_errors=True)

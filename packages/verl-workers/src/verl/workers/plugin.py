@@ -7,6 +7,7 @@ Importing it registers what this package provides: training engines (``fsdp2``, 
 
 import verl.workers.engine  # noqa: F401  (registers fsdp2, fsdp)
 import verl.workers.rollout  # noqa: F401  (registers hf)
+import verl.workers.sft_worker  # noqa: F401  (registers sft, tiny_qwen2, the hf tokenizer loader)
 from verl.registries import WORKER_CLASSES
 from verl.workers.fsdp_workers import ActorRolloutRefWorker, CriticWorker
 

@@ -25,8 +25,10 @@ def hf_tokenizer(name_or_path: str | os.PathLike, correct_pad_token: bool = True
     if correct_pad_token and tokenizer.pad_token_id is None:
         if tokenizer.eos_token is None:
             raise ValueError(f"tokenizer at {path!r} has neither a pad token nor an EOS token to pad with")
-        warnings.warn(f"tokenizer at {path!r} has no pad token; using its EOS token {tokenizer.eos_token!r}",
-                      stacklevel=2)
+        warnings.warn(
+            f"tokenizer at {path!r} has no pad token; using its EOS token {tokenizer.eos_token!r}",
+            stacklevel=2,
+        )
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
 

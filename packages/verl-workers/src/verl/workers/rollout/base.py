@@ -21,7 +21,6 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import torch
-
 from verl.registries import ROLLOUT_ENGINES
 
 if TYPE_CHECKING:
@@ -52,9 +51,11 @@ class BaseRollout(ABC):
 
     def resume(self) -> None:
         """Re-acquire device memory before generation (no-op unless the engine offloads)."""
+        return None
 
     def release(self) -> None:
         """Give device memory back to training after generation (no-op unless the engine offloads)."""
+        return None
 
 
 def register_rollout(name: str):

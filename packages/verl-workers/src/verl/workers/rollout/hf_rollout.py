@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 from torch import nn
-
 from verl.workers.rollout.base import BaseRollout, register_rollout
 
 if TYPE_CHECKING:
@@ -222,7 +221,9 @@ class HFRollout(BaseRollout):
         params = self.sampling_params(prompts.meta_info)
         batch = prompts.batch
         input_ids, attention_mask, position_ids = (
-            batch["input_ids"], batch["attention_mask"], batch["position_ids"]
+            batch["input_ids"],
+            batch["attention_mask"],
+            batch["position_ids"],
         )
         eos = [] if self.config.ignore_eos else self.eos_token_ids
         rows = input_ids.shape[0]
@@ -265,7 +266,9 @@ def concat_generations(chunks: list[dict[str, torch.Tensor]], pad_token_id: int)
             if extra and key in fill:
                 value = torch.nn.functional.pad(value, (0, extra), value=fill[key])
             elif extra and key in ("input_ids", "attention_mask"):
-                value = torch.nn.functional.pad(value, (0, extra), value=pad_token_id if key == "input_ids" else 0)
+                value = torch.nn.functional.pad(
+                    value, (0, extra), value=pad_token_id if key == "input_ids" else 0
+                )
             elif extra and key == "position_ids":
                 last = value[:, p - 1 : p]
                 value = torch.cat([value[:, :p], last + torch.arange(1, r + 1, dtype=value.dtype)], dim=1)

@@ -99,9 +99,7 @@ def iter_weight_buckets(
                 start = 0
             take = min(total - done, bucket_size_bytes - start)
             buf[start : start + take].copy_(data[done : done + take])
-            metas.append(
-                TensorChunkMeta(name, tensor.dtype, tuple(tensor.shape), start, take, done, total)
-            )
+            metas.append(TensorChunkMeta(name, tensor.dtype, tuple(tensor.shape), start, take, done, total))
             used = start + take
             done += take
             if total == 0:
@@ -129,7 +127,9 @@ class WeightBucketReceiver:
                     raise ValueError(f"weight {m.name!r} started twice before it was complete")
                 self._partial[m.name] = (m, torch.empty(m.total_nbytes, dtype=torch.uint8), 0)
             if m.name not in self._partial:
-                raise ValueError(f"weight {m.name!r}: got bytes from offset {m.chunk_offset} without its start")
+                raise ValueError(
+                    f"weight {m.name!r}: got bytes from offset {m.chunk_offset} without its start"
+                )
             first, data, filled = self._partial[m.name]
             if m.chunk_offset != filled:
                 raise ValueError(
