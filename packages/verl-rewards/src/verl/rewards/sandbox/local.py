@@ -137,12 +137,12 @@ class LocalSandbox(Sandbox):
                 + self._limits(timeout, memory_mb)
                 + [iso.python, "-I", "-B", "main.py"]
             )
-            with open(os.path.join(private, "stdin"), "w", encoding="utf-8") as f:
-                f.write(stdin)
+            with _private_file(private, "stdin", "w") as f:
+                f.write(stdin.encode("utf-8"))
             with (
                 open(os.path.join(private, "stdin"), "rb") as fin,
-                open(os.path.join(private, "stdout"), "wb") as fout,
-                open(os.path.join(private, "stderr"), "wb") as ferr,
+                _private_file(private, "stdout", "w") as fout,
+                _private_file(private, "stderr", "w") as ferr,
             ):
                 try:
                     proc = subprocess.Popen(
@@ -166,6 +166,13 @@ class LocalSandbox(Sandbox):
             stderr = _read_capped(os.path.join(private, "stderr"), self.max_output_bytes)
             shutil.rmtree(work, ignore_errors=True)
         return _classify(rc, timed_out, stdout, stderr, time.monotonic() - start, iso, timeout)
+
+
+def _private_file(directory: str, name: str, mode: str):
+    """A new file only its creator can read (0600): other sandbox runs, which share the sandbox user
+    and, below the bwrap level, see /tmp, must not read this run's stdin or output."""
+    fd = os.open(os.path.join(directory, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    return os.fdopen(fd, "wb")
 
 
 def _wait_then_kill_group(proc: subprocess.Popen, timeout: float) -> bool:
