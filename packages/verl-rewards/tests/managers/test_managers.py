@@ -229,16 +229,31 @@ def test_load_reward_manager_from_config(tokenizer, tmp_path):
     cfg = OmegaConf.create(
         {
             "reward_manager": "dapo",
-            "reward_kwargs": {"max_resp_len": 12, "overlong_buffer": {"enable": False}},
+            "overlong_buffer": {"enable": True, "len": 4, "penalty_factor": 1.0},
             "custom_reward_function": {"path": str(f), "name": "my_score", "reward_kwargs": {"scale": 3.0}},
         }
     )
-    mgr = load_reward_manager(cfg, tokenizer, num_examine=0)
-    assert isinstance(mgr, DAPORewardManager)
+    mgr = load_reward_manager(cfg, tokenizer, num_examine=0, max_resp_len=12)
+    assert isinstance(mgr, DAPORewardManager) and mgr.max_resp_len == 12 and mgr.overlong_len == 4
     out = mgr(_arith_batch(), return_dict=True)
+    # row 1 "Answer: 23" is 10 tokens: 2 past the free 8, penalty -2/4 on top of score 0
     assert out["reward_extra_info"]["score"] == [3.0, 0.0, 0.0]
+    assert out["reward_extra_info"]["overlong_reward"] == [0.0, -0.5, 0.0]
     with pytest.raises(KeyError, match="unknown reward manager 'naïve'"):
         load_reward_manager({"reward_manager": "naïve"}, tokenizer, 0)
+    with pytest.raises(ValueError, match="needs reward.reward_manager=dapo"):
+        load_reward_manager({"overlong_buffer": {"enable": True, "len": 2}}, tokenizer, 0)
+
+
+def test_load_reward_manager_with_the_core_config_schema(tokenizer):
+    config_loader = pytest.importorskip("verl.trainer.config.loader")
+    cfg = config_loader.load_config(["reward.reward_manager=batch", "+reward.reward_kwargs.max_workers=2"])
+    mgr = load_reward_manager(
+        cfg.reward, tokenizer, cfg.reward.num_examine, reward_fn_key=cfg.data.reward_fn_key
+    )
+    assert isinstance(mgr, BatchRewardManager) and mgr.max_workers == 2
+    assert mgr.score_kwargs["sandbox"] == "local"
+    assert mgr(_arith_batch()).sum().item() == 2.0
 
 
 def test_load_reward_manager_passes_sandbox_to_code_rows(tokenizer):
