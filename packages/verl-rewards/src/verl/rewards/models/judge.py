@@ -5,7 +5,7 @@ Backends: ``openai`` (any OpenAI-compatible ``/chat/completions`` endpoint over 
 TGI, a hosted API) or ``hf`` (a local causal LM through transformers, greedy decoding). The judge
 has the scorer signature, so it works as a manager's ``compute_score`` or inside one.
 
-Config (``reward.reward_model.judge``)::
+Config (``reward.reward_kwargs.judge``; also read from ``reward.reward_model.judge`` if the schema has it)::
 
     enable: false
     backend: openai            # openai | hf
