@@ -10,6 +10,9 @@ import numpy as np
 import pytest
 import torch
 
+# Under `uv run`, Ray would otherwise rebuild the project venv for its workers (slow); only effective
+# when this module is the first to import Ray.
+os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 ray = pytest.importorskip("ray")
 
 from verl import DataProto  # noqa: E402
@@ -161,7 +164,9 @@ def make_batch(n: int) -> DataProto:
 
 
 def cpu_pool(n: int = 2) -> RayResourcePool:
-    return RayResourcePool(process_on_nodes=[n], use_gpu=False, max_colocate_count=1, num_cpus_per_worker=0.25)
+    return RayResourcePool(
+        process_on_nodes=[n], use_gpu=False, max_colocate_count=1, num_cpus_per_worker=0.25
+    )
 
 
 @pytest.fixture(scope="module")
@@ -240,7 +245,7 @@ def test_raising_worker_names_rank_method_and_traceback(echo_group):
     assert "worker rank 1" in message
     assert "`fail_on_rank_one`" in message
     assert "ValueError: boom 42" in message
-    assert "test_ray_worker_group.py\", line" in message and "in fail_on_rank_one" in message  # remote frames
+    assert 'test_ray_worker_group.py", line' in message and "in fail_on_rank_one" in message  # remote frames
     assert info.value.rank == 1
     # the group is still usable after a method raised
     assert echo_group.add_rank([0, 0]) == [0, 100]
@@ -254,7 +259,10 @@ def test_colocated_roles_share_processes_and_consume_another_groups_future(echo_
     group = RayWorkerGroup(cpu_pool(), create_colocated_worker_cls(class_dict))
     views = group.spawn(prefix_set=class_dict.keys())
     actor_who, critic_who = views["actor"].whoami(), views["critic"].whoami()
-    assert [w[0] for w in actor_who] == ["actor", "actor"] and [w[0] for w in critic_who] == ["critic", "critic"]
+    assert [w[0] for w in actor_who] == ["actor", "actor"] and [w[0] for w in critic_who] == [
+        "critic",
+        "critic",
+    ]
     assert [w[1:] for w in actor_who] == [w[1:] for w in critic_who]  # same pid and rank per worker
     assert group.actor_whoami() == actor_who  # role-prefixed methods on the full group
     data = make_batch(4)
@@ -267,8 +275,10 @@ def test_colocated_roles_share_processes_and_consume_another_groups_future(echo_
 
 def test_resource_pool_manager_maps_roles_to_pools(ray_cluster):
     manager = ResourcePoolManager(
-        resource_pool_spec={"global_pool": [2]}, mapping={"actor": "global_pool", "critic": "global_pool"},
-        use_gpu=False, num_cpus_per_worker=0.25,
+        resource_pool_spec={"global_pool": [2]},
+        mapping={"actor": "global_pool", "critic": "global_pool"},
+        use_gpu=False,
+        num_cpus_per_worker=0.25,
     )
     pool = manager.get_resource_pool("actor")
     assert pool is manager.get_resource_pool("critic") and pool.world_size == 2
@@ -277,7 +287,9 @@ def test_resource_pool_manager_maps_roles_to_pools(ray_cluster):
     with pytest.raises(ValueError, match="not in resource_pool_spec"):
         ResourcePoolManager(resource_pool_spec={"a": [1]}, mapping={"actor": "b"})
     with pytest.raises(ValueError, match="needs 2 bundles"):
-        RayResourcePool([2], use_gpu=False, max_colocate_count=1, num_cpus_per_worker=100).get_placement_groups()
+        RayResourcePool(
+            [2], use_gpu=False, max_colocate_count=1, num_cpus_per_worker=100
+        ).get_placement_groups()
 
 
 def test_killed_worker_fails_pending_and_next_call(ray_cluster):

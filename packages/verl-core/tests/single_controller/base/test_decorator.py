@@ -5,7 +5,6 @@ import pickle
 import numpy as np
 import pytest
 import torch
-
 from verl import DataProto
 from verl.single_controller.base import ClassWithInitArgs, ResourcePool, Worker, WorkerGroup
 from verl.single_controller.base.decorator import (
@@ -38,7 +37,9 @@ class LocalWorkerGroup(WorkerGroup):
             return v[r] if isinstance(v, (list, tuple)) and len(v) == n else v
 
         return [
-            getattr(self._workers[r], method_name)(*(pick(a, r) for a in args), **{k: pick(v, r) for k, v in kwargs.items()})
+            getattr(self._workers[r], method_name)(
+                *(pick(a, r) for a in args), **{k: pick(v, r) for k, v in kwargs.items()}
+            )
             for r in ranks
         ]
 
@@ -122,7 +123,7 @@ def test_dispatch_mode_registry_and_enum():
         DISPATCH_MODES.unregister("TEST_SUM")
         Dispatch.remove("TEST_SUM")
     with pytest.raises(AttributeError, match=r"no member 'NOPE'; known: RANK_ZERO, ONE_TO_ALL"):
-        Dispatch.NOPE
+        Dispatch.NOPE  # noqa: B018
     with pytest.raises(KeyError, match="unknown Dispatch 'NOPE'; known: RANK_ZERO"):
         register(dispatch_mode="NOPE")
     assert [m.name for m in Execute] == ["ALL", "RANK_ZERO"]

@@ -179,10 +179,16 @@ def collect_rank_zero(wg, outputs: list) -> Any:
 
 def dispatch_dp_compute(wg, *args, **kwargs):
     n = wg.world_size
-    named = [(f"argument {i}", a) for i, a in enumerate(args)] + [(f"argument {k!r}", v) for k, v in kwargs.items()]
+    named = [(f"argument {i}", a) for i, a in enumerate(args)] + [
+        (f"argument {k!r}", v) for k, v in kwargs.items()
+    ]
     for what, value in named:
         if not isinstance(value, (list, tuple)) or len(value) != n:
-            got = f"{type(value).__name__} of length {len(value)}" if isinstance(value, (list, tuple)) else type(value).__name__
+            got = (
+                f"{type(value).__name__} of length {len(value)}"
+                if isinstance(value, (list, tuple))
+                else type(value).__name__
+            )
             raise ValueError(
                 f"Dispatch.DP_COMPUTE gives worker i the i-th item of every argument, so each must be a list of "
                 f"length world_size={n}; {what} is a {got}"
@@ -200,7 +206,9 @@ def _split_data_protos(mode: str, chunks: int, args: tuple, kwargs: dict, pad: b
     DataProtos whose length is not a multiple of ``chunks`` are padded (rows repeated from the start);
     the padding size is returned so the collected result can be cut back.
     """
-    named = [(f"argument {i}", a) for i, a in enumerate(args)] + [(f"argument {k!r}", v) for k, v in kwargs.items()]
+    named = [(f"argument {i}", a) for i, a in enumerate(args)] + [
+        (f"argument {k!r}", v) for k, v in kwargs.items()
+    ]
     lengths = {}
     for what, value in named:
         if isinstance(value, DataProtoFuture):
@@ -214,7 +222,9 @@ def _split_data_protos(mode: str, chunks: int, args: tuple, kwargs: dict, pad: b
         lengths[what] = len(value)
     if len(set(lengths.values())) > 1:
         sizes = ", ".join(f"{w}: {n} rows" for w, n in lengths.items())
-        raise ValueError(f"Dispatch.{mode} needs DataProto arguments of one length to split them alike; got {sizes}")
+        raise ValueError(
+            f"Dispatch.{mode} needs DataProto arguments of one length to split them alike; got {sizes}"
+        )
     if any(n == 0 for n in lengths.values()):
         raise ValueError(f"Dispatch.{mode} cannot split an empty DataProto (0 rows) across {chunks} workers")
 
@@ -250,7 +260,9 @@ def dispatch_dp_compute_data_proto_with_func(wg, *args, **kwargs):
             f"then DataProtos; got {type(args[0]).__name__ if args else 'no arguments'}"
         )
     fn_list = [args[0]] * wg.world_size
-    split_args, split_kwargs = _split_data_protos("DP_COMPUTE_PROTO_WITH_FUNC", wg.world_size, args[1:], kwargs)
+    split_args, split_kwargs = _split_data_protos(
+        "DP_COMPUTE_PROTO_WITH_FUNC", wg.world_size, args[1:], kwargs
+    )
     return (fn_list, *split_args), split_kwargs
 
 
@@ -281,7 +293,9 @@ def remove_padding(output: Any, pad_size: int) -> Any:
     if isinstance(output, DataProto):
         return unpad_dataproto(output, pad_size=pad_size)
     if isinstance(output, DataProtoFuture):
-        return DataProtoFuture(collect_fn=functools.partial(_concat_and_unpad, pad_size=pad_size), futures=output.futures)
+        return DataProtoFuture(
+            collect_fn=functools.partial(_concat_and_unpad, pad_size=pad_size), futures=output.futures
+        )
     if isinstance(output, list):
         return output[:-pad_size]
     return output
@@ -360,7 +374,9 @@ def resolve_dispatch_mode(dispatch_mode: Dispatch | str | dict) -> dict[str, Cal
     if isinstance(dispatch_mode, dict):
         missing = {"dispatch_fn", "collect_fn"} - set(dispatch_mode)
         if missing:
-            raise ValueError(f"an inline dispatch mode needs keys dispatch_fn and collect_fn; missing {sorted(missing)}")
+            raise ValueError(
+                f"an inline dispatch mode needs keys dispatch_fn and collect_fn; missing {sorted(missing)}"
+            )
         return dispatch_mode
     return get_predefined_dispatch_fn(dispatch_mode)
 

@@ -47,7 +47,11 @@ class Worker:
             # Rank 0 hosts the rendezvous; the group hands this address to the other ranks.
             env["MASTER_ADDR"] = get_node_ip()
             env["MASTER_PORT"] = str(get_free_port())
-        for key, value in (("RANK", self._rank), ("WORLD_SIZE", self._world_size), ("LOCAL_RANK", self._local_rank)):
+        for key, value in (
+            ("RANK", self._rank),
+            ("WORLD_SIZE", self._world_size),
+            ("LOCAL_RANK", self._local_rank),
+        ):
             env.setdefault(key, str(value))
         self._master_addr = env.get("MASTER_ADDR")
         self._master_port = env.get("MASTER_PORT")

@@ -11,9 +11,9 @@ from collections.abc import Callable
 from typing import Any
 
 from verl.single_controller.base.decorator import (
-    _padding_size_key,
     Dispatch,
     Execute,
+    _padding_size_key,
     registered_methods,
     remove_padding,
     resolve_dispatch_mode,
@@ -23,11 +23,18 @@ from verl.single_controller.base.decorator import (
 class ResourcePool:
     """How many worker processes to run on each node (``process_on_nodes[i]`` on node i)."""
 
-    def __init__(self, process_on_nodes: list[int] | None = None, max_colocate_count: int = 10, n_gpus_per_node: int = 8):
+    def __init__(
+        self,
+        process_on_nodes: list[int] | None = None,
+        max_colocate_count: int = 10,
+        n_gpus_per_node: int = 8,
+    ):
         process_on_nodes = list(process_on_nodes or [])
         for i, n in enumerate(process_on_nodes):
             if not isinstance(n, int) or n <= 0:
-                raise ValueError(f"process_on_nodes[{i}] must be a positive int (processes on node {i}), got {n!r}")
+                raise ValueError(
+                    f"process_on_nodes[{i}] must be a positive int (processes on node {i}), got {n!r}"
+                )
         if max_colocate_count < 1:
             raise ValueError(f"max_colocate_count must be >= 1, got {max_colocate_count}")
         self._store = process_on_nodes
@@ -85,7 +92,9 @@ class WorkerGroup:
     def _execute(self, method_name: str, args: tuple, kwargs: dict, rank_zero: bool, blocking: bool) -> list:
         raise NotImplementedError
 
-    def _bind_worker_method(self, user_defined_cls: type, func_generator: Callable | None = None) -> list[str]:
+    def _bind_worker_method(
+        self, user_defined_cls: type, func_generator: Callable | None = None
+    ) -> list[str]:
         """Bind every registered method of ``user_defined_cls`` onto this group under its own name."""
         methods = {name: (name, attrs) for name, attrs in registered_methods(user_defined_cls).items()}
         return self._bind_methods(user_defined_cls, methods, func_generator)
@@ -137,7 +146,9 @@ class WorkerGroup:
             dp_size = max(dp_ranks) + 1
             absent = sorted(set(range(dp_size)) - set(dp_ranks))
             if absent:
-                raise ValueError(f"mesh {mesh_name!r}: dp ranks {absent} have no worker (ranks per worker: {dp_ranks})")
+                raise ValueError(
+                    f"mesh {mesh_name!r}: dp ranks {absent} have no worker (ranks per worker: {dp_ranks})"
+                )
             self._mesh_info[mesh_name] = (list(dp_ranks), list(is_collect))
         return self._mesh_info[mesh_name]
 

@@ -94,7 +94,9 @@ class RayResourcePool(ResourcePool):
             res["num_gpus"] = 1 / self.max_colocate_count
         return res
 
-    def get_placement_groups(self, strategy: str = "STRICT_PACK", name: str | None = None) -> list[PlacementGroup]:
+    def get_placement_groups(
+        self, strategy: str = "STRICT_PACK", name: str | None = None
+    ) -> list[PlacementGroup]:
         """Reserve (once) and return the placement groups; fails fast when the cluster cannot fit them."""
         if self.pgs is not None:
             return self.pgs
@@ -112,10 +114,14 @@ class RayResourcePool(ResourcePool):
         lifetime = "detached" if self.detached else None
         tag = name or f"{self.name_prefix}verl_group_{'_'.join(map(str, self.store))}_{uuid.uuid4().hex[:6]}"
         pgs = [
-            placement_group([dict(bundle) for _ in range(n)], strategy=strategy, name=f"{tag}:{i}", lifetime=lifetime)
+            placement_group(
+                [dict(bundle) for _ in range(n)], strategy=strategy, name=f"{tag}:{i}", lifetime=lifetime
+            )
             for i, n in enumerate(self.store)
         ]
-        ready, not_ready = ray.wait([pg.ready() for pg in pgs], num_returns=len(pgs), timeout=PLACEMENT_GROUP_TIMEOUT_S)
+        ready, not_ready = ray.wait(
+            [pg.ready() for pg in pgs], num_returns=len(pgs), timeout=PLACEMENT_GROUP_TIMEOUT_S
+        )
         if not_ready:
             for pg in pgs:
                 ray.util.remove_placement_group(pg)
@@ -225,9 +231,13 @@ class RayWorkerGroup(WorkerGroup):
     ):
         super().__init__(resource_pool=resource_pool, **kwargs)
         if ray_cls_with_init is None:
-            raise ValueError("RayWorkerGroup needs ray_cls_with_init=RayClassWithInitArgs(cls=YourWorker, ...)")
+            raise ValueError(
+                "RayWorkerGroup needs ray_cls_with_init=RayClassWithInitArgs(cls=YourWorker, ...)"
+            )
         if resource_pool is None:
-            raise ValueError("RayWorkerGroup needs a resource_pool (RayResourcePool(process_on_nodes=[n], ...))")
+            raise ValueError(
+                "RayWorkerGroup needs a resource_pool (RayResourcePool(process_on_nodes=[n], ...))"
+            )
         user_cls = ray_cls_with_init.user_cls
         if not (isinstance(user_cls, type) and issubclass(user_cls, Worker)):
             raise TypeError(f"worker class {user_cls!r} must subclass verl.single_controller.base.Worker")
@@ -243,7 +253,9 @@ class RayWorkerGroup(WorkerGroup):
 
     # --- start-up ---------------------------------------------------------------------------------
 
-    def _init_with_resource_pool(self, pool: RayResourcePool, cia: RayClassWithInitArgs, detached: bool) -> None:
+    def _init_with_resource_pool(
+        self, pool: RayResourcePool, cia: RayClassWithInitArgs, detached: bool
+    ) -> None:
         install_tensor_transport()
         pgs = pool.get_placement_groups()
         world_size = pool.world_size
@@ -264,8 +276,13 @@ class RayWorkerGroup(WorkerGroup):
                 }
                 name = f"{self.name_prefix}{self._actor_cls_name}_{pg_idx}:{local_rank}"
                 actor = cia(
-                    pg, local_rank, num_cpus=res["num_cpus"], num_gpus=res.get("num_gpus", 0.0), env_vars=env,
-                    name=name, lifetime="detached" if detached else None,
+                    pg,
+                    local_rank,
+                    num_cpus=res["num_cpus"],
+                    num_gpus=res.get("num_gpus", 0.0),
+                    env_vars=env,
+                    name=name,
+                    lifetime="detached" if detached else None,
                 )
                 self._workers.append(actor)
                 self._worker_names.append(name)
@@ -336,7 +353,9 @@ class RayWorkerGroup(WorkerGroup):
                 self._raise_first_failure(refs, ranks, method_name, only_ready=True)
             except Exception as e:
                 self._raise_first_failure(refs, ranks, method_name, only_ready=False)
-                raise WorkerError(f"`{method_name}` failed: {type(e).__name__}: {e}", ranks[0], method_name) from e
+                raise WorkerError(
+                    f"`{method_name}` failed: {type(e).__name__}: {e}", ranks[0], method_name
+                ) from e
 
     def _raise_first_failure(self, refs: list, ranks: list[int], method_name: str, only_ready: bool) -> None:
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)
@@ -374,13 +393,17 @@ class RayWorkerGroup(WorkerGroup):
                 rank,
                 method_name,
             )
-        return WorkerError(f"{who} failed in `{method_name}`: {type(error).__name__}: {error}", rank, method_name)
+        return WorkerError(
+            f"{who} failed in `{method_name}`: {type(error).__name__}: {error}", rank, method_name
+        )
 
     def _check_alive(self, method_name: str) -> None:
         if self._dead:
             rank, how = next(iter(self._dead.items()))
             raise WorkerDiedError(
-                f"cannot run `{method_name}`: {how}; the worker group cannot continue, start a new one", rank, method_name
+                f"cannot run `{method_name}`: {how}; the worker group cannot continue, start a new one",
+                rank,
+                method_name,
             )
 
     # --- direct calls (upstream API) -------------------------------------------------------------
@@ -421,11 +444,23 @@ class RayWorkerGroup(WorkerGroup):
             role_cls = roles[role]
             view = object.__new__(type(self))
             WorkerGroup.__init__(view, resource_pool=self.resource_pool)
-            for key in ("ray_cls_with_init", "resource_pool", "name_prefix", "_poll_interval_s", "_worker_info",
-                        "_dead", "_workers", "_worker_names", "_master_addr", "_master_port"):
+            for key in (
+                "ray_cls_with_init",
+                "resource_pool",
+                "name_prefix",
+                "_poll_interval_s",
+                "_worker_info",
+                "_dead",
+                "_workers",
+                "_worker_names",
+                "_master_addr",
+                "_master_port",
+            ):
                 setattr(view, key, getattr(self, key))
             view._actor_cls_name = f"{self._actor_cls_name}[{role}]"
-            methods = {name: (f"{role}_{name}", attrs) for name, attrs in registered_methods(role_cls).items()}
+            methods = {
+                name: (f"{role}_{name}", attrs) for name, attrs in registered_methods(role_cls).items()
+            }
             view._bind_methods(role_cls, methods)
             views[role] = view
         return views
@@ -471,7 +506,9 @@ def create_colocated_worker_cls(class_dict: dict[str, RayClassWithInitArgs]) -> 
 
     def __init__(self):
         Worker.__init__(self)
-        self.worker_dict = {role: cls(*init_args[role][0], **init_args[role][1]) for role, cls in roles.items()}
+        self.worker_dict = {
+            role: cls(*init_args[role][0], **init_args[role][1]) for role, cls in roles.items()
+        }
 
     namespace: dict[str, Any] = {"__init__": __init__, "__verl_roles__": roles}
     for role, user_cls in roles.items():
@@ -521,7 +558,9 @@ class ResourcePoolManager:
 
     def get_resource_pool(self, role: Any) -> RayResourcePool:
         if role not in self.mapping:
-            raise KeyError(f"no resource pool for role {role!r}; mapped roles: {', '.join(map(str, self.mapping))}")
+            raise KeyError(
+                f"no resource pool for role {role!r}; mapped roles: {', '.join(map(str, self.mapping))}"
+            )
         if not self.resource_pool_dict:
             self.create_resource_pool()
         return self.resource_pool_dict[self.mapping[role]]

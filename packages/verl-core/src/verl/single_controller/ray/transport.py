@@ -19,7 +19,9 @@ import ray
 import torch
 
 
-def _tensor_from_wire(flat: np.ndarray | bytes, dtype: torch.dtype, shape: tuple, device: str, requires_grad: bool):
+def _tensor_from_wire(
+    flat: np.ndarray | bytes, dtype: torch.dtype, shape: tuple, device: str, requires_grad: bool
+):
     if isinstance(flat, bytes):  # non-strided tensors went through torch.save
         t = torch.load(io.BytesIO(flat), weights_only=False)
     else:
@@ -56,4 +58,6 @@ def install_tensor_transport() -> None:
     """Make this process send ``torch.Tensor`` through Ray without torch.save or whole-storage copies."""
     if not ray.is_initialized():
         return
-    ray.util.register_serializer(torch.Tensor, serializer=_tensor_to_wire, deserializer=_tensor_from_wire_tuple)
+    ray.util.register_serializer(
+        torch.Tensor, serializer=_tensor_to_wire, deserializer=_tensor_from_wire_tuple
+    )
