@@ -3,7 +3,6 @@ import sys
 
 import torch
 from transformers import AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
-
 from verl.workers.actor import DataParallelPPOActor
 from verl.workers.engine import build_engine
 from verl.workers.model_merger import merge_checkpoint

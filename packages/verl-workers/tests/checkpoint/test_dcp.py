@@ -3,7 +3,6 @@ import shutil
 
 import pytest
 import torch
-
 from verl.workers.checkpoint import is_complete_checkpoint, read_meta
 from verl.workers.critic import DataParallelPPOCritic
 from verl.workers.engine import build_engine

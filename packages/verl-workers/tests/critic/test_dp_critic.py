@@ -1,6 +1,5 @@
 import torch
 from transformers import AutoModelForTokenClassification
-
 from verl.trainer.ppo.core_algos import compute_value_loss
 from verl.workers.critic import DataParallelPPOCritic
 from verl.workers.engine import build_engine

@@ -5,7 +5,6 @@ import os
 
 import pytest
 import torch
-
 from verl.workers.engine.testing import run_gloo
 
 
@@ -105,15 +104,21 @@ def test_checkpoint_from_two_workers_resumes_on_one(dist_world1, tiny_model_dir,
     assert metrics["actor/pg_loss"] == pytest.approx(r0["step2_metrics"]["actor/pg_loss"], rel=1e-4)
 
 
-def test_offload_flags_rejected_on_cpu(dist_world1, tiny_model_dir):
+def test_flags_meaningless_on_cpu_are_rejected(dist_world1, tiny_model_dir):
     with pytest.raises(ValueError, match="param_offload=True means nothing on CPU"):
         _actor(tiny_model_dir, "fsdp2", 4, "actor_rollout_ref.actor.fsdp_config.param_offload=true")
+    with pytest.raises(ValueError, match="optimizer_offload=True means nothing on CPU"):
+        _actor(tiny_model_dir, "fsdp", 4, "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true")
+    with pytest.raises(ValueError, match="enable_activation_offload=True means nothing on CPU"):
+        _actor(tiny_model_dir, "fsdp2", 4, "actor_rollout_ref.model.enable_activation_offload=true")
+    with pytest.raises(NotImplementedError, match="ulysses_sequence_parallel_size=2"):
+        _actor(tiny_model_dir, "fsdp2", 4, "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2")
 
 
 def test_gradient_checkpointing_and_bf16_are_applied(dist_world1, tiny_model_dir):
     actor = _actor(tiny_model_dir, "fsdp2", 4, "actor_rollout_ref.model.enable_gradient_checkpointing=true",
                    "actor_rollout_ref.model.model_dtype=bfloat16")
-    assert actor.engine.module.is_gradient_checkpointing
+    assert any(getattr(m, "gradient_checkpointing", False) for m in actor.engine.module.modules())
     assert all(p.dtype == torch.bfloat16 for p in actor.engine.module.parameters())
     data1, _ = _batches()
     metrics = actor.update_policy(data1)

@@ -3,7 +3,6 @@ import math
 import pytest
 import torch
 from omegaconf import OmegaConf
-
 from verl.workers.engine.optim import build_lr_scheduler, build_optimizer, lr_factor, warmup_steps
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from verl.workers.engine.base import BaseEngine, Batch, LossFn, ModelType, register_engine
-from verl.workers.engine.hf_model import load_hf_model, response_outputs
+from verl.workers.engine.hf_model import check_model_flags, load_hf_model, response_outputs
 from verl.workers.engine.optim import build_lr_scheduler, build_optimizer
 
 
@@ -72,6 +72,7 @@ class _FSDPEngineBase(BaseEngine):
     ):
         self.device = _engine_device()
         _check_offload_flags(engine_config, self.device)
+        check_model_flags(model_config, self.device)
         self.model_config = model_config
         self.engine_config = engine_config
         self.optim_config = optim_config

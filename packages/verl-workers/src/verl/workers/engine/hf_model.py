@@ -42,9 +42,37 @@ def load_hf_model(model_config: Any, model_type: str) -> torch.nn.Module:
     else:
         raise ValueError(f"unknown model_type {model_type!r}; known: causal_lm, value")
     model.config.use_cache = False
+    offload = "enable_activation_offload" in model_config and bool(model_config.enable_activation_offload)
     if model_config.enable_gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        kwargs = {"use_reentrant": False}
+        # transformers >= 5 renamed it and can keep the saved activations in host memory (offload)
+        if getattr(model, "activation_checkpointing_enable", None) is not None:
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs, offload=offload)
+        elif offload:
+            raise NotImplementedError(
+                "model.enable_activation_offload=True needs transformers >= 5 (activation_checkpointing_enable)"
+            )
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     return model
+
+
+def check_model_flags(model_config: Any, device: torch.device) -> None:
+    """Reject model flags this engine cannot honour, naming the key (``use_remove_padding`` is an
+    optimisation with identical results; padded batches are run as they are)."""
+    if "use_fused_kernels" in model_config and bool(model_config.use_fused_kernels):
+        raise NotImplementedError("model.use_fused_kernels=True is not supported by the FSDP engines; set it to False")
+    if "enable_activation_offload" in model_config and bool(model_config.enable_activation_offload):
+        if device.type == "cpu":
+            raise ValueError(
+                "model.enable_activation_offload=True means nothing on CPU (activations already live in host "
+                "memory); set it to False"
+            )
+        if not bool(model_config.enable_gradient_checkpointing):
+            raise ValueError(
+                "model.enable_activation_offload=True offloads the activations gradient checkpointing saves; "
+                "set model.enable_gradient_checkpointing=True too"
+            )
 
 
 def response_outputs(
