@@ -40,6 +40,12 @@ def sandbox(request):
     return LocalSandbox(timeout=5, memory_mb=512, max_processes=32, max_file_mb=4, isolation=request.param)
 
 
+def _fs_confined(sandbox) -> bool:
+    """Files private to the trainer are out of reach with bwrap, or when the program runs as another
+    user (we are root, it is nobody). A non-root trainer without bwrap shares its uid with the program."""
+    return sandbox.isolation.level == "bwrap" or sandbox.isolation.uid is not None
+
+
 def _pids_with(marker: str) -> list[int]:
     found = []
     for entry in os.listdir("/proc"):
@@ -152,8 +158,12 @@ def test_writing_outside_the_work_dir_fails(sandbox, tmp_path):
     )
     res = sandbox.run(code)
     assert res.status == base.OK
-    assert "refused" in res.stdout
-    assert not target.exists()
+    if _fs_confined(sandbox):
+        assert "refused" in res.stdout
+        assert not target.exists()
+    else:
+        # Documented weaker guarantee: same user, host filesystem visible, so the write goes through.
+        assert "wrote" in res.stdout
 
 
 def test_reading_a_planted_private_file_fails(sandbox, tmp_path):
@@ -165,8 +175,11 @@ def test_reading_a_planted_private_file_fails(sandbox, tmp_path):
         "except OSError as e:\n    print('refused', type(e).__name__)\n"
     )
     res = sandbox.run(code)
-    assert "TOP-SECRET-CONTENT" not in res.stdout
-    assert "refused" in res.stdout
+    if _fs_confined(sandbox):
+        assert "TOP-SECRET-CONTENT" not in res.stdout
+        assert "refused" in res.stdout
+    else:
+        assert "TOP-SECRET-CONTENT" in res.stdout  # documented weaker guarantee (see README)
 
 
 def test_world_readable_file_outside_is_hidden_only_with_bwrap(sandbox):
