@@ -51,3 +51,24 @@ def test_half_written_checkpoint_is_detected(dist_world1, tiny_value_model_dir, 
     shutil.rmtree(ckpt)
     with pytest.raises(FileNotFoundError, match="no checkpoint folder"):
         a.engine.load_checkpoint(ckpt)
+
+
+def test_save_contents_hf_model_and_load_contents(dist_world1, tiny_value_model_dir, ppo_config, tmp_path):
+    from omegaconf import OmegaConf
+    from transformers import AutoModelForTokenClassification
+
+    a = _critic(ppo_config, tiny_value_model_dir)
+    a.engine.checkpoint_config = OmegaConf.create({"save_contents": ["model", "hf_model"],
+                                                  "load_contents": ["model", "optimizer", "extra"]})
+    ckpt = str(tmp_path / "ckpt")
+    a.engine.save_checkpoint(ckpt)
+    assert read_meta(ckpt)["contents"] == ["hf_model", "model"]
+    assert not os.path.exists(os.path.join(ckpt, "extra_state_rank_0.pt"))
+    hf = AutoModelForTokenClassification.from_pretrained(os.path.join(ckpt, "huggingface"))
+    sd = a.engine.full_state_dict()
+    for k, v in hf.state_dict().items():
+        assert torch.equal(v, sd[k]), k
+    with pytest.raises(ValueError, match=r"asks for \['extra', 'optimizer'\]"):
+        a.engine.load_checkpoint(ckpt)
+    a.engine.checkpoint_config = OmegaConf.create({"save_contents": ["model"], "load_contents": ["model"]})
+    a.engine.load_checkpoint(ckpt)  # model only: fine

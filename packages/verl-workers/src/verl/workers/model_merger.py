@@ -18,7 +18,8 @@ import torch
 from verl.workers.checkpoint.dcp import _TOKENIZER_FILES, DCP_DIR, HF_DIR, read_meta
 
 
-def _build_model(hf_dir: str, model_type: str):
+def build_model_from_config(hf_dir: str, model_type: str):
+    """A randomly initialised model of ``hf_dir``'s config (``value``: token classifier; else causal LM)."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification
 
     config = AutoConfig.from_pretrained(hf_dir)
@@ -38,7 +39,7 @@ def merge_checkpoint(local_dir: str, target_dir: str, dtype: str | None = None) 
 
     meta = read_meta(local_dir)
     hf_dir = os.path.join(local_dir, HF_DIR)
-    model = _build_model(hf_dir, meta["model_type"])
+    model = build_model_from_config(hf_dir, meta["model_type"])
     state = {"model": model.state_dict()}
     dcp.load(state, checkpoint_id=os.path.join(local_dir, DCP_DIR), no_dist=True)
     missing, unexpected = model.load_state_dict(state["model"], strict=False)

@@ -7,6 +7,10 @@ Layout of one checkpoint folder (e.g. ``global_step_10/actor``)::
     huggingface/                 config.json (+ generation config, tokenizer files) for export
     checkpoint_meta.json         written last, by rank 0, after every rank finished
 
+What is written follows ``checkpoint.save_contents`` (``model``, ``optimizer``, ``extra`` = LR scheduler
+and RNG, ``hf_model`` = also a full Hugging Face copy of the weights in ``huggingface/``); loading
+follows ``checkpoint.load_contents`` and fails if it asks for something the checkpoint lacks.
+
 ``checkpoint_meta.json`` marks a complete checkpoint: a folder without it was being written when the
 run stopped, and loading it is an error. Model and optimizer reload with a different worker count
 (DCP reshards); the RNG states are restored only with the same count.
@@ -69,10 +73,27 @@ def _set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state(state["cuda"])
 
 
-def _state_dicts(engine: _FSDPEngineBase) -> dict:
+CONTENTS = ("model", "optimizer", "extra", "hf_model")
+_DEFAULT_CONTENTS = ("model", "optimizer", "extra")
+
+
+def _contents(engine: _FSDPEngineBase, key: str) -> set[str]:
+    cfg = engine.checkpoint_config
+    chosen = set(cfg[key]) if cfg is not None else set(_DEFAULT_CONTENTS)
+    unknown = chosen - set(CONTENTS)
+    if unknown:
+        raise ValueError(f"checkpoint.{key} has unknown entries {sorted(unknown)}; known: {', '.join(CONTENTS)}")
+    if "model" not in chosen:
+        raise ValueError(f"checkpoint.{key}={sorted(chosen)} must include 'model'")
+    if engine.optimizer is None:
+        chosen.discard("optimizer")
+    return chosen
+
+
+def _state_dicts(engine: _FSDPEngineBase, with_optimizer: bool = True) -> dict:
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict
 
-    if engine.optimizer is None:
+    if engine.optimizer is None or not with_optimizer:
         return {"model": get_model_state_dict(engine.module)}
     model_sd, optim_sd = get_state_dict(engine.module, engine.optimizer)
     return {"model": model_sd, "optimizer": optim_sd}
@@ -83,6 +104,7 @@ def save_engine_checkpoint(engine: _FSDPEngineBase, path: str, global_step: int 
     import torch.distributed.checkpoint as dcp
 
     rank, world = dist.get_rank(), dist.get_world_size()
+    contents = _contents(engine, "save_contents")
     if rank == 0:
         os.makedirs(path, exist_ok=True)
         # an old marker would make a half-rewritten folder look complete
@@ -91,19 +113,21 @@ def save_engine_checkpoint(engine: _FSDPEngineBase, path: str, global_step: int 
         if os.path.isdir(os.path.join(path, DCP_DIR)):
             shutil.rmtree(os.path.join(path, DCP_DIR))
     dist.barrier()
-    dcp.save(_state_dicts(engine), checkpoint_id=os.path.join(path, DCP_DIR))
-    extra = {
-        "lr_scheduler": engine.lr_scheduler.state_dict() if engine.lr_scheduler is not None else None,
-        "rng": _rng_state(),
-        "world_size": world,
-    }
-    torch.save(extra, os.path.join(path, f"extra_state_rank_{rank}.pt"))
+    dcp.save(_state_dicts(engine, "optimizer" in contents), checkpoint_id=os.path.join(path, DCP_DIR))
+    if "extra" in contents:
+        extra = {
+            "lr_scheduler": engine.lr_scheduler.state_dict() if engine.lr_scheduler is not None else None,
+            "rng": _rng_state(),
+            "world_size": world,
+        }
+        torch.save(extra, os.path.join(path, f"extra_state_rank_{rank}.pt"))
+    full = engine.full_state_dict() if "hf_model" in contents else None  # collective
     if rank == 0:
-        _save_hf_config(engine, os.path.join(path, HF_DIR))
+        _save_hf_config(engine, os.path.join(path, HF_DIR), full)
     dist.barrier()
     if rank == 0:
         meta = {"global_step": int(global_step), "world_size": world, "model_type": engine.model_type,
-                "strategy": type(engine).__name__}
+                "strategy": type(engine).__name__, "contents": sorted(contents)}
         tmp = os.path.join(path, META_FILE + ".tmp")
         with open(tmp, "w") as f:
             json.dump(meta, f)
@@ -111,9 +135,15 @@ def save_engine_checkpoint(engine: _FSDPEngineBase, path: str, global_step: int 
     dist.barrier()
 
 
-def _save_hf_config(engine: _FSDPEngineBase, hf_dir: str) -> None:
+def _save_hf_config(engine: _FSDPEngineBase, hf_dir: str, full_state: dict | None) -> None:
     os.makedirs(hf_dir, exist_ok=True)
     engine.hf_config.save_pretrained(hf_dir)
+    if full_state is not None:
+        from verl.workers.model_merger import build_model_from_config
+
+        model = build_model_from_config(hf_dir, engine.model_type)
+        model.load_state_dict(full_state, strict=False)
+        model.save_pretrained(hf_dir)
     src = engine.model_config.path
     for name in _TOKENIZER_FILES:
         if os.path.isfile(os.path.join(src, name)):
@@ -130,13 +160,22 @@ def load_engine_checkpoint(engine: _FSDPEngineBase, path: str) -> None:
         raise ValueError(
             f"checkpoint at {path!r} holds a {meta['model_type']!r} model; this engine is {engine.model_type!r}"
         )
-    state = _state_dicts(engine)
+    wanted = _contents(engine, "load_contents") - {"hf_model"}
+    saved = set(meta.get("contents", _DEFAULT_CONTENTS))
+    if wanted - saved:
+        raise ValueError(
+            f"checkpoint.load_contents asks for {sorted(wanted - saved)} but the checkpoint at {path!r} holds "
+            f"only {sorted(saved)}; drop them from load_contents"
+        )
+    state = _state_dicts(engine, "optimizer" in wanted)
     dcp.load(state, checkpoint_id=os.path.join(path, DCP_DIR))
-    if engine.optimizer is None:
+    if "optimizer" not in state:
         set_model_state_dict(engine.module, state["model"])
     else:
         set_state_dict(engine.module, engine.optimizer, model_state_dict=state["model"],
                        optim_state_dict=state["optimizer"])
+    if "extra" not in wanted:
+        return
     rank, world = dist.get_rank(), dist.get_world_size()
     same_world = meta["world_size"] == world
     extra_file = os.path.join(path, f"extra_state_rank_{rank if same_world else 0}.pt")
