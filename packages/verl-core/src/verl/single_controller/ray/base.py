@@ -343,26 +343,30 @@ class RayWorkerGroup(WorkerGroup):
         """Wait for every result; the first failure (raise or death) is raised at once, naming the worker.
 
         The fast path is one ``ray.get``. While results are outstanding it wakes every
-        ``poll_interval_s`` to look for a finished-with-error worker, so a dead or raising rank is
-        reported even when the other ranks block (e.g. in a collective waiting for it).
+        ``poll_interval_s`` and looks at the newly finished results for an error, so a dead or
+        raising rank is reported even when the other ranks block (e.g. in a collective waiting for it).
         """
+        probed: set = set()
         while True:
             try:
                 return ray.get(refs, timeout=self._poll_interval_s)
             except ray.exceptions.GetTimeoutError:
-                self._raise_first_failure(refs, ranks, method_name, only_ready=True)
+                self._raise_first_failure(refs, ranks, method_name, probed)
             except Exception as e:
-                self._raise_first_failure(refs, ranks, method_name, only_ready=False)
+                self._raise_first_failure(refs, ranks, method_name, set())
                 raise WorkerError(
                     f"`{method_name}` failed: {type(e).__name__}: {e}", ranks[0], method_name
                 ) from e
 
-    def _raise_first_failure(self, refs: list, ranks: list[int], method_name: str, only_ready: bool) -> None:
+    def _raise_first_failure(self, refs: list, ranks: list[int], method_name: str, probed: set) -> None:
+        """Raise the mapped error of the first finished-with-error result; ``probed`` refs are skipped
+        (and newly looked-at ones added) so a large finished result is not fetched again every poll."""
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)
-        ready_set = set(ready)
+        ready_set = set(ready) - probed
         for ref, rank in zip(refs, ranks):
             if ref not in ready_set:
                 continue
+            probed.add(ref)
             try:
                 ray.get(ref)
             except Exception as e:
