@@ -101,3 +101,26 @@ def test_update_needs_mini_batch_and_keys(dist_world1, tiny_model_dir, ppo_confi
     data.batch.pop("advantages")
     with pytest.raises(KeyError, match="advantages"):
         actor.update_policy(data)
+
+
+def test_dynamic_batch_size_gives_the_same_update(dist_world1, tiny_model_dir, ppo_config, make_rl_batch):
+    from verl.workers.engine.batching import rows_per_micro_batch
+
+    assert rows_per_micro_batch(11, micro_batch_size=None, use_dynamic_bsz=True, max_token_len=30) == 2
+    assert rows_per_micro_batch(11, micro_batch_size=None, use_dynamic_bsz=True, max_token_len=5) == 1
+    with pytest.raises(ValueError, match="positive max token length"):
+        rows_per_micro_batch(11, micro_batch_size=None, use_dynamic_bsz=True, max_token_len=0)
+    data = make_rl_batch(n=8, seed=13)  # width 11: a 33-token budget holds 3 rows -> micro-batches 3, 3, 2
+    w_fixed, m_fixed = _updated_weights(ppo_config, tiny_model_dir, data, 8)
+    w_dyn, m_dyn = _updated_weights(ppo_config, tiny_model_dir, data, 8, "actor_rollout_ref.actor.use_dynamic_bsz=true",
+                                    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=33")
+    for k in w_fixed:
+        torch.testing.assert_close(w_fixed[k], w_dyn[k], atol=1e-6, rtol=1e-5)
+    assert m_dyn["actor/pg_loss"] == pytest.approx(m_fixed["actor/pg_loss"], rel=1e-5)
+    # inference with a token budget from meta_info gives the same log-probs
+    actor, _ = _actor(ppo_config, tiny_model_dir)
+    data.meta_info.update(use_dynamic_bsz=True, max_token_len=22)
+    dyn, _ = actor.compute_log_prob(data)
+    data.meta_info.update(use_dynamic_bsz=False, micro_batch_size=8)
+    fixed, _ = actor.compute_log_prob(data)
+    torch.testing.assert_close(dyn, fixed, atol=1e-6, rtol=1e-5)

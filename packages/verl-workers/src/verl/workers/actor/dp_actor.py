@@ -5,7 +5,8 @@ The actor holds the algorithm (policy loss, entropy bonus, KL loss, mini-batch/e
 
 Sizes: ``update_policy`` splits this rank's rows into mini-batches of ``ppo_mini_batch_size_per_rank``
 trajectories (the worker derives it: ``actor.ppo_mini_batch_size * rollout.n // dp_size``) and each
-mini-batch into micro-batches of ``actor.ppo_micro_batch_size_per_gpu``. Losses use the mini-batch's
+mini-batch into micro-batches of ``actor.ppo_micro_batch_size_per_gpu`` rows (or, with
+``use_dynamic_bsz``, as many rows as fit ``ppo_max_token_len_per_gpu`` padded tokens). Losses use the mini-batch's
 global token/sequence counts (summed over ranks), so the update is the same for any number of workers
 and micro-batches.
 """
@@ -19,13 +20,20 @@ import torch.distributed as dist
 from verl import DataProto
 from verl.trainer.ppo.core_algos import GlobalBatchInfo, agg_loss, get_policy_loss_fn, kl_penalty
 from verl.workers.engine.base import BaseEngine
+from verl.workers.engine.batching import rows_per_micro_batch
 
 _MODEL_INPUTS = ("input_ids", "attention_mask", "position_ids", "responses")
 
 
 def micro_batch_size_for_inference(config: Any, data: DataProto) -> int:
-    """``meta_info["micro_batch_size"]`` if set, else the config's ``log_prob_micro_batch_size_per_gpu``
-    (ref / rollout configs), else ``ppo_micro_batch_size_per_gpu``."""
+    """Rows per forward micro-batch. A token budget when ``meta_info["use_dynamic_bsz"]`` (default: the
+    config's ``log_prob_use_dynamic_bsz``, ref configs have it) of ``meta_info["max_token_len"]``
+    (default ``log_prob_max_token_len_per_gpu``); else ``meta_info["micro_batch_size"]`` if set, else the
+    config's ``log_prob_micro_batch_size_per_gpu``, else ``ppo_micro_batch_size_per_gpu``."""
+    seq_len = data.batch["input_ids"].shape[-1]
+    if data.meta_info.get("use_dynamic_bsz", config.get("log_prob_use_dynamic_bsz", False)):
+        max_len = data.meta_info.get("max_token_len", config.get("log_prob_max_token_len_per_gpu"))
+        return rows_per_micro_batch(seq_len, micro_batch_size=None, use_dynamic_bsz=True, max_token_len=max_len)
     size = data.meta_info.get("micro_batch_size")
     if size is None:
         for key in ("log_prob_micro_batch_size_per_gpu", "ppo_micro_batch_size_per_gpu",
@@ -149,9 +157,10 @@ class DataParallelPPOActor:
             raise ValueError(
                 f"this rank has {len(data)} trajectories, not a multiple of the mini-batch of {mini} per rank"
             )
-        if cfg.use_dynamic_bsz:
-            raise NotImplementedError("actor.use_dynamic_bsz=True is not supported yet; set it to False")
-        micro = int(cfg.ppo_micro_batch_size_per_gpu)
+        micro = rows_per_micro_batch(
+            data.batch["input_ids"].shape[-1], micro_batch_size=cfg.ppo_micro_batch_size_per_gpu,
+            use_dynamic_bsz=bool(cfg.use_dynamic_bsz), max_token_len=cfg.ppo_max_token_len_per_gpu,
+        )
         temperature = float(data.meta_info.get("temperature", 1.0))
         data = self._select_for_update(data)
         lr = self.engine.get_lr()

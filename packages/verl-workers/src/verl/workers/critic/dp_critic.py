@@ -3,7 +3,8 @@
 Sizes as for the actor: mini-batches of ``ppo_mini_batch_size_per_rank`` trajectories (the worker
 derives ``critic.ppo_mini_batch_size * rollout_n // dp_size``), micro-batches of
 ``critic.ppo_micro_batch_size_per_gpu`` for updates and ``forward_micro_batch_size_per_gpu`` (or
-meta_info ``micro_batch_size``) for :meth:`compute_values`.
+meta_info ``micro_batch_size``) for :meth:`compute_values`; with ``use_dynamic_bsz`` token budgets
+``ppo_max_token_len_per_gpu`` / ``forward_max_token_len_per_gpu`` instead.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from verl.trainer.ppo.core_algos import GlobalBatchInfo, compute_value_loss
 from verl.utils.torch_functional import masked_mean
 from verl.workers.actor.dp_actor import _response_mask, _sum_over_ranks, response_mask_of
 from verl.workers.engine.base import BaseEngine
+from verl.workers.engine.batching import rows_per_micro_batch
 
 _MODEL_INPUTS = ("input_ids", "attention_mask", "position_ids", "responses")
 
@@ -37,12 +39,12 @@ class DataParallelPPOCritic:
 
     def compute_values(self, data: DataProto) -> torch.Tensor:
         """Values [N, R] of the state before each response token, zero outside ``response_mask``."""
-        micro = data.meta_info.get("micro_batch_size") or self.config.forward_micro_batch_size_per_gpu
-        if micro is None or int(micro) <= 0:
-            raise ValueError(
-                "compute_values needs a positive micro-batch size: set critic.forward_micro_batch_size_per_gpu "
-                "or meta_info['micro_batch_size']"
-            )
+        cfg = self.config
+        micro = rows_per_micro_batch(
+            data.batch["input_ids"].shape[-1],
+            micro_batch_size=data.meta_info.get("micro_batch_size") or cfg.forward_micro_batch_size_per_gpu,
+            use_dynamic_bsz=bool(cfg.use_dynamic_bsz), max_token_len=cfg.forward_max_token_len_per_gpu,
+        )
         batch = data.select(batch_keys=list(_MODEL_INPUTS))
         values = self.engine.infer([mb.batch for mb in batch.split(int(micro))])["values"]
         return values * response_mask_of(data).to(values.dtype)
@@ -85,8 +87,6 @@ class DataParallelPPOCritic:
             raise ValueError(
                 f"this rank has {len(data)} trajectories, not a multiple of the mini-batch of {mini} per rank"
             )
-        if cfg.use_dynamic_bsz:
-            raise NotImplementedError("critic.use_dynamic_bsz=True is not supported yet; set it to False")
         keys = list(_MODEL_INPUTS) + ["values", "returns"]
         if "response_mask" in data.batch:
             keys.append("response_mask")
@@ -94,7 +94,10 @@ class DataParallelPPOCritic:
         if missing:
             raise KeyError(f"update_critic needs batch keys {missing}; the batch has {sorted(data.batch.keys())}")
         data = data.select(batch_keys=keys)
-        micro = int(cfg.ppo_micro_batch_size_per_gpu)
+        micro = rows_per_micro_batch(
+            data.batch["input_ids"].shape[-1], micro_batch_size=cfg.ppo_micro_batch_size_per_gpu,
+            use_dynamic_bsz=bool(cfg.use_dynamic_bsz), max_token_len=cfg.ppo_max_token_len_per_gpu,
+        )
         lr = self.engine.get_lr()
         step_metrics = []
         for epoch in range(int(cfg.ppo_epochs)):
