@@ -4,11 +4,11 @@ from verl.single_controller.ray.base import (
     RayClassWithInitArgs,
     RayResourcePool,
     RayWorkerGroup,
-    ResourcePoolManager,
     WorkerDiedError,
     WorkerError,
     create_colocated_worker_cls,
 )
+from verl.single_controller.ray.resource_pool_manager import ResourcePoolManager
 
 __all__ = [
     "RayClassWithInitArgs",

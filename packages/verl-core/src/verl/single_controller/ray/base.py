@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import inspect
 import uuid
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -28,7 +27,6 @@ __all__ = [
     "RayResourcePool",
     "RayClassWithInitArgs",
     "RayWorkerGroup",
-    "ResourcePoolManager",
     "WorkerError",
     "WorkerDiedError",
     "create_colocated_worker_cls",
@@ -523,51 +521,3 @@ def create_colocated_worker_cls(class_dict: dict[str, RayClassWithInitArgs]) -> 
     cia = RayClassWithInitArgs(cls=worker_dict_cls)
     cia.update_options(options)
     return cia
-
-
-# ---------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class ResourcePoolManager:
-    """Named resource pools and which role runs on which pool.
-
-    ``resource_pool_spec``: ``{pool name: process_on_nodes}``; ``mapping``: ``{role: pool name}``.
-    """
-
-    resource_pool_spec: dict[str, list[int]]
-    mapping: dict[Any, str]
-    resource_pool_dict: dict[str, RayResourcePool] = field(default_factory=dict)
-    use_gpu: bool = True
-    max_colocate_count: int = 1
-    num_cpus_per_worker: float = 1.0
-
-    def __post_init__(self) -> None:
-        for role, pool in self.mapping.items():
-            if pool not in self.resource_pool_spec:
-                raise ValueError(
-                    f"role {role!r} maps to resource pool {pool!r}, which is not in resource_pool_spec "
-                    f"(pools: {', '.join(self.resource_pool_spec)})"
-                )
-
-    def create_resource_pool(self) -> None:
-        for name, process_on_nodes in self.resource_pool_spec.items():
-            self.resource_pool_dict[name] = RayResourcePool(
-                process_on_nodes=process_on_nodes,
-                use_gpu=self.use_gpu,
-                max_colocate_count=self.max_colocate_count,
-                name_prefix=name,
-                num_cpus_per_worker=self.num_cpus_per_worker,
-            )
-
-    def get_resource_pool(self, role: Any) -> RayResourcePool:
-        if role not in self.mapping:
-            raise KeyError(
-                f"no resource pool for role {role!r}; mapped roles: {', '.join(map(str, self.mapping))}"
-            )
-        if not self.resource_pool_dict:
-            self.create_resource_pool()
-        return self.resource_pool_dict[self.mapping[role]]
-
-    def get_n_gpus(self) -> int:
-        return sum(sum(nodes) for nodes in self.resource_pool_spec.values()) if self.use_gpu else 0
