@@ -124,3 +124,32 @@ def test_dynamic_batch_size_gives_the_same_update(dist_world1, tiny_model_dir, p
     data.meta_info.update(use_dynamic_bsz=False, micro_batch_size=8)
     fixed, _ = actor.compute_log_prob(data)
     torch.testing.assert_close(dyn, fixed, atol=1e-6, rtol=1e-5)
+
+
+def test_entropy_bonus_and_kl_loss_pull_the_policy(dist_world1, tiny_model_dir, ppo_config, make_rl_batch):
+    from verl.trainer.ppo.core_algos import agg_loss, kl_penalty
+
+    data = make_rl_batch(n=8, seed=17)
+    data.batch["advantages"] = torch.zeros_like(data.batch["advantages"])  # no policy-gradient signal
+    data.meta_info["micro_batch_size"] = 8
+    mask = data.batch["response_mask"]
+
+    actor, _ = _actor(ppo_config, tiny_model_dir, "actor_rollout_ref.actor.optim.lr=1e-2",
+                      "actor_rollout_ref.actor.entropy_coeff=1.0", mini=8)
+    lp, ent0 = actor.compute_log_prob(data, calculate_entropy=True)
+    data.batch["old_log_probs"] = lp
+    actor.update_policy(data)
+    _, ent1 = actor.compute_log_prob(data, calculate_entropy=True)
+    assert agg_loss(ent1, mask) > agg_loss(ent0, mask) + 1e-4
+
+    actor, _ = _actor(ppo_config, tiny_model_dir, "actor_rollout_ref.actor.optim.lr=1e-2",
+                      "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.kl_loss_coef=1.0",
+                      "actor_rollout_ref.actor.kl_loss_type=low_var_kl", mini=8)
+    lp0, _ = actor.compute_log_prob(data)
+    data.batch["old_log_probs"] = lp0
+    ref = data.batch["ref_log_prob"]
+    kl0 = agg_loss(kl_penalty(lp0, ref, "low_var_kl"), mask)
+    metrics = actor.update_policy(data)
+    assert metrics["actor/kl_loss"] == pytest.approx(float(kl0), rel=1e-5)
+    lp1, _ = actor.compute_log_prob(data)
+    assert agg_loss(kl_penalty(lp1, ref, "low_var_kl"), mask) < kl0 - 1e-4

@@ -176,7 +176,8 @@ class DataParallelPPOActor:
                     info = info.all_reduce()
                 micro_batches = [m.batch for m in mb.split(micro)]
                 per_micro = self.engine.forward_backward(
-                    micro_batches, self._loss_fn(info), temperature=temperature, calculate_entropy=True
+                    micro_batches, self._loss_fn(info), temperature=temperature, calculate_entropy=True,
+                    entropy_grad=cfg.entropy_coeff != 0,
                 )
                 summed = _sum_over_ranks(per_micro, self.engine.dp_size)
                 summed["grad_norm"] = self.engine.optimizer_step()

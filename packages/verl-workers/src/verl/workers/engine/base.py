@@ -64,12 +64,14 @@ class BaseEngine(ABC):
 
     @abstractmethod
     def forward_micro_batch(
-        self, micro_batch: Batch, *, temperature: float = 1.0, calculate_entropy: bool = False
+        self, micro_batch: Batch, *, temperature: float = 1.0, calculate_entropy: bool = False,
+        entropy_grad: bool = True,
     ) -> dict[str, torch.Tensor]:
         """Forward one micro-batch (grad enabled iff the caller enables it).
 
         ``causal_lm``: ``{"log_probs": [B, R]}`` (log-prob of each response token under
-        ``logits / temperature``) plus ``"entropys": [B, R]`` when ``calculate_entropy``.
+        ``logits / temperature``) plus ``"entropys": [B, R]`` when ``calculate_entropy`` (without
+        autograd when ``entropy_grad=False``: cheaper when the entropy is only a metric).
         ``value``: ``{"values": [B, R]}`` (the value of the state before each response token).
         """
 
@@ -87,6 +89,7 @@ class BaseEngine(ABC):
         *,
         temperature: float = 1.0,
         calculate_entropy: bool = False,
+        entropy_grad: bool = True,
     ) -> list[dict[str, Any]]:
         """Train-mode forward and backward of every micro-batch, accumulating gradients.
 

@@ -13,6 +13,7 @@ with an error rather than silently meaning nothing. ``reshard_after_forward`` as
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -124,11 +125,12 @@ class _FSDPEngineBase(BaseEngine):
 
     # ------------------------------------------------------------------ compute
     def forward_micro_batch(
-        self, micro_batch: Batch, *, temperature: float = 1.0, calculate_entropy: bool = False
+        self, micro_batch: Batch, *, temperature: float = 1.0, calculate_entropy: bool = False,
+        entropy_grad: bool = True,
     ) -> dict[str, torch.Tensor]:
         return response_outputs(
             self.module, self._to_device(micro_batch), self.model_type,
-            temperature=temperature, calculate_entropy=calculate_entropy,
+            temperature=temperature, calculate_entropy=calculate_entropy, entropy_grad=entropy_grad,
         )
 
     def infer(
@@ -151,13 +153,16 @@ class _FSDPEngineBase(BaseEngine):
         *,
         temperature: float = 1.0,
         calculate_entropy: bool = False,
+        entropy_grad: bool = True,
     ) -> list[dict[str, Any]]:
         if self.optimizer is None:
             raise RuntimeError("this engine was built without optim_config (inference only); cannot train it")
         self.module.train()
         all_metrics = []
         for mb in micro_batches:
-            out = self.forward_micro_batch(mb, temperature=temperature, calculate_entropy=calculate_entropy)
+            out = self.forward_micro_batch(
+                mb, temperature=temperature, calculate_entropy=calculate_entropy, entropy_grad=entropy_grad
+            )
             loss, metrics = loss_fn(out, mb)
             # FSDP averages gradients over ranks; loss_fn gives this rank's share of a sum, so scale back.
             (loss * self._world).backward()
@@ -176,6 +181,8 @@ class _FSDPEngineBase(BaseEngine):
             self._load_optimizer()
         if math.isfinite(grad_norm):
             self.optimizer.step()
+        else:
+            warnings.warn(f"gradient norm is {grad_norm}: optimizer step skipped", stacklevel=2)
         self.optimizer.zero_grad(set_to_none=True)
         if bool(self.engine_config.optimizer_offload):
             self._offload_optimizer()

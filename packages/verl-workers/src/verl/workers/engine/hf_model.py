@@ -82,9 +82,11 @@ def response_outputs(
     *,
     temperature: float = 1.0,
     calculate_entropy: bool = False,
+    entropy_grad: bool = True,
 ) -> dict[str, torch.Tensor]:
     """Run ``module`` on ``input_ids`` / ``attention_mask`` / ``position_ids`` and keep the outputs of
-    the last R positions that predict the response tokens (``responses`` is [B, R])."""
+    the last R positions that predict the response tokens (``responses`` is [B, R]). ``entropy_grad=False``
+    computes the entropies without autograd."""
     input_ids = micro_batch["input_ids"]
     responses = micro_batch["responses"]
     n_resp = responses.shape[-1]
@@ -106,5 +108,7 @@ def response_outputs(
     logits = logits.float() / temperature
     result = {"log_probs": logprobs_from_logits(logits, responses)}
     if calculate_entropy:
-        result["entropys"] = entropy_from_logits(logits)
+        # without a gradient the [B, R, V] intermediates are freed at once (entropy as a metric only)
+        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+            result["entropys"] = entropy_from_logits(logits)
     return result
