@@ -1,0 +1,225 @@
+#!/usr/bin/env python3
+"""Which packages a change affects, and running their tests: the per-package CI matrix.
+
+    python scripts/ci_matrix.py origin/main            # matrix for `git diff --name-only origin/main`
+    python scripts/ci_matrix.py --paths packages/verl-core/src/verl/protocol.py
+    python scripts/ci_matrix.py --all                  # every package (the full matrix)
+    python scripts/ci_matrix.py --all --run [-- -x -m "not slow"]    # run it: one pytest per entry
+    python scripts/ci_matrix.py origin/main --json     # {"include": [{"package", "tests"}, ...]} for Actions
+
+The dependency graph is read from the workspace: the root ``pyproject.toml``'s ``[tool.uv.workspace]
+members`` globs give the packages, and each member's ``[project] dependencies`` (and optional
+dependencies) that name another member give the edges. Rules for a changed path:
+
+- inside a member's folder: that member and every member that depends on it, directly or not
+  (a verl-core change runs workers, rewards, agent and every recipe);
+- documentation (``docs/``, ``*.md``, ``*.rst``, ``LICENSE``): nothing;
+- ``benchmarks/`` (measured by hand, never in CI): nothing;
+- ``tests/`` and ``scripts/`` (the cross-package tests and what they test): the workspace tests;
+- anything else (root ``pyproject.toml``, ``uv.lock``, ``conftest.py``, ``.ci/``, ``.github/``, a path
+  nobody claims): everything.
+
+Every package change also runs the workspace tests (``tests/``: wheels, namespace, scaffolding), which
+check how the packages fit together. With ``--run`` each entry runs as
+``uv run --package <name> pytest <its tests dir>`` from the repository root (so the root conftest and
+pytest settings apply); the workspace entry runs ``uv run pytest tests``. pytest's exit code 5 (no
+tests collected, e.g. after ``-m`` deselects all) counts as a pass. The exit status is 1 if any entry
+failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import re
+import subprocess
+import sys
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKSPACE_TESTS = "workspace"  # the pseudo-package of the root tests/ folder
+DOC_PATTERNS = ("docs/*", "*.md", "*.rst", "LICENSE", "LICENSE.*", "NOTICE", ".gitignore")
+NOTHING_PREFIXES = ("benchmarks/",)
+WORKSPACE_PREFIXES = ("tests/", "scripts/")
+NO_TESTS_COLLECTED = 5
+
+
+@dataclass
+class Package:
+    name: str
+    path: str  # relative to the root, posix
+    deps: set[str] = field(default_factory=set)  # workspace members it depends on
+
+    @property
+    def tests(self) -> str:
+        return f"{self.path}/tests"
+
+
+def _req_name(req: str) -> str:
+    """The normalized distribution name of a requirement string ("verl-core[tracking]>=0.1" -> verl-core)."""
+    m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", req)
+    if not m:
+        raise ValueError(f"cannot read a package name from requirement {req!r}")
+    return re.sub(r"[-_.]+", "-", m.group(1)).lower()
+
+
+def load_workspace(root: Path = ROOT) -> dict[str, Package]:
+    """Workspace members by name, with their in-workspace dependencies."""
+    pyproject = root / "pyproject.toml"
+    data = tomllib.loads(pyproject.read_text())
+    try:
+        globs = data["tool"]["uv"]["workspace"]["members"]
+    except KeyError as e:
+        raise KeyError(f"{pyproject} has no [tool.uv.workspace] members") from e
+    raw: dict[str, tuple[str, list[str]]] = {}
+    for pattern in globs:
+        for member in sorted(root.glob(pattern)):
+            file = member / "pyproject.toml"
+            if not file.is_file():
+                continue
+            project = tomllib.loads(file.read_text()).get("project", {})
+            if "name" not in project:
+                raise KeyError(f"{file} has no [project] name")
+            reqs = list(project.get("dependencies", []))
+            for extra in project.get("optional-dependencies", {}).values():
+                reqs += extra
+            raw[_req_name(project["name"])] = (member.relative_to(root).as_posix(), reqs)
+    return {
+        name: Package(name, path, {_req_name(r) for r in reqs} & raw.keys() - {name})
+        for name, (path, reqs) in raw.items()
+    }
+
+
+def dependents(packages: dict[str, Package], names: set[str]) -> set[str]:
+    """``names`` plus every package that depends on one of them, transitively."""
+    out = set(names)
+    changed = True
+    while changed:
+        changed = False
+        for pkg in packages.values():
+            if pkg.name not in out and pkg.deps & out:
+                out.add(pkg.name)
+                changed = True
+    return out
+
+
+def _is_doc(path: str) -> bool:
+    name = path.rsplit("/", 1)[-1]
+    return any(fnmatch.fnmatch(path, p) or fnmatch.fnmatch(name, p) for p in DOC_PATTERNS)
+
+
+def classify(path: str, packages: dict[str, Package]) -> set[str] | None:
+    """What one changed path affects: a set of names (may be empty), or None for everything."""
+    path = path.strip()
+    path = path[2:] if path.startswith("./") else path
+    for pkg in packages.values():
+        if path.startswith(pkg.path + "/"):
+            return set() if _is_doc(path) else dependents(packages, {pkg.name}) | {WORKSPACE_TESTS}
+    if _is_doc(path):
+        return set()
+    if path.startswith(NOTHING_PREFIXES):
+        return set()
+    if path.startswith(WORKSPACE_PREFIXES):
+        return {WORKSPACE_TESTS}
+    return None
+
+
+def affected(paths: list[str], packages: dict[str, Package]) -> list[str]:
+    """Sorted names affected by the changed ``paths`` (packages first, then the workspace tests)."""
+    everything = set(packages) | {WORKSPACE_TESTS}
+    out: set[str] = set()
+    for path in paths:
+        if not path.strip():
+            continue
+        hit = classify(path, packages)
+        if hit is None:
+            return _ordered(everything)
+        out |= hit
+    return _ordered(out)
+
+
+def _ordered(names: set[str]) -> list[str]:
+    return sorted(names - {WORKSPACE_TESTS}) + ([WORKSPACE_TESTS] if WORKSPACE_TESTS in names else [])
+
+
+def matrix(names: list[str], packages: dict[str, Package], root: Path = ROOT) -> list[dict[str, str]]:
+    """One entry per affected name that has a tests folder: ``{"package", "tests"}``."""
+    rows = []
+    for name in names:
+        tests = "tests" if name == WORKSPACE_TESTS else packages[name].tests
+        if (root / tests).is_dir():
+            rows.append({"package": name, "tests": tests})
+    return rows
+
+
+def command(entry: dict[str, str], pytest_args: list[str]) -> list[str]:
+    """The command that runs one matrix entry's tests."""
+    if entry["package"] == WORKSPACE_TESTS:
+        return ["uv", "run", "pytest", entry["tests"], *pytest_args]
+    return ["uv", "run", "--package", entry["package"], "pytest", entry["tests"], *pytest_args]
+
+
+def changed_paths(base: str, root: Path = ROOT) -> list[str]:
+    """``git diff --name-only BASE`` (the working tree against BASE, uncommitted changes included)."""
+    out = subprocess.run(["git", "diff", "--name-only", base], cwd=root, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"git diff --name-only {base} failed: {out.stderr.strip()}")
+    return out.stdout.splitlines()
+
+
+def run(entries: list[dict[str, str]], pytest_args: list[str], root: Path = ROOT) -> int:
+    """Run every entry (all of them, even after a failure); print a summary; 0 if all passed."""
+    results = []
+    for entry in entries:
+        cmd = command(entry, pytest_args)
+        print(f"\n=== {entry['package']}: {' '.join(cmd)}", flush=True)
+        code = subprocess.run(cmd, cwd=root).returncode
+        results.append((entry["package"], code))
+    print("\n=== summary")
+    failed = 0
+    for name, code in results:
+        ok = code in (0, NO_TESTS_COLLECTED)
+        failed += not ok
+        note = "no tests collected" if code == NO_TESTS_COLLECTED else f"exit {code}"
+        print(f"  {'PASS' if ok else 'FAIL'}  {name} ({note})")
+    return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    pytest_args: list[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, pytest_args = argv[:cut], argv[cut + 1 :]
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("base", nargs="?", help="git ref to diff the working tree against")
+    src.add_argument("--paths", nargs="+", help="changed paths, instead of asking git")
+    src.add_argument("--all", action="store_true", help="every package (the full matrix)")
+    ap.add_argument("--json", action="store_true", help="print the GitHub Actions matrix as JSON")
+    ap.add_argument("--run", action="store_true", help="run each entry's tests (pytest args after --)")
+    args = ap.parse_args(argv)
+
+    packages = load_workspace()
+    if args.all:
+        names = _ordered(set(packages) | {WORKSPACE_TESTS})
+    else:
+        names = affected(args.paths if args.paths else changed_paths(args.base), packages)
+    entries = matrix(names, packages)
+    if args.json:
+        print(json.dumps({"include": entries}))
+    else:
+        for e in entries:
+            print(f"{e['package']}\t{e['tests']}")
+        if not entries:
+            print("nothing to test (documentation-only or no changes)", file=sys.stderr)
+    if args.run:
+        return run(entries, pytest_args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,280 @@
+#!/usr/bin/env python3
+"""Create a new recipe package from the template: a runnable skeleton with a passing smoke test.
+
+    python scripts/new_recipe.py NAME [--dest recipes] [--title "Paper title"]
+    uv lock && uv run --package verl-recipe-NAME pytest recipes/NAME/tests     # it passes as generated
+
+NAME is lower case (letters, digits, ``-``/``_``); the package is ``verl-recipe-NAME`` importing as
+``verl_recipe_NAME`` with the console script ``verl-NAME``. The skeleton holds:
+
+    recipes/NAME/pyproject.toml      depends on verl-core, verl-workers, verl-rewards (workspace sources)
+    recipes/NAME/README.md           paper, command, expected number: the acceptance bar, to fill in
+    recipes/NAME/configs/cpu.yaml    a CPU config merged over core's defaults (validated by the smoke test)
+    recipes/NAME/src/verl_recipe_NAME/trainer.py   a RayPPOTrainer subclass: override stages here
+    recipes/NAME/src/verl_recipe_NAME/main.py      the entry point (load, validate, train)
+    recipes/NAME/tests/test_smoke.py               config + hook smoke test (fast, no Ray)
+
+See CONTRIBUTING.md for what a recipe must show before it is merged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+NAME_RE = re.compile(r"^[a-z][a-z0-9]*(?:[-_][a-z0-9]+)*$")
+
+PYPROJECT = '''[project]
+name = "{dist}"
+version = "0.1.0"
+description = "{title} on verl"
+readme = "README.md"
+requires-python = ">=3.11"
+license = {{ text = "Apache-2.0" }}
+# Inside the monorepo the workspace sources below pin these to the checked-out code and uv.lock pins
+# the rest. Add what the recipe needs here (never in another package); when a recipe is released,
+# pin verl-* to the versions its README numbers were measured with.
+dependencies = [
+    "verl-core[tracking]",
+    "verl-workers",
+    "verl-rewards",
+]
+
+[project.scripts]
+verl-{name} = "{module}.main:main"
+
+[dependency-groups]
+dev = ["pytest>=8", "pytest-timeout>=2.3"]
+
+[tool.uv.sources]
+verl-core = {{ workspace = true }}
+verl-workers = {{ workspace = true }}
+verl-rewards = {{ workspace = true }}
+
+[build-system]
+requires = ["hatchling>=1.25"]
+build-backend = "hatchling.build"
+
+[tool.hatch.build.targets.wheel]
+packages = ["src/{module}"]
+
+[tool.hatch.build.targets.wheel.force-include]
+"configs" = "{module}/configs"
+'''
+
+README = '''# {title} ({dist})
+
+<!-- The acceptance bar (CONTRIBUTING.md): fill in every TODO before the recipe is merged. -->
+
+**Paper:** TODO title, authors, arXiv id / link. **Reported:** TODO the headline number (metric,
+benchmark, model) and, if upstream verl has this recipe, the number it reports.
+
+## What the recipe changes
+
+TODO: each change of the paper and the hook it goes through (`{module}.trainer.Ray{cls}Trainer`
+stage overrides, registered losses / estimators, reward manager, or plain config).
+
+## Run
+
+    # CPU default (minutes, tiny model)
+    uv run --package {dist} verl-{name}
+    # the paper's setting on GPUs
+    uv run --package {dist} verl-{name} --config recipes/{name}/configs/TODO.yaml key=value ...
+
+## Expected numbers
+
+| run | steps | minutes | reward before | reward after |
+|---|---|---|---|---|
+| CPU default (measured, TODO machine) | TODO | TODO | TODO | TODO |
+| paper setting (TODO hardware) | TODO | TODO | - | TODO (paper: TODO) |
+
+## Tests
+
+    uv run --package {dist} pytest recipes/{name}/tests
+'''
+
+CPU_YAML = '''# {title}, the CPU default:
+#   uv run --package {dist} verl-{name} [key=value ...]
+# Merged over core's defaults (verl/trainer/config/ppo_trainer.yaml); key=value overrides win.
+# Give data.train_files / data.val_files and actor_rollout_ref.model.path (python -m
+# verl.utils.dataset.tasks writes the built-in arithmetic task; verl.workers.tiny builds a tiny model).
+data:
+  train_batch_size: 8
+  max_prompt_length: 32
+  max_response_length: 8
+actor_rollout_ref:
+  actor:
+    ppo_mini_batch_size: 4
+    ppo_micro_batch_size_per_gpu: 8
+  rollout:
+    name: hf
+    n: 4
+algorithm:
+  adv_estimator: grpo
+trainer:
+  device: cpu
+  nnodes: 1
+  n_gpus_per_node: 1
+  logger: [console, jsonl]
+  project_name: {name}
+  experiment_name: cpu
+  default_local_dir: outputs/{name}_cpu
+  total_training_steps: 20
+'''
+
+INIT = '''"""{title} as a verl recipe (see README.md)."""
+'''
+
+TRAINER = '''"""``Ray{cls}Trainer``: core's PPO-family loop with this recipe's changes as stage overrides.
+
+Override only the stages the paper changes (``_stage_generate``, ``_stage_reward``, ``_stage_filter``,
+``_stage_advantage``, ...; see ``verl.trainer.ppo.ray_trainer``). New losses and estimators go through
+``verl.trainer.ppo.core_algos.register_policy_loss`` / ``register_adv_est`` and are chosen in config.
+If a change needs a hook core lacks, add the hook to core (small, documented), not a copy of the loop.
+"""
+
+from __future__ import annotations
+
+from verl.protocol import DataProto
+from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+
+class Ray{cls}Trainer(RayPPOTrainer):
+    def _stage_filter(self, batch: DataProto, metrics: dict) -> DataProto | None:
+        # TODO: the recipe's change; the template keeps every trajectory.
+        return batch
+'''
+
+MAIN = '''"""``verl-{name}``: load the config (the CPU default unless --config is given), validate, train."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from verl.trainer.config import load_config, validate_config
+
+CPU_CONFIG = "cpu.yaml"
+
+
+def configs_dir() -> Path:
+    """The recipe's configs: inside the package in a wheel, ``recipes/{name}/configs`` in the repo."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "configs", here.parents[1] / "configs"):
+        if candidate.is_dir():
+            return candidate
+    raise FileNotFoundError(f"no configs directory next to {{here}} nor in {{here.parents[1]}}")
+
+
+def load_recipe_config(argv: list[str]) -> DictConfig:
+    """Core's loader and validation; the CPU default when no --config is given."""
+    if not any(a == "--config" or a.startswith("--config=") for a in argv):
+        argv = ["--config", str(configs_dir() / CPU_CONFIG), *argv]
+    cfg = load_config(argv)
+    validate_config(cfg)
+    return cfg
+
+
+def main(argv: list[str] | None = None) -> None:
+    cfg = load_recipe_config(list(sys.argv[1:] if argv is None else argv))
+    # TODO: build the trainer (see recipes/dapo/src/verl_recipe_dapo/main_dapo.py:run_dapo for the
+    # worker mapping, reward manager and datasets) with {module}.trainer.Ray{cls}Trainer and call fit().
+    print(f"config OK: {{cfg.trainer.project_name}}/{{cfg.trainer.experiment_name}}; training is a TODO")
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+SMOKE = '''"""Smoke test of the {name} recipe: its CPU config loads and validates, and its trainer hook runs.
+
+TODO before merging (CONTRIBUTING.md): an end-to-end CPU run of the recipe (``@pytest.mark.e2e``,
+``@pytest.mark.slow``, under ~90 s), and unit tests of each change against hand-derived values.
+"""
+
+import torch
+
+from verl.protocol import DataProto
+from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+from {module}.main import load_recipe_config
+from {module}.trainer import Ray{cls}Trainer
+
+
+def test_cpu_config_loads_and_validates(tmp_path):
+    from verl.utils.dataset import write_parquet
+    from verl.utils.dataset.tasks import make_arithmetic_rows
+    from verl.workers.tiny import build_tiny_qwen2
+
+    train = write_parquet(make_arithmetic_rows(16, seed=0, digits=1), tmp_path / "train.parquet")
+    build_tiny_qwen2(tmp_path / "model", size="xs")
+    cfg = load_recipe_config([
+        f"data.train_files={{train}}", f"actor_rollout_ref.model.path={{tmp_path / 'model'}}",
+        "trainer.total_training_steps=1",
+    ])
+    assert cfg.trainer.device == "cpu" and cfg.trainer.total_training_steps == 1
+    assert cfg.trainer.project_name == "{name}"
+
+
+def test_trainer_is_a_core_trainer_with_the_hook():
+    assert issubclass(Ray{cls}Trainer, RayPPOTrainer)
+    trainer = Ray{cls}Trainer.__new__(Ray{cls}Trainer)  # no workers needed to call one stage
+    batch = DataProto.from_dict(tensors={{"responses": torch.arange(6).reshape(3, 2)}})
+    out = trainer._stage_filter(batch, {{}})
+    assert out is not None and out.batch["responses"].tolist() == [[0, 1], [2, 3], [4, 5]]
+'''
+
+
+def names(name: str) -> dict[str, str]:
+    """The names derived from NAME: dist, module, console script, class stem."""
+    if not NAME_RE.match(name):
+        raise SystemExit(
+            f"recipe name {name!r} is not valid: use lower-case letters and digits, words joined by - or _ "
+            "(e.g. dapo, prime, my-paper)"
+        )
+    module = "verl_recipe_" + name.replace("-", "_")
+    cls = "".join(part.capitalize() for part in re.split(r"[-_]", name))
+    return {"name": name, "dist": f"verl-recipe-{name.replace('_', '-')}", "module": module, "cls": cls}
+
+
+def create(name: str, dest: Path, title: str | None = None) -> Path:
+    """Write the skeleton to ``dest/NAME``; refuses to touch an existing folder. Returns the folder."""
+    n = names(name)
+    n["title"] = title or name.upper()
+    root = dest / name
+    if root.exists():
+        raise SystemExit(f"{root} already exists; choose another name or remove it first")
+    files = {
+        "pyproject.toml": PYPROJECT,
+        "README.md": README,
+        "configs/cpu.yaml": CPU_YAML,
+        f"src/{n['module']}/__init__.py": INIT,
+        f"src/{n['module']}/trainer.py": TRAINER,
+        f"src/{n['module']}/main.py": MAIN,
+        "tests/test_smoke.py": SMOKE,
+    }
+    for rel, template in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(template.format(**n))
+    return root
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("name", help="recipe name, e.g. dapo or my-paper")
+    ap.add_argument("--dest", type=Path, default=ROOT / "recipes", help="parent folder (default: recipes/)")
+    ap.add_argument("--title", help="human name of the method, for the README and descriptions")
+    args = ap.parse_args(argv)
+    root = create(args.name, args.dest, args.title)
+    dist = names(args.name)["dist"]
+    print(f"created {root}\nnext: uv lock && uv run --package {dist} pytest {root}/tests")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,126 @@
+"""scripts/ci_matrix.py: the dependency graph read from pyproject files and the packages example diffs select."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("ci_matrix", ROOT / "scripts" / "ci_matrix.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["ci_matrix"] = mod  # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+cm = _load()
+
+
+def _member(root: Path, rel: str, name: str, deps: list[str], extras: dict | None = None, tests: bool = True):
+    d = root / rel
+    d.mkdir(parents=True)
+    lines = ["[project]", f'name = "{name}"', f"dependencies = {json.dumps(deps)}"]
+    if extras:
+        lines.append("[project.optional-dependencies]")
+        lines += [f"{k} = {json.dumps(v)}" for k, v in extras.items()]
+    (d / "pyproject.toml").write_text("\n".join(lines) + "\n")
+    if tests:
+        (d / "tests").mkdir()
+
+
+@pytest.fixture
+def ws(tmp_path):
+    """core <- workers, rewards; agent <- core, workers (through an extra); recipe a <- workers, rewards;
+    recipe b <- agent; 'lonely' depends on nothing in the workspace and has no tests folder."""
+    (tmp_path / "pyproject.toml").write_text('[tool.uv.workspace]\nmembers = ["packages/*", "recipes/*"]\n')
+    _member(tmp_path, "packages/core", "Core_Pkg", ["torch>=2", "numpy"])
+    _member(tmp_path, "packages/workers", "workers", ["core-pkg[tracking]>=0.1", "transformers"])
+    _member(tmp_path, "packages/rewards", "rewards", ["core_pkg"])
+    _member(tmp_path, "packages/agent", "agent", ["core-pkg"], extras={"full": ["workers ; python_version>'3'"]})
+    _member(tmp_path, "recipes/a", "recipe-a", ["workers", "rewards"])
+    _member(tmp_path, "recipes/b", "recipe-b", ["agent"])
+    _member(tmp_path, "packages/lonely", "lonely", ["requests"], tests=False)
+    (tmp_path / "tests").mkdir()
+    return cm.load_workspace(tmp_path), tmp_path
+
+
+def test_graph_is_read_from_pyprojects(ws):
+    pkgs, _ = ws
+    assert {n: sorted(p.deps) for n, p in pkgs.items()} == {
+        "core-pkg": [], "workers": ["core-pkg"], "rewards": ["core-pkg"], "agent": ["core-pkg", "workers"],
+        "recipe-a": ["rewards", "workers"], "recipe-b": ["agent"], "lonely": [],
+    }
+    assert pkgs["recipe-a"].tests == "recipes/a/tests"
+
+
+def test_core_change_affects_every_dependent(ws):
+    pkgs, _ = ws
+    got = cm.affected(["packages/core/src/core/protocol.py"], pkgs)
+    assert got == ["agent", "core-pkg", "recipe-a", "recipe-b", "rewards", "workers", "workspace"]
+
+
+def test_leaf_and_middle_changes(ws):
+    pkgs, _ = ws
+    assert cm.affected(["recipes/a/src/x.py"], pkgs) == ["recipe-a", "workspace"]
+    assert cm.affected(["packages/rewards/src/r.py"], pkgs) == ["recipe-a", "rewards", "workspace"]
+    # workers -> agent (through the extra) -> recipe b, transitively
+    assert cm.affected(["packages/workers/pyproject.toml"], pkgs) == ["agent", "recipe-a", "recipe-b", "workers", "workspace"]
+
+
+def test_docs_only_changes_affect_nothing(ws):
+    pkgs, _ = ws
+    assert cm.affected(["docs/contracts.md", "README.md", "packages/core/README.md", "recipes/b/NOTES.rst"], pkgs) == []
+    assert cm.affected(["benchmarks/bench_x.py"], pkgs) == []
+
+
+def test_unknown_and_root_paths_affect_everything(ws):
+    pkgs, _ = ws
+    everything = ["agent", "core-pkg", "lonely", "recipe-a", "recipe-b", "rewards", "workers", "workspace"]
+    for path in ("uv.lock", "pyproject.toml", "conftest.py", ".github/workflows/ci.yml", "somewhere/new.py"):
+        assert cm.affected(["docs/x.md", path], pkgs) == everything, path
+
+
+def test_scripts_and_root_tests_run_the_workspace_tests(ws):
+    pkgs, _ = ws
+    assert cm.affected(["scripts/new_recipe.py", "tests/test_x.py"], pkgs) == ["workspace"]
+
+
+def test_matrix_skips_packages_without_tests_and_commands(ws):
+    pkgs, root = ws
+    entries = cm.matrix(["lonely", "recipe-a", "workspace"], pkgs, root)
+    assert entries == [{"package": "recipe-a", "tests": "recipes/a/tests"}, {"package": "workspace", "tests": "tests"}]
+    assert cm.command(entries[0], ["-x"]) == ["uv", "run", "--package", "recipe-a", "pytest", "recipes/a/tests", "-x"]
+    assert cm.command(entries[1], []) == ["uv", "run", "pytest", "tests"]
+
+
+def test_run_counts_no_tests_collected_as_pass(monkeypatch, capsys):
+    codes = {"a": 0, "b": 5, "c": 1}
+
+    class Done:
+        def __init__(self, code):
+            self.returncode = code
+
+    monkeypatch.setattr(cm.subprocess, "run", lambda cmd, cwd: Done(codes[cmd[3]]))
+    entries = [{"package": k, "tests": f"{k}/tests"} for k in ("a", "b")]
+    assert cm.run(entries, []) == 0
+    assert cm.run([*entries, {"package": "c", "tests": "c/tests"}], []) == 1
+    out = capsys.readouterr().out
+    assert "PASS  b (no tests collected)" in out and "FAIL  c (exit 1)" in out
+
+
+def test_real_workspace_core_change_selects_all_packages():
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "ci_matrix.py"), "--json", "--paths",
+         "packages/verl-core/src/verl/protocol.py"],
+        capture_output=True, text=True, check=True,
+    )
+    names = [e["package"] for e in json.loads(out.stdout)["include"]]
+    real = cm.load_workspace(ROOT)
+    assert set(names) == {n for n, p in real.items() if (ROOT / p.tests).is_dir()} | {"workspace"}
+    assert "verl-recipe-dapo" in names and real["verl-recipe-dapo"].deps >= {"verl-core", "verl-workers", "verl-rewards"}
