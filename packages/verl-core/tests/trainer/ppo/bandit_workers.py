@@ -179,8 +179,6 @@ class BanditActorRolloutRef(Worker):
                     "gen": self.gen.get_state(), "updates": self.updates, "step": global_step,
                     "total_training_steps": self.total_training_steps},
                    os.path.join(local_path, f"rank_{self.rank}.pt"))
-        if os.environ.get("BANDIT_CRASH_IN_SAVE") == str(global_step):
-            raise RuntimeError(f"injected crash while saving step {global_step}")
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, local_path: str, del_local_after_load: bool = False):
@@ -257,7 +255,6 @@ class BanditCritic(Worker):
 
 
 
-# ------------------------------------------------------------------------------ test-only data loader
 def collate_rows(rows: list[dict]) -> dict:
     """Stack tensors; everything else becomes a numpy object array (the RL collate contract)."""
     out = {}
@@ -270,36 +267,3 @@ def collate_rows(rows: list[dict]) -> dict:
             arr[:] = vals
             out[key] = arr
     return out
-
-
-class ToyStatefulLoader:
-    """Shuffled batches with a per-epoch permutation from (seed, epoch) and a resumable position."""
-
-    def __init__(self, rows, batch_size, shuffle=True, seed=0, collate_fn=collate_rows, drop_last=True):
-        self.rows, self.batch_size, self.shuffle, self.seed = rows, batch_size, shuffle, seed
-        self.collate_fn = collate_fn or collate_rows
-        self.drop_last = drop_last
-        self.epoch, self.pos = 0, 0
-
-    def __len__(self):
-        n = len(self.rows) // self.batch_size
-        return n if self.drop_last or len(self.rows) % self.batch_size == 0 else n + 1
-
-    def _order(self):
-        if not self.shuffle:
-            return list(range(len(self.rows)))
-        return torch.randperm(len(self.rows), generator=torch.Generator().manual_seed(self.seed * 1000 + self.epoch)).tolist()
-
-    def __iter__(self):
-        order = self._order()
-        while self.pos < len(self):
-            idx = order[self.pos * self.batch_size:(self.pos + 1) * self.batch_size]
-            self.pos += 1
-            yield self.collate_fn([self.rows[i] for i in idx])
-        self.epoch, self.pos = self.epoch + 1, 0
-
-    def state_dict(self):
-        return {"epoch": self.epoch, "pos": self.pos}
-
-    def load_state_dict(self, state):
-        self.epoch, self.pos = state["epoch"], state["pos"]

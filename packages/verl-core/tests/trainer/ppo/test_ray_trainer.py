@@ -9,13 +9,12 @@ from verl.trainer.ppo.ray_trainer import RayPPOTrainer, ResourcePoolManager, Rol
 from . import bandit_workers as bw
 
 cloudpickle.register_pickle_by_value(bw)
+# Under `uv run`, Ray would rebuild the uv environment for every worker process; reuse the driver's.
+os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 
 
 class BanditTrainer(RayPPOTrainer):
-    """Uses the test-only stateful loader over the toy prompt rows."""
-
-    def _build_loader(self, dataset, batch_size, shuffle, seed, collate_fn, drop_last, sampler=None):
-        return bw.ToyStatefulLoader(dataset, batch_size, shuffle, seed, collate_fn, drop_last)
+    """The trainer as is; subclassed so tests can add recording hooks."""
 
 
 def bandit_config(tmp_path, *overrides):

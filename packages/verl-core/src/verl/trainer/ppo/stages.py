@@ -64,23 +64,28 @@ class TrainerIOMixin:
         # Computed once, passed to the workers as a constructor keyword; the config is never written.
         self.total_training_steps = total
         self.epoch = 0
+        self._batches_consumed = 0
         self._train_iter = None
 
     def _next_batch(self) -> dict:
-        """The next prompt batch, moving to the next epoch when one runs out.
+        """The next prompt batch; a new pass over the data starts when one runs out.
 
-        Past ``trainer.total_epochs`` the data cycles only when ``trainer.total_training_steps`` asks
-        for more steps than the epochs hold (e.g. dynamic sampling consuming extra batches).
+        ``self.epoch`` is the epoch of the batch just served, counted from the batches consumed so far
+        (saved in checkpoints), so it stays right across resumes at an epoch boundary and when a step
+        consumes several batches (dynamic sampling).
         """
         for _ in range(2):
             if self._train_iter is None:
                 self._train_iter = iter(self.train_dataloader)
             try:
-                return next(self._train_iter)
+                batch = next(self._train_iter)
             except StopIteration:
                 self._train_iter = None
-                self.epoch += 1
-        raise RuntimeError(f"the train dataloader yielded no batch in epoch {self.epoch - 1} nor {self.epoch}")
+                continue
+            self._batches_consumed += 1
+            self.epoch = (self._batches_consumed - 1) // len(self.train_dataloader)
+            return batch
+        raise RuntimeError("the train dataloader yielded no batch twice in a row; is the dataset empty?")
 
     # ----------------------------------------------------------------------------------- validation
     def _validate(self) -> dict[str, float]:
@@ -144,6 +149,7 @@ class TrainerIOMixin:
         return {
             "global_step": self.global_steps,
             "epoch": self.epoch,
+            "batches_consumed": self._batches_consumed,
             "dataloader": self.train_dataloader.state_dict(),
             "rng": get_rng_state(),
             "kl_ctrl": self.kl_ctrl_in_reward.state_dict() if self.kl_ctrl_in_reward is not None else None,
@@ -190,6 +196,7 @@ class TrainerIOMixin:
         state = load_trainer_state(path)
         self.global_steps = int(state["global_step"])
         self.epoch = int(state["epoch"])
+        self._batches_consumed = int(state["batches_consumed"])
         self.actor_rollout_wg.load_checkpoint(os.path.join(path, "actor"))
         if self.use_critic:
             self.critic_wg.load_checkpoint(os.path.join(path, "critic"))

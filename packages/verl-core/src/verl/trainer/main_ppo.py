@@ -1,0 +1,149 @@
+"""PPO-family training entry point.
+
+    python -m verl.trainer.main_ppo data.train_files=train.parquet actor_rollout_ref.model.path=MODEL [key=value ...]
+    python -m verl.trainer.main_ppo --config my_run.yaml [key=value ...]
+    verl-ppo ...                                  (the console script; same arguments)
+
+Worker classes come from ``verl.registries.WORKER_CLASSES`` (verl-workers), the reward manager from
+``REWARD_MANAGERS`` (verl-rewards) and the tokenizer from ``TOKENIZER_LOADERS`` (verl-workers), so core
+never imports those packages or transformers by name; a missing one is an error naming what to install.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from verl.trainer.config import config_to_yaml, load_config, resolve_device, tokenizer_path, validate_config
+from verl.trainer.config import use_critic as _use_critic
+from verl.trainer.config import use_reference_policy as _use_ref
+
+
+def ray_init_kwargs(config: DictConfig) -> dict[str, Any]:
+    """``ray_kwargs.ray_init`` with CPU-friendly defaults (no dashboard, one BLAS thread per worker)."""
+    kwargs = {k: v for k, v in OmegaConf.to_container(config.ray_kwargs.ray_init, resolve=True).items() if v is not None}
+    kwargs.setdefault("include_dashboard", False)
+    runtime_env = dict(kwargs.get("runtime_env") or {})
+    env_vars = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", **dict(runtime_env.get("env_vars") or {})}
+    runtime_env["env_vars"] = env_vars
+    kwargs["runtime_env"] = runtime_env
+    return kwargs
+
+
+def build_role_worker_mapping(config: DictConfig) -> dict:
+    """Role -> worker class from the registry. The reference shares the actor's process when needed."""
+    from verl.registries import WORKER_CLASSES
+    from verl.trainer.ppo.ray_trainer import Role
+
+    actor_cls = WORKER_CLASSES.get("actor_rollout_ref")
+    mapping = {(Role.ActorRolloutRef if _use_ref(config) else Role.ActorRollout): actor_cls}
+    if _use_critic(config):
+        mapping[Role.Critic] = WORKER_CLASSES.get("critic")
+    if config.reward.reward_model.enable:
+        mapping[Role.RewardModel] = WORKER_CLASSES.get("reward_model")
+    return mapping
+
+
+def build_resource_pool_manager(config: DictConfig, mapping: dict):
+    """One pool of ``nnodes x n_gpus_per_node`` workers shared by every role (colocated)."""
+    import ray
+
+    from verl.trainer.ppo.ray_trainer import ResourcePoolManager
+
+    t = config.trainer
+    n_workers = int(t.nnodes) * int(t.n_gpus_per_node)
+    use_gpu = resolve_device(config) == "cuda"
+    cpus = 1.0
+    if not use_gpu:
+        # CPU workers share the cluster's CPUs; fractional so a 2-core machine can host 2+ workers.
+        cpus = min(1.0, float(ray.cluster_resources().get("CPU", 1)) / max(n_workers, 1))
+    spec = {"global_pool": [int(t.n_gpus_per_node)] * int(t.nnodes)}
+    return ResourcePoolManager(spec, {role: "global_pool" for role in mapping}, use_gpu=use_gpu, num_cpus_per_worker=cpus)
+
+
+def load_tokenizer(config: DictConfig):
+    """The tokenizer through verl-workers' registered loader (core never imports transformers)."""
+    from verl.trainer.model_builders import load_tokenizer as _load
+
+    return _load(tokenizer_path(config), trust_remote_code=bool(config.actor_rollout_ref.model.trust_remote_code))
+
+
+def build_trainer(config: DictConfig, tokenizer: Any = None, reward_fn: Any = None, val_reward_fn: Any = None,
+                  role_worker_mapping: dict | None = None, trainer_cls: type | None = None):
+    """Everything ``fit`` needs: tokenizer, datasets, reward managers, roles and pools, the trainer."""
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+    from verl.trainer.ppo.reward import load_reward_manager
+    from verl.utils.dataset.rl_dataset import collate_fn, create_rl_dataset
+
+    tokenizer = tokenizer if tokenizer is not None else load_tokenizer(config)
+    if reward_fn is None:
+        reward_fn = load_reward_manager(config, tokenizer, num_examine=config.reward.num_examine)
+    if val_reward_fn is None and config.data.val_files:
+        val_reward_fn = load_reward_manager(config, tokenizer, num_examine=1)
+    train_dataset = create_rl_dataset(config.data.train_files, config.data, tokenizer, is_train=True)
+    val_dataset = None
+    if config.data.val_files:
+        val_dataset = create_rl_dataset(config.data.val_files, config.data, tokenizer, is_train=False)
+    mapping = role_worker_mapping if role_worker_mapping is not None else build_role_worker_mapping(config)
+    return (trainer_cls or RayPPOTrainer)(
+        config, tokenizer, mapping, build_resource_pool_manager(config, mapping),
+        reward_fn=reward_fn, val_reward_fn=val_reward_fn, train_dataset=train_dataset,
+        val_dataset=val_dataset, collate_fn=collate_fn,
+    )
+
+
+def run_ppo(config: DictConfig, **build_kwargs: Any) -> dict[str, float]:
+    """Start Ray (unless running), record the config next to the outputs, train, say where things went."""
+    import ray
+
+    from verl.utils.checkpoint import atomic_write_text
+
+    # Under `uv run`, Ray would rebuild the uv environment for every worker; the driver's interpreter
+    # already has everything, so workers reuse it.
+    os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+    if not ray.is_initialized():
+        ray.init(**ray_init_kwargs(config))
+    out_dir = config.trainer.default_local_dir
+    os.makedirs(out_dir, exist_ok=True)
+    atomic_write_text(os.path.join(out_dir, "config.yaml"), config_to_yaml(config))
+    trainer = build_trainer(config, **build_kwargs)
+    trainer.init_workers()
+    metrics = trainer.fit()
+    _print_outputs(config, metrics)
+    return metrics
+
+
+def _print_outputs(config: DictConfig, metrics: dict[str, float]) -> None:
+    out = os.path.abspath(config.trainer.default_local_dir)
+    lines = [f"training finished: {out}", f"  config:      {os.path.join(out, 'config.yaml')}"]
+    if "jsonl" in config.trainer.logger:
+        lines.append(f"  metrics:     {os.path.join(out, 'metrics.jsonl')}")
+    if "tensorboard" in config.trainer.logger:
+        lines.append(f"  tensorboard: {os.environ.get('TENSORBOARD_DIR') or os.path.join(out, 'tensorboard')}")
+    if os.path.exists(os.path.join(out, "reward_curve.png")):
+        lines.append(f"  plot:        {os.path.join(out, 'reward_curve.png')}")
+    if config.trainer.save_freq > 0:
+        lines.append(f"  checkpoints: {out}/global_step_*")
+    if "critic/score/mean" in metrics:
+        lines.append(f"  last reward: {metrics['critic/score/mean']:.4f}")
+    print("\n".join(lines), flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command-line entry: parse ``key=value`` / ``--config FILE``, validate once, train."""
+    from verl.trainer.ppo.ray_trainer import NothingToTrainError
+
+    config = load_config(sys.argv[1:] if argv is None else list(argv))
+    validate_config(config)
+    try:
+        run_ppo(config)
+    except NothingToTrainError as e:
+        # Loud and non-zero: a finished run re-launched must not look like a successful training run.
+        raise SystemExit(f"error: {e}") from e
+
+
+if __name__ == "__main__":
+    main()
