@@ -1,6 +1,7 @@
 """The PPO loop end to end with toy CPU workers: GRPO and PPO+GAE make a bandit's reward rise."""
 
 import json
+import os
 
 import cloudpickle
 from verl.trainer.config import load_config, validate_config
