@@ -376,3 +376,22 @@ def test_non_tensor_only_and_empty():
     assert list(d.repeat(2).non_tensor_batch["s"]) == ["a", "a", "b", "b", "c", "c"]
     assert list(DataProto.concat(d.chunk(3)).non_tensor_batch["s"]) == ["a", "b", "c"]
     assert len(DataProto()) == 0
+
+
+def test_large_outputs_take_the_hugepage_buffer_path_and_stay_correct():
+    from verl.utils.hugepage_alloc import MIN_BYTES, empty_cpu
+
+    n, width = 1024, MIN_BYTES // (1024 * 8)  # one int64 tensor of exactly MIN_BYTES
+    big = torch.arange(n * width, dtype=torch.int64).view(n, width)
+    d = DataProto.from_dict({"big": big, "w": torch.ones(n, 2, requires_grad=True)})
+    rep = d.repeat(2, interleave=True)
+    assert torch.equal(rep.batch["big"], torch.repeat_interleave(big, 2, dim=0))
+    assert rep.batch["w"].shape == (2 * n, 2)
+    tiled = d.repeat(3, interleave=False)
+    assert torch.equal(tiled.batch["big"], torch.cat([big, big, big]))
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(d[perm].batch["big"], big[perm])
+    assert torch.equal(DataProto.concat(d.chunk(4) + d.chunk(2)).batch["big"], torch.cat([big, big]))
+    buf = empty_cpu((3, MIN_BYTES // 8), torch.int64)
+    buf.fill_(7)
+    assert buf.shape == (3, MIN_BYTES // 8) and int(buf[2, -1]) == 7

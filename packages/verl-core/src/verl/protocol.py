@@ -32,6 +32,7 @@ from verl.utils.batch_merge import (
     union_tensor_dict,
     union_two_dict,
 )
+from verl.utils.hugepage_alloc import empty_cpu, wants_fresh_buffer
 from verl.utils.tensor_batch import TensorBatch, normalize_row_index
 
 __all__ = [
@@ -540,15 +541,7 @@ class DataProto:
         if self.batch is not None:
             tensors = {}
             for key, t in self.batch.items():
-                rest = t.shape[1:]
-                if interleave:  # one copy through a broadcast view; cheaper than repeat_interleave
-                    tensors[key] = (
-                        t.unsqueeze(1).expand(n, repeat_times, *rest).reshape(n * repeat_times, *rest)
-                    )
-                else:
-                    tensors[key] = (
-                        t.unsqueeze(0).expand(repeat_times, n, *rest).reshape(n * repeat_times, *rest)
-                    )
+                tensors[key] = _repeat_rows(t, repeat_times, interleave)
             batch = TensorBatch._trusted(tensors, torch.Size((n * repeat_times, *self.batch.batch_size[1:])))
         else:
             batch = None
@@ -651,6 +644,18 @@ class _RowDataset:
 
     def __getitems__(self, indices: list[int]) -> DataProto:
         return self.data.select_idxs(indices)
+
+
+def _repeat_rows(t: torch.Tensor, times: int, interleave: bool) -> torch.Tensor:
+    """Rows a a b b (interleave) or a b a b, with one copy from a broadcast view (cheaper than
+    repeat_interleave's gather), into a huge-page-advised buffer when the result is large."""
+    n, rest = t.shape[0], t.shape[1:]
+    view = t.unsqueeze(1).expand(n, times, *rest) if interleave else t.unsqueeze(0).expand(times, n, *rest)
+    if wants_fresh_buffer(t, t.numel() * times * t.element_size()):
+        out = empty_cpu((n * times, *rest), t.dtype)
+        out.view(view.shape).copy_(view)
+        return out
+    return view.reshape(n * times, *rest)
 
 
 def _identity_collate(batch: DataProto) -> DataProto:

@@ -11,12 +11,15 @@ pickles with one memcpy per tensor and Ray can ship the buffers out of band.
 
 from __future__ import annotations
 
+import math
 import pickle
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 import torch
+
+from verl.utils.hugepage_alloc import empty_cpu, wants_fresh_buffer
 
 __all__ = ["TensorBatch", "normalize_row_index"]
 
@@ -46,6 +49,17 @@ def normalize_row_index(index: Any, num_rows: int) -> torch.Tensor:
     if lo < 0:
         arr = np.where(arr < 0, arr + num_rows, arr)
     return torch.from_numpy(np.ascontiguousarray(arr))
+
+
+def _cat_rows(tensors: list[torch.Tensor], rows: int) -> torch.Tensor:
+    """torch.cat along dim 0, into a huge-page-advised buffer when the result is large."""
+    first = tensors[0]
+    nbytes = rows * math.prod(first.shape[1:]) * first.element_size()
+    if wants_fresh_buffer(first, nbytes) and all(
+        t.dtype == first.dtype and t.device == first.device for t in tensors
+    ):
+        return torch.cat(tensors, dim=0, out=empty_cpu((rows, *first.shape[1:]), first.dtype))
+    return torch.cat(tensors, dim=0)
 
 
 def _rebuild_tensor_batch(batch_size: tuple, keys: list, specs: list, payloads: list) -> TensorBatch:
@@ -263,8 +277,13 @@ class TensorBatch:
     def index_rows(self, index: torch.Tensor) -> TensorBatch:
         """Rows `index` (int64, non-negative, in range) of every tensor, as new tensors."""
         out = {}
+        rows = index.shape[0]
         for k, t in self._tensors.items():
-            out[k] = torch.index_select(t, 0, index if t.device == index.device else index.to(t.device))
+            shape = (rows, *t.shape[1:])
+            if wants_fresh_buffer(t, rows * math.prod(t.shape[1:]) * t.element_size()):
+                out[k] = torch.index_select(t, 0, index, out=empty_cpu(shape, t.dtype))
+            else:
+                out[k] = torch.index_select(t, 0, index if t.device == index.device else index.to(t.device))
         return TensorBatch._trusted(out, torch.Size((index.shape[0], *self._batch_size[1:])))
 
     def split(self, sizes: int | list[int], dim: int = 0) -> list[TensorBatch]:
@@ -301,8 +320,8 @@ class TensorBatch:
                 raise ValueError(
                     f"batch {i} has batch size {tuple(b.batch_size)}, batch 0 {tuple(first.batch_size)}"
                 )
-        out = {k: torch.cat([b._tensors[k] for b in batches], dim=0) for k in keys}
         rows = sum(b.batch_size[0] for b in batches)
+        out = {k: _cat_rows([b._tensors[k] for b in batches], rows) for k in keys}
         return TensorBatch._trusted(out, torch.Size((rows, *first.batch_size[1:])))
 
     @staticmethod
