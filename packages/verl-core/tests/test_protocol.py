@@ -395,3 +395,14 @@ def test_large_outputs_take_the_hugepage_buffer_path_and_stay_correct():
     buf = empty_cpu((3, MIN_BYTES // 8), torch.int64)
     buf.fill_(7)
     assert buf.shape == (3, MIN_BYTES // 8) and int(buf[2, -1]) == 7
+
+
+def test_num_batch_dims_and_dict_batch():
+    d = DataProto.from_dict({"a": torch.zeros(2, 3, 4), "b": torch.ones(2, 3)}, num_batch_dims=2)
+    assert d.batch.batch_size == torch.Size([2, 3]) and len(d) == 2
+    with pytest.raises(ValueError, match=r"'a' has \(2, 3\), 'b' has \(2, 4\)"):
+        DataProto.from_dict({"a": torch.zeros(2, 3), "b": torch.zeros(2, 4)}, num_batch_dims=2)
+    with pytest.raises(ValueError, match="non_tensors need num_batch_dims=1"):
+        DataProto.from_dict({"a": torch.zeros(2, 3)}, {"s": ["x", "y"]}, num_batch_dims=2)
+    e = DataProto(batch={"x": torch.arange(3)})
+    assert e.batch.batch_size == torch.Size([3]) and len(e) == 3
