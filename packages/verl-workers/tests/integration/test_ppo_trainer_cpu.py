@@ -1,8 +1,9 @@
 """Issue 4's integration test: RayPPOTrainer with verl-workers' roles trains on CPU.
 
-GRPO (actor + rollout + reference via the KL loss) and PPO (GAE with a critic) each run a few steps
-on the built-in arithmetic task with the tiny Qwen2; every reported metric must be finite. Worker
-classes come from the registry (``verl.registries.WORKER_CLASSES``), as main_ppo finds them.
+GRPO (actor + rollout + reference via the KL loss) goes through ``main_ppo.run_ppo``, the user's
+path, which maps roles to worker classes found in ``verl.registries.WORKER_CLASSES``; PPO (GAE with a
+critic) builds ``RayPPOTrainer`` directly. Each runs a few steps on the built-in arithmetic task with
+the tiny Qwen2 and the ``hf`` rollout; every reported metric must be finite.
 """
 
 import math
@@ -23,13 +24,8 @@ def _arithmetic_files(tmp_path):
     return str(train), str(test)
 
 
-def _run(tmp_path, model_path, *overrides):
-    from verl.registries import REWARD_MANAGERS, WORKER_CLASSES
-    from verl.single_controller.ray import ResourcePoolManager
-    from verl.trainer.config import load_config, use_critic, validate_config
-    from verl.trainer.ppo.ray_trainer import RayPPOTrainer, Role
-    from verl.utils.dataset import collate_fn, create_rl_dataset
-    from verl.workers.tokenizer import hf_tokenizer
+def _config(tmp_path, model_path, *overrides):
+    from verl.trainer.config import load_config, validate_config
 
     train, test = _arithmetic_files(tmp_path)
     cfg = load_config(
@@ -59,16 +55,45 @@ def _run(tmp_path, model_path, *overrides):
             "trainer.test_freq=2",
             "trainer.save_freq=-1",
             "trainer.progress_bar=false",
-            f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+            f"trainer.default_local_dir={tmp_path / 'out'}",
             *overrides,
         ]
     )
     validate_config(cfg)
-    tokenizer = hf_tokenizer(model_path)
-    actor_role = Role.ActorRolloutRef if cfg.actor_rollout_ref.actor.use_kl_loss else Role.ActorRollout
-    mapping = {actor_role: WORKER_CLASSES.get("actor_rollout_ref")}
-    if use_critic(cfg):
-        mapping[Role.Critic] = WORKER_CLASSES.get("critic")
+    return cfg
+
+
+def _assert_finite(metrics):
+    assert metrics, "fit() returned no metrics"
+    bad = {k: v for k, v in metrics.items() if isinstance(v, int | float) and not math.isfinite(v)}
+    assert not bad, f"non-finite metrics: {bad}"
+
+
+def test_grpo_steps_through_main_ppo(ray_cluster, tmp_path, tiny_model_dir):
+    from verl.trainer.main_ppo import run_ppo
+
+    cfg = _config(
+        tmp_path, tiny_model_dir, "algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.use_kl_loss=true"
+    )
+    metrics = run_ppo(cfg)
+    _assert_finite(metrics)
+    assert metrics["training/global_step"] == 2
+    assert "actor/pg_loss" in metrics and "actor/kl_loss" in metrics
+
+
+def test_ppo_gae_with_critic_on_cpu(ray_cluster, tmp_path, tiny_model_dir):
+    from verl.registries import REWARD_MANAGERS, WORKER_CLASSES
+    from verl.single_controller.ray import ResourcePoolManager
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer, Role
+    from verl.utils.dataset import collate_fn, create_rl_dataset
+    from verl.workers.tokenizer import hf_tokenizer
+
+    cfg = _config(tmp_path, tiny_model_dir, "algorithm.adv_estimator=gae", "algorithm.lam=0.95")
+    tokenizer = hf_tokenizer(tiny_model_dir)
+    mapping = {
+        Role.ActorRollout: WORKER_CLASSES.get("actor_rollout_ref"),
+        Role.Critic: WORKER_CLASSES.get("critic"),
+    }
     pools = ResourcePoolManager(
         resource_pool_spec={"global_pool": [1]},
         mapping={role: "global_pool" for role in mapping},
@@ -83,31 +108,12 @@ def _run(tmp_path, model_path, *overrides):
         resource_pool_manager=pools,
         reward_fn=reward(tokenizer=tokenizer, num_examine=0),
         val_reward_fn=reward(tokenizer=tokenizer, num_examine=0),
-        train_dataset=create_rl_dataset(train, cfg.data, tokenizer),
-        val_dataset=create_rl_dataset(test, cfg.data, tokenizer, is_train=False),
+        train_dataset=create_rl_dataset(cfg.data.train_files, cfg.data, tokenizer),
+        val_dataset=create_rl_dataset(cfg.data.val_files, cfg.data, tokenizer, is_train=False),
         collate_fn=collate_fn,
     )
     trainer.init_workers()
-    return trainer.fit()
-
-
-def _assert_finite(metrics):
-    assert metrics, "fit() returned no metrics"
-    bad = {k: v for k, v in metrics.items() if isinstance(v, int | float) and not math.isfinite(v)}
-    assert not bad, f"non-finite metrics: {bad}"
-
-
-def test_grpo_steps_on_cpu(ray_cluster, tmp_path, tiny_model_dir):
-    metrics = _run(
-        tmp_path, tiny_model_dir, "algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.use_kl_loss=true"
-    )
-    _assert_finite(metrics)
-    assert metrics["training/global_step"] == 2
-    assert "actor/pg_loss" in metrics and "actor/kl_loss" in metrics
-
-
-def test_ppo_gae_with_critic_on_cpu(ray_cluster, tmp_path, tiny_model_dir):
-    metrics = _run(tmp_path, tiny_model_dir, "algorithm.adv_estimator=gae", "algorithm.lam=0.95")
+    metrics = trainer.fit()
     _assert_finite(metrics)
     assert metrics["training/global_step"] == 2
     assert "critic/vf_loss" in metrics and "actor/pg_loss" in metrics

@@ -13,3 +13,9 @@ from verl.workers.fsdp_workers import ActorRolloutRefWorker, CriticWorker
 
 WORKER_CLASSES.register("actor_rollout_ref", ActorRolloutRefWorker)
 WORKER_CLASSES.register("critic", CriticWorker)
+
+# main_ppo loads its tokenizer through this registry (core never imports transformers).
+from verl.trainer.model_builders import TOKENIZER_LOADERS  # noqa: E402
+from verl.workers.tokenizer import hf_tokenizer  # noqa: E402
+
+TOKENIZER_LOADERS.register("hf", hf_tokenizer)
