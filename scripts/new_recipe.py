@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 NAME_RE = re.compile(r"^[a-z][a-z0-9]*(?:[-_][a-z0-9]+)*$")
 
-PYPROJECT = '''[project]
+PYPROJECT = """[project]
 name = "{dist}"
 version = "0.1.0"
 description = "{title} on verl"
@@ -63,9 +63,9 @@ packages = ["src/{module}"]
 
 [tool.hatch.build.targets.wheel.force-include]
 "configs" = "{module}/configs"
-'''
+"""
 
-README = '''# {title} ({dist})
+README = """# {title} ({dist})
 
 <!-- The acceptance bar (CONTRIBUTING.md): fill in every TODO before the recipe is merged. -->
 
@@ -94,9 +94,9 @@ stage overrides, registered losses / estimators, reward manager, or plain config
 ## Tests
 
     uv run --package {dist} pytest recipes/{name}/tests
-'''
+"""
 
-CPU_YAML = '''# {title}, the CPU default:
+CPU_YAML = """# {title}, the CPU default:
 #   uv run --package {dist} verl-{name} [key=value ...]
 # Merged over core's defaults (verl/trainer/config/ppo_trainer.yaml); key=value overrides win.
 # Give data.train_files / data.val_files and actor_rollout_ref.model.path (python -m
@@ -123,7 +123,7 @@ trainer:
   experiment_name: cpu
   default_local_dir: outputs/{name}_cpu
   total_training_steps: 20
-'''
+"""
 
 INIT = '''"""{title} as a verl recipe (see README.md)."""
 '''

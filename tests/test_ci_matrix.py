@@ -42,7 +42,9 @@ def ws(tmp_path):
     _member(tmp_path, "packages/core", "Core_Pkg", ["torch>=2", "numpy"])
     _member(tmp_path, "packages/workers", "workers", ["core-pkg[tracking]>=0.1", "transformers"])
     _member(tmp_path, "packages/rewards", "rewards", ["core_pkg"])
-    _member(tmp_path, "packages/agent", "agent", ["core-pkg"], extras={"full": ["workers ; python_version>'3'"]})
+    _member(
+        tmp_path, "packages/agent", "agent", ["core-pkg"], extras={"full": ["workers ; python_version>'3'"]}
+    )
     _member(tmp_path, "recipes/a", "recipe-a", ["workers", "rewards"])
     _member(tmp_path, "recipes/b", "recipe-b", ["agent"])
     _member(tmp_path, "packages/lonely", "lonely", ["requests"], tests=False)
@@ -53,8 +55,13 @@ def ws(tmp_path):
 def test_graph_is_read_from_pyprojects(ws):
     pkgs, _ = ws
     assert {n: sorted(p.deps) for n, p in pkgs.items()} == {
-        "core-pkg": [], "workers": ["core-pkg"], "rewards": ["core-pkg"], "agent": ["core-pkg", "workers"],
-        "recipe-a": ["rewards", "workers"], "recipe-b": ["agent"], "lonely": [],
+        "core-pkg": [],
+        "workers": ["core-pkg"],
+        "rewards": ["core-pkg"],
+        "agent": ["core-pkg", "workers"],
+        "recipe-a": ["rewards", "workers"],
+        "recipe-b": ["agent"],
+        "lonely": [],
     }
     assert pkgs["recipe-a"].tests == "recipes/a/tests"
 
@@ -70,12 +77,23 @@ def test_leaf_and_middle_changes(ws):
     assert cm.affected(["recipes/a/src/x.py"], pkgs) == ["recipe-a", "workspace"]
     assert cm.affected(["packages/rewards/src/r.py"], pkgs) == ["recipe-a", "rewards", "workspace"]
     # workers -> agent (through the extra) -> recipe b, transitively
-    assert cm.affected(["packages/workers/pyproject.toml"], pkgs) == ["agent", "recipe-a", "recipe-b", "workers", "workspace"]
+    assert cm.affected(["packages/workers/pyproject.toml"], pkgs) == [
+        "agent",
+        "recipe-a",
+        "recipe-b",
+        "workers",
+        "workspace",
+    ]
 
 
 def test_docs_only_changes_affect_nothing(ws):
     pkgs, _ = ws
-    assert cm.affected(["docs/contracts.md", "README.md", "packages/core/README.md", "recipes/b/NOTES.rst"], pkgs) == []
+    assert (
+        cm.affected(
+            ["docs/contracts.md", "README.md", "packages/core/README.md", "recipes/b/NOTES.rst"], pkgs
+        )
+        == []
+    )
     assert cm.affected(["benchmarks/bench_x.py"], pkgs) == []
 
 
@@ -94,8 +112,19 @@ def test_scripts_and_root_tests_run_the_workspace_tests(ws):
 def test_matrix_skips_packages_without_tests_and_commands(ws):
     pkgs, root = ws
     entries = cm.matrix(["lonely", "recipe-a", "workspace"], pkgs, root)
-    assert entries == [{"package": "recipe-a", "tests": "recipes/a/tests"}, {"package": "workspace", "tests": "tests"}]
-    assert cm.command(entries[0], ["-x"]) == ["uv", "run", "--package", "recipe-a", "pytest", "recipes/a/tests", "-x"]
+    assert entries == [
+        {"package": "recipe-a", "tests": "recipes/a/tests"},
+        {"package": "workspace", "tests": "tests"},
+    ]
+    assert cm.command(entries[0], ["-x"]) == [
+        "uv",
+        "run",
+        "--package",
+        "recipe-a",
+        "pytest",
+        "recipes/a/tests",
+        "-x",
+    ]
     assert cm.command(entries[1], []) == ["uv", "run", "pytest", "tests"]
 
 
@@ -116,11 +145,22 @@ def test_run_counts_no_tests_collected_as_pass(monkeypatch, capsys):
 
 def test_real_workspace_core_change_selects_all_packages():
     out = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "ci_matrix.py"), "--json", "--paths",
-         "packages/verl-core/src/verl/protocol.py"],
-        capture_output=True, text=True, check=True,
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "ci_matrix.py"),
+            "--json",
+            "--paths",
+            "packages/verl-core/src/verl/protocol.py",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     names = [e["package"] for e in json.loads(out.stdout)["include"]]
     real = cm.load_workspace(ROOT)
     assert set(names) == {n for n, p in real.items() if (ROOT / p.tests).is_dir()} | {"workspace"}
-    assert "verl-recipe-dapo" in names and real["verl-recipe-dapo"].deps >= {"verl-core", "verl-workers", "verl-rewards"}
+    assert "verl-recipe-dapo" in names and real["verl-recipe-dapo"].deps >= {
+        "verl-core",
+        "verl-workers",
+        "verl-rewards",
+    }

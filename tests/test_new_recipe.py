@@ -28,7 +28,11 @@ def test_generated_recipe_passes_its_own_smoke_test(tmp_path):
     meta = tomllib.loads((root / "pyproject.toml").read_text())
     assert meta["project"]["name"] == "verl-recipe-my-paper"
     assert meta["project"]["scripts"] == {"verl-my-paper": "verl_recipe_my_paper.main:main"}
-    assert {d.split("[")[0] for d in meta["project"]["dependencies"]} == {"verl-core", "verl-workers", "verl-rewards"}
+    assert {d.split("[")[0] for d in meta["project"]["dependencies"]} == {
+        "verl-core",
+        "verl-workers",
+        "verl-rewards",
+    }
     assert all(v == {"workspace": True} for v in meta["tool"]["uv"]["sources"].values())
     readme = (root / "README.md").read_text()
     for bar in ("**Paper:**", "uv run --package verl-recipe-my-paper verl-my-paper", "Expected numbers"):
@@ -36,9 +40,24 @@ def test_generated_recipe_passes_its_own_smoke_test(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(root / "src"))
     # Run the generated tests on their own (their folder as rootdir, no repo conftest or settings).
     out = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(root),
-         "-c", os.devnull, str(root / "tests")],
-        cwd=root, env=env, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            str(root),
+            "-c",
+            os.devnull,
+            str(root / "tests"),
+        ],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "2 passed" in out.stdout
@@ -53,13 +72,30 @@ def test_generated_entry_point_loads_the_cpu_config(tmp_path):
 
     train = write_parquet(make_arithmetic_rows(16, seed=0, digits=1), tmp_path / "train.parquet")
     build_tiny_qwen2(tmp_path / "model", size="xs")
-    out = subprocess.run([sys.executable, "-m", "verl_recipe_abc.main", f"data.train_files={train}",
-                          f"actor_rollout_ref.model.path={tmp_path / 'model'}"],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "verl_recipe_abc.main",
+            f"data.train_files={train}",
+            f"actor_rollout_ref.model.path={tmp_path / 'model'}",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert "config OK: abc/cpu" in out.stdout
-    bad = subprocess.run([sys.executable, "-m", "verl_recipe_abc.main", "trainer.total_training_stepz=3"],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [sys.executable, "-m", "verl_recipe_abc.main", "trainer.total_training_stepz=3"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode != 0 and "total_training_steps" in bad.stderr  # core's did-you-mean
 
 
@@ -78,5 +114,9 @@ def test_existing_folder_is_not_touched(tmp_path):
 
 
 def test_names_are_derived_consistently():
-    assert nr.names("one_two") == {"name": "one_two", "dist": "verl-recipe-one-two",
-                                   "module": "verl_recipe_one_two", "cls": "OneTwo"}
+    assert nr.names("one_two") == {
+        "name": "one_two",
+        "dist": "verl-recipe-one-two",
+        "module": "verl_recipe_one_two",
+        "cls": "OneTwo",
+    }

@@ -4,10 +4,15 @@ through the reward manager the recipe builds from them."""
 import numpy as np
 import pytest
 import torch
-
 from verl.protocol import DataProto
 from verl.trainer.config import load_config, validate_config
-from verl_recipe_dapo.main_dapo import CPU_CONFIG, PAPER_CONFIG, build_reward_fn, configs_dir, with_default_config
+from verl_recipe_dapo.main_dapo import (
+    CPU_CONFIG,
+    PAPER_CONFIG,
+    build_reward_fn,
+    configs_dir,
+    with_default_config,
+)
 
 
 def _paper(*overrides):
@@ -56,8 +61,10 @@ def _responses(tok, texts: list[str], lengths: list[int], data_source: str, trut
     k = len(texts)
     return DataProto.from_dict(
         tensors={"responses": ids, "response_mask": mask},
-        non_tensors={"data_source": np.array([data_source] * k, dtype=object),
-                     "reward_model": np.array([{"ground_truth": truth}] * k, dtype=object)},
+        non_tensors={
+            "data_source": np.array([data_source] * k, dtype=object),
+            "reward_model": np.array([{"ground_truth": truth}] * k, dtype=object),
+        },
     )
 
 

@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
-
 from verl.protocol import DataProto
 from verl_recipe_dapo.dynamic_sampling import (
     DynamicSamplingError,
@@ -38,9 +37,13 @@ def scored_round(outcomes: list[list[float]], tag: str, r: int = 2, pad_id: int 
     pos = torch.arange(P + r).expand(rows, -1)
     return DataProto.from_dict(
         tensors={
-            "prompts": prompts, "responses": responses, "response_mask": torch.ones(rows, r, dtype=torch.long),
-            "input_ids": torch.cat([prompts, responses], 1), "attention_mask": torch.ones(rows, P + r, dtype=torch.long),
-            "position_ids": pos.clone(), "token_level_scores": scores,
+            "prompts": prompts,
+            "responses": responses,
+            "response_mask": torch.ones(rows, r, dtype=torch.long),
+            "input_ids": torch.cat([prompts, responses], 1),
+            "attention_mask": torch.ones(rows, P + r, dtype=torch.long),
+            "position_ids": pos.clone(),
+            "token_level_scores": scores,
         },
         non_tensors={"uid": np.array(uids, dtype=object), "acc": np.array(acc, dtype=object)},
         meta_info={"global_steps": 1},
@@ -83,8 +86,11 @@ def test_accumulator_drops_groups_accumulates_rounds_and_trims():
     assert batch.non_tensor_batch["acc"].tolist() == [1, 0, 0, 1, 1, 0]
     assert batch.batch["token_level_scores"][:, -1].tolist() == [1, 0, 0, 1, 1, 0]
     assert metrics == {
-        "dapo/num_gen_batches": 2.0, "dapo/kept_groups": 4.0, "dapo/dropped_groups": 4.0,
+        "dapo/num_gen_batches": 2.0,
+        "dapo/kept_groups": 4.0,
+        "dapo/dropped_groups": 4.0,
         "dapo/kept_group_ratio": 0.5,
+        "dapo/all_acc/mean": 8 / 16,  # every generated row, dropped ones too
     }
     # reset for the next step
     assert acc.num_groups == 0 and acc.num_gen_batches == 0 and not acc.ready
@@ -94,7 +100,9 @@ def test_accumulator_one_round_with_enough_groups_needs_no_copy_of_the_rest():
     acc = GroupAccumulator(train_batch_size=2, n=2, metric="acc")
     acc.add(scored_round([[1, 0], [0, 1]], "r"))
     batch, metrics = acc.take()
-    assert len(batch) == 4 and metrics["dapo/num_gen_batches"] == 1.0 and metrics["dapo/dropped_groups"] == 0.0
+    assert (
+        len(batch) == 4 and metrics["dapo/num_gen_batches"] == 1.0 and metrics["dapo/dropped_groups"] == 0.0
+    )
 
 
 def test_accumulator_raises_after_max_num_gen_batches():
@@ -147,7 +155,9 @@ class _ScriptedDAPOTrainer:
     outcomes come from ``script`` (one list of group outcomes per call), the model stages do nothing."""
 
     @staticmethod
-    def make(script: list[list[list[float]]], train_batch_size: int, n: int, max_batches: int, enable: bool = True):
+    def make(
+        script: list[list[list[float]]], train_batch_size: int, n: int, max_batches: int, enable: bool = True
+    ):
         from verl_recipe_dapo.dapo_ray_trainer import RayDAPOTrainer
 
         class Scripted(RayDAPOTrainer):
@@ -158,15 +168,25 @@ class _ScriptedDAPOTrainer:
             def _stage_reward(self, batch, metrics):
                 return batch  # scored_round already holds the scores
 
-        for name in ("_stage_old_log_prob", "_stage_ref_log_prob", "_stage_values", "_stage_advantage",
-                     "_stage_update_critic", "_stage_update_actor"):
+        for name in (
+            "_stage_old_log_prob",
+            "_stage_ref_log_prob",
+            "_stage_values",
+            "_stage_advantage",
+            "_stage_update_critic",
+            "_stage_update_actor",
+        ):
             setattr(Scripted, name, lambda self, batch, metrics: batch)
         t = Scripted.__new__(Scripted)  # no workers, no data loaders: only what the step needs
-        t.config = OmegaConf.create({
-            "algorithm": {"filter_groups": {"enable": enable, "metric": "acc", "max_num_gen_batches": max_batches}},
-            "actor_rollout_ref": {"rollout": {"n": n, "temperature": 1.0}},
-            "data": {"train_batch_size": train_batch_size},
-        })
+        t.config = OmegaConf.create(
+            {
+                "algorithm": {
+                    "filter_groups": {"enable": enable, "metric": "acc", "max_num_gen_batches": max_batches}
+                },
+                "actor_rollout_ref": {"rollout": {"n": n, "temperature": 1.0}},
+                "data": {"train_batch_size": train_batch_size},
+            }
+        )
         t.global_steps, t.calls = 1, 0
         t.group_accumulator = GroupAccumulator(train_batch_size, n, "acc", max_batches)
         return t
@@ -186,6 +206,7 @@ def test_filter_stage_asks_for_more_prompts_until_the_batch_is_full():
     assert out.non_tensor_batch["uid"].tolist() == ["c1-1", "c1-1", "c3-0", "c3-0"]
     assert metrics["dapo/num_gen_batches"] == 3.0
     assert metrics["dapo/kept_groups"] == 3.0 and metrics["dapo/dropped_groups"] == 3.0
+    assert metrics["dapo/all_acc/mean"] == 5 / 12
 
 
 def test_filter_stage_raises_after_max_rounds_and_is_a_no_op_when_disabled():

@@ -17,10 +17,14 @@ def test_cpu_default_runs_end_to_end(ray_cluster, tmp_path, monkeypatch):
 
     monkeypatch.setattr(cpu_assets, "WARM_START_STEPS", 40)
     out = tmp_path / "run"
-    metrics = train([
-        "trainer.total_training_steps=2", f"trainer.default_local_dir={out}",
-        "algorithm.filter_groups.max_num_gen_batches=0", "trainer.test_freq=2",
-    ])
+    metrics = train(
+        [
+            "trainer.total_training_steps=2",
+            f"trainer.default_local_dir={out}",
+            "algorithm.filter_groups.max_num_gen_batches=0",
+            "trainer.test_freq=2",
+        ]
+    )
     assert metrics["training/global_step"] == 2
     # dynamic sampling ran and reported: every kept group counts, at least one round per step
     assert metrics["dapo/num_gen_batches"] >= 1 and metrics["dapo/kept_groups"] >= 8

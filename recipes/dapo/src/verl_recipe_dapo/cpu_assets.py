@@ -8,8 +8,8 @@ writes them under ``{trainer.default_local_dir}/assets`` (reused when already th
   exact-match scorer from verl-rewards), train and test splits from ``verl.utils.dataset.tasks``;
 - model: a tiny random-init Qwen2 (``verl.workers.tiny``) briefly fine-tuned on a few worked answers,
   so its first rollouts are right sometimes (a random model never is, and RL then has no signal).
-  The warm start is deliberately short: the policy starts around 15 % right, so about half the
-  groups of 4 have mixed outcomes and the rest are dropped by dynamic sampling.
+  The warm start is deliberately short: the policy starts around 15-20 % right, so most
+  groups of 8 have mixed outcomes and the rest are dropped by dynamic sampling.
 """
 
 from __future__ import annotations
@@ -34,7 +34,9 @@ def write_task(out_dir: Path) -> tuple[Path, Path]:
 
     splits = {}
     for split, per_op in (("train", TRAIN_PER_OP), ("test", TEST_PER_OP)):
-        rows = [r for op in OPS for r in make_arithmetic_rows(per_op, seed=SEED, digits=1, op=op, split=split)]
+        rows = [
+            r for op in OPS for r in make_arithmetic_rows(per_op, seed=SEED, digits=1, op=op, split=split)
+        ]
         random.Random(SEED).shuffle(rows)
         splits[split] = write_parquet(rows, out_dir / f"{split}.parquet")
     return splits["train"], splits["test"]
@@ -48,7 +50,6 @@ def warm_start_tiny_model(out_dir: Path, train_file: Path) -> Path:
     """
     import pyarrow.parquet as pq
     import torch
-
     from verl.workers.tiny import build_tiny_qwen2
     from verl.workers.tokenizer import hf_tokenizer
 
@@ -59,7 +60,9 @@ def warm_start_tiny_model(out_dir: Path, train_file: Path) -> Path:
     for row in rows:
         prompt = tok.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False)
         p_ids = tok(prompt, add_special_tokens=False)["input_ids"]
-        a_ids = tok(row["reward_model"]["ground_truth"], add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        a_ids = tok(row["reward_model"]["ground_truth"], add_special_tokens=False)["input_ids"] + [
+            tok.eos_token_id
+        ]
         examples.append((p_ids, a_ids))
     torch.manual_seed(SEED)
     model.train()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from verl.protocol import DataProto
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
 from verl_recipe_dapo.dynamic_sampling import GroupAccumulator
 
 
@@ -19,7 +20,9 @@ class RayDAPOTrainer(RayPPOTrainer):
     """RayPPOTrainer + dynamic sampling (``algorithm.filter_groups.{enable,metric,max_num_gen_batches}``).
 
     Metrics per step: ``dapo/num_gen_batches`` (generation rounds this step took),
-    ``dapo/kept_groups`` / ``dapo/dropped_groups`` (over those rounds) and ``dapo/kept_group_ratio``.
+    ``dapo/kept_groups`` / ``dapo/dropped_groups`` (over those rounds), ``dapo/kept_group_ratio``, and
+    ``dapo/all_<metric>/mean``, the filter metric averaged over every trajectory generated this step
+    (before filtering: the policy's actual score, where ``critic/score/mean`` of the kept groups is not).
     """
 
     def __init__(self, *args, **kwargs):

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-
 from verl.protocol import DataProto
 
 # Full-sequence tensors ([N, P + R]) that the rollout returns; every other 2-D tensor except ``prompts``
@@ -44,7 +43,9 @@ def metric_values(batch: DataProto, metric: str) -> np.ndarray:
     try:
         return np.asarray([float(v) for v in values], dtype=np.float64)
     except (TypeError, ValueError) as e:
-        raise TypeError(f"algorithm.filter_groups.metric={metric!r}: the column holds non-numbers ({e})") from e
+        raise TypeError(
+            f"algorithm.filter_groups.metric={metric!r}: the column holds non-numbers ({e})"
+        ) from e
 
 
 def varied_group_rows(uids: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, int, int]:
@@ -57,9 +58,7 @@ def varied_group_rows(uids: np.ndarray, values: np.ndarray) -> tuple[np.ndarray,
     by_uid: dict[str, list[int]] = {}
     for i, uid in enumerate(uids):
         by_uid.setdefault(uid, []).append(i)
-    keep_uid = {
-        uid: len(rows) == 1 or float(np.std(values[rows])) > 0.0 for uid, rows in by_uid.items()
-    }
+    keep_uid = {uid: len(rows) == 1 or float(np.std(values[rows])) > 0.0 for uid, rows in by_uid.items()}
     rows = np.array([i for i, uid in enumerate(uids) if keep_uid[uid]], dtype=np.int64)
     kept = sum(keep_uid.values())
     return rows, kept, len(keep_uid) - kept
@@ -92,8 +91,12 @@ def pad_responses(batch: DataProto, length: int, pad_token_id: int) -> DataProto
         elif key in _FULL_SEQUENCE_KEYS or value.shape[1] == r:
             tensors[key] = torch.nn.functional.pad(value, (0, extra), value=0)
         else:
-            raise ValueError(f"tensor {key!r} of shape {tuple(value.shape)} is neither [N, P+R] nor [N, R={r}]")
-    return DataProto.from_dict(tensors=tensors, non_tensors=dict(batch.non_tensor_batch), meta_info=dict(batch.meta_info))
+            raise ValueError(
+                f"tensor {key!r} of shape {tuple(value.shape)} is neither [N, P+R] nor [N, R={r}]"
+            )
+    return DataProto.from_dict(
+        tensors=tensors, non_tensors=dict(batch.non_tensor_batch), meta_info=dict(batch.meta_info)
+    )
 
 
 def concat_rounds(batches: list[DataProto], pad_token_id: int) -> DataProto:
@@ -130,6 +133,8 @@ class GroupAccumulator:
         self.num_gen_batches = 0
         self.kept_groups = 0
         self.dropped_groups = 0
+        self._metric_sum = 0.0  # over every generated trajectory, before filtering
+        self._metric_count = 0
 
     @property
     def ready(self) -> bool:
@@ -141,9 +146,14 @@ class GroupAccumulator:
         Raises `DynamicSamplingError` when this round was the last one allowed and the batch is still short.
         """
         if len(batch) % self.n:
-            raise ValueError(f"a generation round has {len(batch)} rows, not a multiple of rollout.n={self.n}")
+            raise ValueError(
+                f"a generation round has {len(batch)} rows, not a multiple of rollout.n={self.n}"
+            )
         self.num_gen_batches += 1
-        rows, kept, dropped = varied_group_rows(batch.non_tensor_batch["uid"], metric_values(batch, self.metric))
+        values = metric_values(batch, self.metric)
+        self._metric_sum += float(values.sum())
+        self._metric_count += len(values)
+        rows, kept, dropped = varied_group_rows(batch.non_tensor_batch["uid"], values)
         self.kept_groups += kept
         self.dropped_groups += dropped
         if kept:
@@ -162,7 +172,7 @@ class GroupAccumulator:
 
     def take(self) -> tuple[DataProto, dict[str, float]]:
         """The training batch (exactly ``train_batch_size`` groups, in arrival order) and this step's
-        dynamic-sampling metrics; then reset for the next step."""
+        dynamic-sampling metrics (see ``RayDAPOTrainer``); then reset for the next step."""
         if not self.ready:
             raise RuntimeError(f"only {self.num_groups} of {self.train_batch_size} groups collected")
         batch = concat_rounds(self._parts, self.pad_token_id)
@@ -174,6 +184,9 @@ class GroupAccumulator:
             "dapo/kept_groups": float(self.kept_groups),
             "dapo/dropped_groups": float(self.dropped_groups),
             "dapo/kept_group_ratio": self.kept_groups / max(self.kept_groups + self.dropped_groups, 1),
+            # The policy's score on everything it generated this step; the trained batch's own mean
+            # (critic/score/mean) is biased towards the middle by the filter.
+            f"dapo/all_{self.metric}/mean": self._metric_sum / max(self._metric_count, 1),
         }
         self.reset()
         return batch, metrics

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
-
 from verl.trainer.config import load_config, resolve_device, tokenizer_path, use_critic, validate_config
 
 CPU_CONFIG = "dapo_cpu.yaml"
@@ -45,7 +44,6 @@ def build_reward_fn(cfg: DictConfig, tokenizer: Any, num_examine: int) -> Any:
     """The configured reward manager; the ``dapo`` manager gets the overlong buffer from
     ``reward.overlong_buffer`` and ``max_resp_len`` from ``data.max_response_length``."""
     from omegaconf import OmegaConf
-
     from verl.rewards.managers.loader import load_reward_manager
 
     extra: dict[str, Any] = {}
@@ -79,11 +77,14 @@ def run_dapo(cfg: DictConfig, trainer_cls: type | None = None) -> dict[str, floa
     from verl.trainer.ppo.ray_trainer import Role
     from verl.utils.dataset import collate_fn, create_rl_dataset
     from verl.workers.tokenizer import hf_tokenizer
+
     from verl_recipe_dapo.dapo_ray_trainer import RayDAPOTrainer
 
     trainer_cls = trainer_cls or RayDAPOTrainer
     init_ray(cfg)
-    tokenizer = hf_tokenizer(tokenizer_path(cfg), trust_remote_code=bool(cfg.actor_rollout_ref.model.trust_remote_code))
+    tokenizer = hf_tokenizer(
+        tokenizer_path(cfg), trust_remote_code=bool(cfg.actor_rollout_ref.model.trust_remote_code)
+    )
     uses_ref = bool(cfg.actor_rollout_ref.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward)
     actor_role = Role.ActorRolloutRef if uses_ref else Role.ActorRollout
     mapping = {actor_role: WORKER_CLASSES.get("actor_rollout_ref")}
@@ -138,8 +139,11 @@ def main(argv: list[str] | None = None) -> None:
     metrics = run_dapo(cfg)
     out = cfg.trainer.default_local_dir
     score = metrics.get("critic/score/mean")
-    print(f"DAPO finished at step {metrics.get('training/global_step')}: last train score "
-          f"{score if score is None else round(score, 4)}; metrics and reward curve in {out}", flush=True)
+    print(
+        f"DAPO finished at step {metrics.get('training/global_step')}: last train score "
+        f"{score if score is None else round(score, 4)}; metrics and reward curve in {out}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":
