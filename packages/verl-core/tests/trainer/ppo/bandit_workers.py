@@ -267,3 +267,38 @@ def collate_rows(rows: list[dict]) -> dict:
             arr[:] = vals
             out[key] = arr
     return out
+
+
+class BanditTokenizer:
+    """Just enough tokenizer for RLHFDataset and the reward managers: a digit d is token 2 + d % 4,
+    token t decodes to the letter chr(ord('a') + t); the chat template keeps the user's text only."""
+
+    pad_token_id = PAD
+    eos_token_id = EOS
+
+    def apply_chat_template(self, messages, add_generation_prompt=True, tokenize=False, **kwargs):
+        return "".join(m["content"] for m in messages)
+
+    def __call__(self, text, add_special_tokens=False, **kwargs):
+        return {"input_ids": [2 + int(c) % (VOCAB - 2) for c in text]}
+
+    def decode(self, ids, skip_special_tokens=False, **kwargs):
+        ids = [int(i) for i in ids]
+        if skip_special_tokens:
+            ids = [i for i in ids if i not in (PAD, EOS)]
+        return "".join(chr(ord("a") + i) for i in ids)
+
+    def batch_decode(self, batch, **kwargs):
+        return [self.decode(ids, **kwargs) for ids in batch]
+
+
+def bandit_rows(num: int, seed: int = 0) -> list[dict]:
+    """Parquet/jsonl rows (the upstream row contract) whose rewarded answer is target(last token)."""
+    g = torch.Generator().manual_seed(seed)
+    rows = []
+    for i in range(num):
+        digits = "".join(str(int(d)) for d in torch.randint(0, 10, (int(torch.randint(1, 4, (1,), generator=g)),), generator=g))
+        last = 2 + int(digits[-1]) % (VOCAB - 2)
+        rows.append({"data_source": "bandit", "prompt": [{"role": "user", "content": digits}], "ability": "toy",
+                     "reward_model": {"ground_truth": chr(ord("a") + target(last))}, "extra_info": {"index": i}})
+    return rows

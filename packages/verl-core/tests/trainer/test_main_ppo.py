@@ -1,0 +1,93 @@
+"""main_ppo: Ray defaults, role mapping from the registry, and a full run through main(argv) with the
+real dataset, reward manager and custom reward file (toy bandit workers and tokenizer)."""
+
+import json
+import os
+
+import cloudpickle
+import pytest
+from verl.trainer import main_ppo
+from verl.trainer.config import load_config, validate_config
+from verl.trainer.ppo.ray_trainer import Role
+
+from .ppo import bandit_workers as bw
+
+cloudpickle.register_pickle_by_value(bw)
+os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+
+REWARD_FILE = '''
+def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
+    return {"score": float(solution_str[:1] == ground_truth), "first": solution_str[:1]}
+'''
+
+
+def _cfg(*overrides):
+    cfg = load_config(["data.train_files=x.parquet", "actor_rollout_ref.model.path=m", "trainer.device=cpu",
+                       "trainer.n_gpus_per_node=2", "data.train_batch_size=8", "actor_rollout_ref.rollout.n=2",
+                       "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+                       "critic.ppo_micro_batch_size_per_gpu=2", *overrides])
+    validate_config(cfg)
+    return cfg
+
+
+def test_ray_init_kwargs_cpu_defaults():
+    kw = main_ppo.ray_init_kwargs(_cfg("ray_kwargs.ray_init.num_cpus=3"))
+    assert kw["num_cpus"] == 3 and kw["include_dashboard"] is False
+    assert kw["runtime_env"]["env_vars"]["OMP_NUM_THREADS"] == "1"
+    assert "num_cpus" not in main_ppo.ray_init_kwargs(_cfg())  # None means: let Ray decide
+
+
+def test_role_mapping_comes_from_the_registry():
+    from verl.registries import WORKER_CLASSES
+
+    actor, critic = WORKER_CLASSES.get("actor_rollout_ref"), WORKER_CLASSES.get("critic")
+    assert main_ppo.build_role_worker_mapping(_cfg()) == {Role.ActorRollout: actor}
+    gae = main_ppo.build_role_worker_mapping(_cfg("algorithm.adv_estimator=gae", "critic.model.path=m"))
+    assert gae == {Role.ActorRollout: actor, Role.Critic: critic}
+    kl = main_ppo.build_role_worker_mapping(_cfg("actor_rollout_ref.actor.use_kl_loss=true"))
+    assert kl == {Role.ActorRolloutRef: actor}
+
+
+def test_unknown_worker_class_names_the_package(monkeypatch):
+    from verl.registries import WORKER_CLASSES
+
+    monkeypatch.setattr(WORKER_CLASSES, "_items", {})
+    monkeypatch.setattr("verl.utils.registry._plugins_loaded", True)  # as if verl-workers were not installed
+    with pytest.raises(KeyError, match="pip install verl-workers"):
+        main_ppo.build_role_worker_mapping(_cfg())
+
+
+def test_main_end_to_end_with_toy_workers(ray_cluster, tmp_path, monkeypatch, capsys):
+    train, val = tmp_path / "train.jsonl", tmp_path / "val.jsonl"
+    train.write_text("".join(json.dumps(r) + "\n" for r in bw.bandit_rows(16, seed=1)))
+    val.write_text("".join(json.dumps(r) + "\n" for r in bw.bandit_rows(8, seed=2)))
+    reward_py = tmp_path / "my_reward.py"
+    reward_py.write_text(REWARD_FILE)
+    monkeypatch.setattr(main_ppo, "load_tokenizer", lambda config: bw.BanditTokenizer())
+    monkeypatch.setattr(main_ppo, "build_role_worker_mapping",
+                        lambda config: {Role.ActorRollout: bw.BanditActorRolloutRef})
+    out = tmp_path / "run"
+    argv = [f"data.train_files={train}", f"data.val_files={val}", "actor_rollout_ref.model.path=unused",
+            "data.max_prompt_length=4", "data.max_response_length=3", "data.train_batch_size=8",
+            "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4", "actor_rollout_ref.actor.optim.lr=0.2",
+            "trainer.device=cpu", "trainer.n_gpus_per_node=2", "trainer.total_epochs=3", "trainer.save_freq=3",
+            "trainer.test_freq=3", "trainer.logger=[console,jsonl,tensorboard]", "trainer.progress_bar=true",
+            f"trainer.default_local_dir={out}", "reward.reward_manager=naive",
+            f"reward.custom_reward_function.path={reward_py}"]
+    main_ppo.main(argv)
+    printed = capsys.readouterr().out
+    assert f"training finished: {out}" in printed and "reward_curve.png" in printed
+    rows = [json.loads(line) for line in open(out / "metrics.jsonl")]
+    train_rows = [r for r in rows if "critic/score/mean" in r]
+    assert [r["step"] for r in train_rows] == [1, 2, 3, 4, 5, 6]  # 16 prompts / 8 = 2 steps x 3 epochs
+    assert [r["step"] for r in rows if "val/bandit/reward" in r] == [0, 3, 6]
+    assert os.listdir(out / "tensorboard") and (out / "reward_curve.png").exists()
+    assert sorted(p.name for p in out.glob("global_step_*")) == ["global_step_3", "global_step_6"]
+    # The recorded config reloads through --config and equals what ran.
+    again = load_config(["--config", str(out / "config.yaml")])
+    assert again.trainer.default_local_dir == str(out) and again.reward.custom_reward_function.path == str(reward_py)
+
+    # Launching the finished run again must fail loudly, not report another success.
+    with pytest.raises(SystemExit, match="nothing to train.*step 6"):
+        main_ppo.main(argv)
