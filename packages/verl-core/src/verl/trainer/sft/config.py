@@ -1,0 +1,81 @@
+"""Load and validate the SFT config: the RL config loader over the SFT schema, plus SFT-specific checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from verl.trainer.config.loader import ConfigError, load_config
+from verl.trainer.sft.schema import SFTConfig
+
+SFT_DEFAULTS_YAML = Path(__file__).with_name("sft_trainer.yaml")
+
+STRATEGIES = ("fsdp2", "fsdp")
+DEVICES = ("auto", "cpu", "cuda")
+TRUNCATION = ("error", "left", "right")
+SCHEDULERS = ("constant", "cosine")
+RESUME_MODES = ("auto", "disable", "resume_path")
+LOGGERS = ("console", "jsonl", "tensorboard", "swanlab", "wandb", "mlflow")
+
+
+def load_sft_config(argv: list[str] | None = None) -> DictConfig:
+    """Defaults < ``sft_trainer.yaml`` < ``--config FILE`` < ``key=value``; not yet validated."""
+    return load_config(argv, schema=SFTConfig, defaults_yaml=SFT_DEFAULTS_YAML)
+
+
+def sft_world_size(cfg: DictConfig) -> int:
+    """Number of SFT workers: trainer.nnodes * trainer.n_gpus_per_node."""
+    return int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
+
+
+def validate_sft_config(cfg: DictConfig) -> None:
+    """Raise one `ConfigError` listing every problem, in the user's terms; then make ``cfg`` read-only."""
+    problems: list[str] = []
+    d, m, o, t = cfg.data, cfg.model, cfg.optim, cfg.trainer
+
+    def one_of(key: str, value, allowed) -> None:
+        if value not in allowed:
+            problems.append(f"{key}={value!r} is not one of {', '.join(map(str, allowed))}")
+
+    one_of("model.strategy", m.strategy, STRATEGIES)
+    one_of("trainer.device", t.device, DEVICES)
+    one_of("data.truncation", d.truncation, TRUNCATION)
+    one_of("optim.lr_scheduler_type", o.lr_scheduler_type, SCHEDULERS)
+    one_of("trainer.resume_mode", t.resume_mode, RESUME_MODES)
+    for name in t.logger:
+        one_of("trainer.logger entry", name, LOGGERS)
+    if not d.train_files:
+        problems.append("data.train_files is required: a .parquet/.jsonl file (or a list) with a 'messages' column")
+    if not m.path:
+        problems.append("model.path is required: a local Hugging Face model folder")
+    if t.resume_mode == "resume_path" and not t.resume_from_path:
+        problems.append("trainer.resume_mode=resume_path needs trainer.resume_from_path=<.../global_step_N>")
+    for key, value in (("trainer.nnodes", t.nnodes), ("trainer.n_gpus_per_node", t.n_gpus_per_node),
+                       ("data.train_batch_size", d.train_batch_size), ("data.max_length", d.max_length),
+                       ("data.micro_batch_size_per_gpu", d.micro_batch_size_per_gpu),
+                       ("trainer.total_epochs", t.total_epochs)):
+        if int(value) <= 0:
+            problems.append(f"{key}={value} must be positive")
+    if t.total_training_steps is not None and int(t.total_training_steps) <= 0:
+        problems.append(f"trainer.total_training_steps={t.total_training_steps} must be positive or null")
+    if float(o.lr) <= 0:
+        problems.append(f"optim.lr={o.lr} must be positive")
+    if not problems:
+        ws = sft_world_size(cfg)
+        bs, mb = int(d.train_batch_size), int(d.micro_batch_size_per_gpu)
+        if bs % ws:
+            problems.append(
+                f"data.train_batch_size={bs} conversations is not divisible by {ws} workers "
+                f"(trainer.nnodes={t.nnodes} x trainer.n_gpus_per_node={t.n_gpus_per_node})"
+            )
+        elif (bs // ws) % mb:
+            problems.append(
+                f"data.train_batch_size={bs} conversations / {ws} workers = {bs // ws} per worker, which is not "
+                f"divisible by data.micro_batch_size_per_gpu={mb}"
+            )
+        if d.val_batch_size is not None and int(d.val_batch_size) <= 0:
+            problems.append(f"data.val_batch_size={d.val_batch_size} must be positive or null")
+    if problems:
+        raise ConfigError(problems, header="invalid SFT config")
+    OmegaConf.set_readonly(cfg, True)
