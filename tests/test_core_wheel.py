@@ -36,10 +36,16 @@ print("ok", verl.__version__)
 
 
 def _run(*cmd: str, cwd: Path) -> str:
-    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "UV_PROJECT_ENVIRONMENT")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("VIRTUAL_ENV", "PYTHONPATH", "UV_PROJECT_ENVIRONMENT")
+    }
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        raise AssertionError(
+            f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        )
     return proc.stdout
 
 
@@ -53,8 +59,20 @@ def test_core_wheel_installs_alone_and_imports_lightly(tmp_path):
 
     # Pin third-party versions to the workspace lock so the install comes from uv's cache.
     constraints = tmp_path / "constraints.txt"
-    _run(uv, "export", "--frozen", "--package", "verl-core", "--no-dev", "--no-hashes", "--no-emit-workspace",
-         "--no-header", "-o", str(constraints), cwd=ROOT)
+    _run(
+        uv,
+        "export",
+        "--frozen",
+        "--package",
+        "verl-core",
+        "--no-dev",
+        "--no-hashes",
+        "--no-emit-workspace",
+        "--no-header",
+        "-o",
+        str(constraints),
+        cwd=ROOT,
+    )
 
     venv = tmp_path / "v"
     _run(uv, "venv", str(venv), "--python", "3.11", cwd=tmp_path)
@@ -64,7 +82,11 @@ def test_core_wheel_installs_alone_and_imports_lightly(tmp_path):
     installed = json.loads(_run(uv, "pip", "list", "--python", python, "--format", "json", cwd=tmp_path))
     names = {re.sub(r"[-_.]+", "-", p["name"].lower()) for p in installed}
     assert "verl-core" in names and "torch" in names
-    heavy = sorted(n for n in names if any(n == f or n.startswith(f + "-") for f in (x.replace("_", "-") for x in FORBIDDEN)))
+    heavy = sorted(
+        n
+        for n in names
+        if any(n == f or n.startswith(f + "-") for f in (x.replace("_", "-") for x in FORBIDDEN))
+    )
     assert heavy == [], f"verl-core's dependency closure pulls in {heavy}"
 
     out = _run(python, "-c", CHECK_IMPORTS, cwd=tmp_path)
