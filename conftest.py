@@ -8,6 +8,8 @@ import pytest
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+# Under `uv run`, Ray would otherwise re-create the uv environment for every worker (tens of seconds each).
+os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 
 
 @pytest.fixture(scope="session")
