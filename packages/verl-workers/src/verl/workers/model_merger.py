@@ -13,6 +13,7 @@ import argparse
 import os
 import shutil
 import sys
+import warnings
 
 import torch
 from verl.workers.checkpoint.dcp import _TOKENIZER_FILES, DCP_DIR, HF_DIR, read_meta
@@ -41,7 +42,10 @@ def merge_checkpoint(local_dir: str, target_dir: str, dtype: str | None = None) 
     hf_dir = os.path.join(local_dir, HF_DIR)
     model = build_model_from_config(hf_dir, meta["model_type"])
     state = {"model": model.state_dict()}
-    dcp.load(state, checkpoint_id=os.path.join(local_dir, DCP_DIR), no_dist=True)
+    with warnings.catch_warnings():
+        # DCP warns that it loads in one process: that is the point here
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.load(state, checkpoint_id=os.path.join(local_dir, DCP_DIR), no_dist=True)
     missing, unexpected = model.load_state_dict(state["model"], strict=False)
     # tied weights (lm_head <-> embed_tokens) may be stored once; anything else missing is an error
     tied = set(model._tied_weights_keys or {}) if model.config.tie_word_embeddings else set()
