@@ -40,6 +40,10 @@ def test_hybrid_engine_generates_scores_and_sees_updates(make_cfg, prompts_for, 
     gen = w.generate_sequences(prompts)
     assert len(gen) == 4 and gen.batch["responses"].shape[1] <= 6
     assert torch.equal(gen.batch["responses"][0], gen.batch["responses"][1])  # greedy: group rows agree
+    if strategy == "fsdp2":  # parameters were gathered for generation and are sharded again
+        from torch.distributed.tensor import DTensor
+
+        assert all(isinstance(p, DTensor) for p in w.actor_module.parameters())
 
     gen.meta_info["temperature"] = 1.0
     old = w.compute_log_prob(gen)

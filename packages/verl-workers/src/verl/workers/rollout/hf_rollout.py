@@ -18,7 +18,8 @@ until all ranks are done, because each forward of a sharded module is a collecti
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -155,6 +156,34 @@ def generate_tokens(
     return result
 
 
+@contextmanager
+def gathered_fsdp2_params(module: nn.Module, reshard_after_forward: bool = True) -> Iterator[None]:
+    """Keep an FSDP2 module's parameters unsharded for a whole generation (collective).
+
+    Without this every decode step all-gathers every layer again (``reshard_after_forward``), which
+    doubles generation time even on one rank. On exit the parameters are resharded and the layers'
+    ``reshard_after_forward`` is set back to ``reshard_after_forward`` (the engine's setting). A module
+    without FSDP2 sharding passes through untouched.
+    """
+    from torch.distributed.fsdp import FSDPModule
+
+    fsdp_modules = [m for m in module.modules() if isinstance(m, FSDPModule)]
+    if not fsdp_modules:
+        yield
+        return
+    for m in fsdp_modules:
+        if m is not module:  # the root keeps FSDP's own setting
+            m.set_reshard_after_forward(False, recurse=False)
+        m.unshard()
+    try:
+        yield
+    finally:
+        for m in fsdp_modules:
+            m.reshard()
+            if m is not module:
+                m.set_reshard_after_forward(reshard_after_forward, recurse=False)
+
+
 def _as_id_list(value: Any) -> list[int]:
     if value is None:
         return []
@@ -175,9 +204,19 @@ class HFRollout(BaseRollout):
 
     shares_trainer_weights = True
 
-    def __init__(self, module: nn.Module, config: Any, tokenizer: Any = None, **_: Any):
+    def __init__(
+        self,
+        module: nn.Module,
+        config: Any,
+        tokenizer: Any = None,
+        *,
+        reshard_after_forward: bool = True,
+        **_: Any,
+    ):
         self.module = module
         self.config = config
+        # the training engine's FSDP2 setting, restored after each generation (see gathered_fsdp2_params)
+        self.reshard_after_forward = reshard_after_forward
         gen_cfg = module.generation_config
         eos = _as_id_list(gen_cfg.eos_token_id) if gen_cfg is not None else []
         if tokenizer is not None and tokenizer.eos_token_id is not None:
@@ -231,19 +270,20 @@ class HFRollout(BaseRollout):
         was_training = self.module.training
         self.module.eval()
         try:
-            chunks = [
-                generate_tokens(
-                    self.module,
-                    input_ids[i : i + step],
-                    attention_mask[i : i + step],
-                    position_ids[i : i + step],
-                    params,
-                    eos,
-                    self.pad_token_id,
-                    calculate_log_probs=bool(self.config.calculate_log_probs),
-                )
-                for i in range(0, rows, step)
-            ]
+            with gathered_fsdp2_params(self.module, self.reshard_after_forward):
+                chunks = [
+                    generate_tokens(
+                        self.module,
+                        input_ids[i : i + step],
+                        attention_mask[i : i + step],
+                        position_ids[i : i + step],
+                        params,
+                        eos,
+                        self.pad_token_id,
+                        calculate_log_probs=bool(self.config.calculate_log_probs),
+                    )
+                    for i in range(0, rows, step)
+                ]
         finally:
             self.module.train(was_training)
         tensors = concat_generations(chunks, self.pad_token_id)
