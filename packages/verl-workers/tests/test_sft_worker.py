@@ -5,7 +5,6 @@ import json
 
 import pytest
 import torch
-
 from verl import DataProto
 from verl.trainer.sft import load_sft_config, validate_sft_config
 from verl.utils.dataset.sft_dataset import SFTDataset, sft_collate_fn
@@ -45,7 +44,6 @@ def plain_nll(model, batch):
 
 def test_train_batch_loss_is_masked_cross_entropy(dist_world1, tiny_model_dir, tiny_tokenizer, tmp_path):
     from transformers import AutoModelForCausalLM
-
     from verl.workers.sft_worker import SFTWorker
 
     data = write_chats(tmp_path / "d.jsonl", 4)
@@ -69,7 +67,6 @@ def test_train_batch_loss_is_masked_cross_entropy(dist_world1, tiny_model_dir, t
 @pytest.mark.slow
 def test_sft_through_ray_learns_saves_hf_and_resumes(ray_cluster, tiny_model_dir, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
     from verl.trainer.sft.trainer import SFTTrainer
 
     data = write_chats(tmp_path / "train.jsonl", 32)

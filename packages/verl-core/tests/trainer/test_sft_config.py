@@ -2,7 +2,7 @@
 
 import pytest
 from omegaconf import OmegaConf
-
+from omegaconf.errors import ReadonlyConfigError
 from verl.trainer.config import ConfigError
 from verl.trainer.sft import SFT_DEFAULTS_YAML, SFTConfig, load_sft_config, validate_sft_config
 
@@ -21,7 +21,7 @@ def test_overrides_and_read_only():
     cfg = load_sft_config(base("optim.lr=3e-3", "trainer.n_gpus_per_node=2", "data.train_batch_size=8"))
     validate_sft_config(cfg)
     assert cfg.optim.lr == 3e-3 and cfg.trainer.default_local_dir == "checkpoints/verl_sft/sft"
-    with pytest.raises(Exception):
+    with pytest.raises(ReadonlyConfigError):
         cfg.optim.lr = 1.0
 
 

@@ -6,7 +6,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-
 from verl.utils.dataset.rows import DatasetRowError
 from verl.utils.dataset.sft_dataset import SFTDataset, sft_collate_fn, tokenize_conversation
 

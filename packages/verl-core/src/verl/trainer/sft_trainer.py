@@ -39,7 +39,9 @@ def init_ray(config: DictConfig) -> None:
 
 
 def run_sft(config: DictConfig, worker_cls: Any = None) -> dict[str, Any]:
-    """Train with a validated config; returns ``{"metrics", "checkpoint", "hf_model"}``."""
+    """Train with a validated config; returns ``{"metrics", "checkpoint", "hf_model"}``.
+
+    The workers are stopped at the end, so Ray's resources are free for what runs next (e.g. RL)."""
     from verl.trainer.model_builders import load_tokenizer
     from verl.utils.dataset.sft_dataset import SFTDataset
 
@@ -49,7 +51,10 @@ def run_sft(config: DictConfig, worker_cls: Any = None) -> dict[str, Any]:
     val = SFTDataset(d.val_files, tokenizer, d, max_samples=int(d.val_max_samples)) if d.val_files else None
     init_ray(config)
     trainer = SFTTrainer(config, train, val, worker_cls=worker_cls)
-    return trainer.fit()
+    try:
+        return trainer.fit()
+    finally:
+        trainer.shutdown()
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

@@ -95,6 +95,17 @@ class SFTTrainer:
         self.wg = RayWorkerGroup(resource_pool=pool, ray_cls_with_init=cia)
         self.wg.init_model()
 
+    def shutdown(self) -> None:
+        """Stop the workers and release their resources (e.g. before RL starts in the same Ray session)."""
+        if self.wg is None:
+            return
+        import ray
+
+        for worker in self.wg.workers:
+            ray.kill(worker)
+        self.wg.resource_pool.remove()
+        self.wg = None
+
     # --------------------------------------------------------------------------------------- steps
     def train_step(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         """One optimizer step over a collated batch; returns ``train/loss``, ``train/grad_norm``, ``train/lr``."""
