@@ -4,7 +4,7 @@
     python scripts/ci_matrix.py origin/main            # matrix for `git diff --name-only origin/main`
     python scripts/ci_matrix.py --paths packages/verl-core/src/verl/protocol.py
     python scripts/ci_matrix.py --all                  # every package (the full matrix)
-    python scripts/ci_matrix.py --all --run [-- -x -m "not slow"]    # run it: one pytest per entry
+    python scripts/ci_matrix.py --all --run [--frozen] [-- -x -m "not slow"]   # run: one pytest per entry
     python scripts/ci_matrix.py origin/main --json     # {"include": [{"package", "tests"}, ...]} for Actions
 
 The dependency graph is read from the workspace: the root ``pyproject.toml``'s ``[tool.uv.workspace]
@@ -155,11 +155,12 @@ def matrix(names: list[str], packages: dict[str, Package], root: Path = ROOT) ->
     return rows
 
 
-def command(entry: dict[str, str], pytest_args: list[str]) -> list[str]:
-    """The command that runs one matrix entry's tests."""
+def command(entry: dict[str, str], pytest_args: list[str], frozen: bool = False) -> list[str]:
+    """The command that runs one matrix entry's tests (``frozen``: ``uv run --frozen``, as CI does)."""
+    uv = ["uv", "run", *(["--frozen"] if frozen else [])]
     if entry["package"] == WORKSPACE_TESTS:
-        return ["uv", "run", "pytest", entry["tests"], *pytest_args]
-    return ["uv", "run", "--package", entry["package"], "pytest", entry["tests"], *pytest_args]
+        return [*uv, "pytest", entry["tests"], *pytest_args]
+    return [*uv, "--package", entry["package"], "pytest", entry["tests"], *pytest_args]
 
 
 def changed_paths(base: str, root: Path = ROOT) -> list[str]:
@@ -170,11 +171,13 @@ def changed_paths(base: str, root: Path = ROOT) -> list[str]:
     return out.stdout.splitlines()
 
 
-def run(entries: list[dict[str, str]], pytest_args: list[str], root: Path = ROOT) -> int:
+def run(
+    entries: list[dict[str, str]], pytest_args: list[str], root: Path = ROOT, frozen: bool = False
+) -> int:
     """Run every entry (all of them, even after a failure); print a summary; 0 if all passed."""
     results = []
     for entry in entries:
-        cmd = command(entry, pytest_args)
+        cmd = command(entry, pytest_args, frozen)
         print(f"\n=== {entry['package']}: {' '.join(cmd)}", flush=True)
         code = subprocess.run(cmd, cwd=root).returncode
         results.append((entry["package"], code))
@@ -201,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     src.add_argument("--all", action="store_true", help="every package (the full matrix)")
     ap.add_argument("--json", action="store_true", help="print the GitHub Actions matrix as JSON")
     ap.add_argument("--run", action="store_true", help="run each entry's tests (pytest args after --)")
+    ap.add_argument("--frozen", action="store_true", help="with --run: uv run --frozen (use uv.lock as is)")
     args = ap.parse_args(argv)
 
     packages = load_workspace()
@@ -217,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         if not entries:
             print("nothing to test (documentation-only or no changes)", file=sys.stderr)
     if args.run:
-        return run(entries, pytest_args)
+        return run(entries, pytest_args, frozen=args.frozen)
     return 0
 
 

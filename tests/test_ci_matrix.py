@@ -126,6 +126,7 @@ def test_matrix_skips_packages_without_tests_and_commands(ws):
         "-x",
     ]
     assert cm.command(entries[1], []) == ["uv", "run", "pytest", "tests"]
+    assert cm.command(entries[0], [], frozen=True)[:5] == ["uv", "run", "--frozen", "--package", "recipe-a"]
 
 
 def test_run_counts_no_tests_collected_as_pass(monkeypatch, capsys):
@@ -135,7 +136,7 @@ def test_run_counts_no_tests_collected_as_pass(monkeypatch, capsys):
         def __init__(self, code):
             self.returncode = code
 
-    monkeypatch.setattr(cm.subprocess, "run", lambda cmd, cwd: Done(codes[cmd[3]]))
+    monkeypatch.setattr(cm.subprocess, "run", lambda cmd, cwd: Done(codes[cmd[cmd.index("--package") + 1]]))
     entries = [{"package": k, "tests": f"{k}/tests"} for k in ("a", "b")]
     assert cm.run(entries, []) == 0
     assert cm.run([*entries, {"package": "c", "tests": "c/tests"}], []) == 1

@@ -4,8 +4,8 @@ and the trainer's filter stage driven through core's ``_train_step``."""
 import numpy as np
 import pytest
 import torch
-from omegaconf import OmegaConf
 from verl.protocol import DataProto
+from verl.trainer.config import load_config
 from verl_recipe_dapo.dynamic_sampling import (
     DynamicSamplingError,
     GroupAccumulator,
@@ -178,15 +178,13 @@ class _ScriptedDAPOTrainer:
         ):
             setattr(Scripted, name, lambda self, batch, metrics: batch)
         t = Scripted.__new__(Scripted)  # no workers, no data loaders: only what the step needs
-        t.config = OmegaConf.create(
-            {
-                "algorithm": {
-                    "filter_groups": {"enable": enable, "metric": "acc", "max_num_gen_batches": max_batches}
-                },
-                "actor_rollout_ref": {"rollout": {"n": n, "temperature": 1.0}},
-                "data": {"train_batch_size": train_batch_size},
-            }
-        )
+        # core's full config (so new keys core's step reads have their defaults); balance_batch needs
+        # the worker group's size, which a worker-less trainer has not
+        t.config = load_config([
+            f"algorithm.filter_groups.enable={enable}", "algorithm.filter_groups.metric=acc",
+            f"algorithm.filter_groups.max_num_gen_batches={max_batches}", f"actor_rollout_ref.rollout.n={n}",
+            f"data.train_batch_size={train_batch_size}", "trainer.balance_batch=false",
+        ])  # fmt: skip
         t.global_steps, t.calls = 1, 0
         t.group_accumulator = GroupAccumulator(train_batch_size, n, "acc", max_batches)
         return t
