@@ -97,13 +97,11 @@ def build_trainer(config: DictConfig, tokenizer: Any = None, reward_fn: Any = No
 
 def run_ppo(config: DictConfig, **build_kwargs: Any) -> dict[str, float]:
     """Start Ray (unless running), record the config next to the outputs, train, say where things went."""
+    _reuse_driver_env_for_workers()
     import ray
 
     from verl.utils.checkpoint import atomic_write_text
 
-    # Under `uv run`, Ray would rebuild the uv environment for every worker; the driver's interpreter
-    # already has everything, so workers reuse it.
-    os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
     if not ray.is_initialized():
         ray.init(**ray_init_kwargs(config))
     out_dir = config.trainer.default_local_dir
@@ -132,8 +130,16 @@ def _print_outputs(config: DictConfig, metrics: dict[str, float]) -> None:
     print("\n".join(lines), flush=True)
 
 
+def _reuse_driver_env_for_workers() -> None:
+    """Under `uv run`, Ray rebuilds the uv environment for every worker process (slow, and fragile
+    while the workspace changes); the driver's interpreter already has everything, so workers reuse
+    it. Ray reads this flag when it is first imported, so this runs before any Ray import."""
+    os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+
+
 def main(argv: list[str] | None = None) -> None:
     """Command-line entry: parse ``key=value`` / ``--config FILE``, validate once, train."""
+    _reuse_driver_env_for_workers()
     from verl.trainer.ppo.ray_trainer import NothingToTrainError
 
     config = load_config(sys.argv[1:] if argv is None else list(argv))

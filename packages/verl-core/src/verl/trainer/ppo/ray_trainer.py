@@ -29,6 +29,7 @@ from verl.single_controller.ray import (
 )
 from verl.trainer.config import resolve_device, use_critic, use_reference_policy
 from verl.trainer.ppo import core_algos
+from verl.trainer.ppo.balance import balance_batch
 from verl.trainer.ppo.metric_utils import (
     compute_data_metrics,
     compute_throughout_metrics,
@@ -310,6 +311,8 @@ class RayPPOTrainer(TrainerIOMixin):
             batch = self._stage_filter(batch, metrics)
         if batch is None:
             return None
+        if self.config.trainer.balance_batch:
+            batch = balance_batch(batch, self.actor_rollout_wg.world_size, metrics)
         batch.meta_info["global_token_num"] = batch.batch["attention_mask"].sum(-1).tolist()
         with marked_timer("old_log_prob", timing_raw):
             batch = self._stage_old_log_prob(batch, metrics)
