@@ -11,7 +11,10 @@ from verl.workers.tokenizer import hf_tokenizer
 _PROBE = """
 import json, sys
 from verl.registries import ROLLOUT_ENGINES, TRAINING_ENGINES, WORKER_CLASSES
+from verl.trainer.model_builders import TOKENIZER_LOADERS
 out = {
+    "tokenizer_loader": TOKENIZER_LOADERS.get("hf").__module__,
+    "sft": WORKER_CLASSES.get("sft").__name__,
     "actor": WORKER_CLASSES.get("actor_rollout_ref").__module__ + "." + WORKER_CLASSES.get("actor_rollout_ref").__name__,
     "critic": WORKER_CLASSES.get("critic").__name__,
     "rollouts": ROLLOUT_ENGINES.names(),
@@ -31,6 +34,7 @@ def test_registries_fill_from_the_entry_point_in_a_fresh_process():
     out = json.loads(res.stdout.strip().splitlines()[-1])
     assert out["actor"] == "verl.workers.fsdp_workers.ActorRolloutRefWorker"
     assert out["critic"] == "CriticWorker"
+    assert out["sft"] == "SFTWorker" and out["tokenizer_loader"] == "verl.workers.tokenizer"
     assert "hf" in out["rollouts"] and "vllm" not in out["rollouts"]
     assert {"fsdp2", "fsdp"} <= set(out["engines"])
     # GPU engines are not registered here; the error says which extra provides them
