@@ -180,6 +180,8 @@ class MultiTurnConfig:
     tool_config_path: str | None = None
     interaction_config_path: str | None = None
     format: str = "hermes"
+    # verl-agent: compare each trajectory with the chat template's rendering (strict | ignore_strippable | warn | disable)
+    tokenization_sanity_check_mode: str = "warn"
 
 
 @dataclass

@@ -1,0 +1,129 @@
+"""The agent-loop API (upstream: ``verl.experimental.agent_loop``).
+
+An agent loop turns one dataset row into one trajectory by talking to the policy through an
+`AsyncLLMServer` (token ids in, token ids out), to tools and to interactions. Loops register by
+name in ``verl.registries.AGENT_LOOPS``; a row's ``agent_name`` picks one, else
+``rollout.agent.default_agent_loop``. The same loop instance serves many concurrent ``run`` calls,
+so a loop keeps per-trajectory state in locals, never on ``self``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+from verl.agent.server import AsyncLLMServer, TokenOutput
+from verl.agent.tokenization import ChatTokens
+from verl.registries import AGENT_LOOPS
+
+
+@dataclass
+class AgentLoopOutput:
+    """One trajectory. ``response_mask`` is 1 on model-generated tokens and 0 on tool / user /
+    environment tokens; ``response_logprobs`` is the sampling log-prob on model tokens, 0 elsewhere.
+    ``num_turns`` counts assistant turns plus environment turns. ``metrics`` are per-trajectory
+    numbers (averaged over the batch by the manager); ``turn_metrics`` one dict per turn.
+    ``reward_score`` is the environment's reward when there is one (interactions), else None."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    response_mask: list[int]
+    response_logprobs: list[float] | None
+    num_turns: int
+    metrics: dict[str, float] = field(default_factory=dict)
+    turn_metrics: list[dict[str, Any]] = field(default_factory=list)
+    reward_score: float | None = None
+    extra_fields: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        n = len(self.response_ids)
+        if len(self.response_mask) != n or (self.response_logprobs is not None and len(self.response_logprobs) != n):
+            raise ValueError(
+                f"AgentLoopOutput: response_ids ({n}), response_mask ({len(self.response_mask)}) and "
+                f"response_logprobs ({None if self.response_logprobs is None else len(self.response_logprobs)}) "
+                "must have the same length"
+            )
+
+
+class Trajectory:
+    """Accumulates response tokens with their mask and log-probs."""
+
+    def __init__(self, prompt_ids: list[int]):
+        self.prompt_ids = list(prompt_ids)
+        self.response_ids: list[int] = []
+        self.response_mask: list[int] = []
+        self.response_logprobs: list[float] = []
+
+    def add_model(self, out: TokenOutput) -> None:
+        self.response_ids += out.token_ids
+        self.response_mask += [1] * len(out.token_ids)
+        self.response_logprobs += list(out.log_probs)
+
+    def add_env(self, ids: list[int]) -> None:
+        self.response_ids += ids
+        self.response_mask += [0] * len(ids)
+        self.response_logprobs += [0.0] * len(ids)
+
+    @property
+    def all_ids(self) -> list[int]:
+        return self.prompt_ids + self.response_ids
+
+
+class AgentLoopBase(ABC):
+    """Base class of agent loops.
+
+    Args:
+        config: ``actor_rollout_ref.rollout`` (reads ``response_length``, ``multi_turn.*``).
+        server: the policy's async generate interface.
+        tokenizer: the policy's tokenizer (its chat template renders conversations).
+    """
+
+    def __init__(self, config: Any, server: AsyncLLMServer, tokenizer: Any, **kwargs: Any):
+        self.config = config
+        self.server = server
+        self.tokenizer = tokenizer
+        self.chat = ChatTokens(tokenizer)
+        self.max_response_length = int(config.response_length)
+
+    @abstractmethod
+    async def run(self, sampling_params: dict[str, Any], **row_fields: Any) -> AgentLoopOutput:
+        """Roll out one row; ``row_fields`` are the row's non-tensor fields (``raw_prompt``, ...)."""
+
+
+def register_agent_loop(name: str):
+    """Class decorator: make a loop available as ``agent_name == name``."""
+
+    def deco(cls: type[AgentLoopBase]) -> type[AgentLoopBase]:
+        if not issubclass(cls, AgentLoopBase):
+            raise TypeError(f"agent loop {name!r}: {cls.__qualname__} must subclass AgentLoopBase")
+        AGENT_LOOPS.register(name, cls)
+        return cls
+
+    return deco
+
+
+@register_agent_loop("single_turn_agent")
+class SingleTurnAgentLoop(AgentLoopBase):
+    """One model turn on the rendered prompt (the chat-template version of plain generation)."""
+
+    async def run(self, sampling_params: dict[str, Any], **row_fields: Any) -> AgentLoopOutput:
+        messages = list(row_fields["raw_prompt"])
+        traj = Trajectory(self.chat.prompt_ids(messages))
+        out = await self.server.generate(
+            traj.prompt_ids,
+            {**sampling_params, "max_tokens": self.max_response_length},
+            str(row_fields.get("request_id", "")),
+        )
+        traj.add_model(out)
+        exceeded = float(out.stop_reason == "length")
+        return AgentLoopOutput(
+            prompt_ids=traj.prompt_ids,
+            response_ids=traj.response_ids,
+            response_mask=traj.response_mask,
+            response_logprobs=traj.response_logprobs,
+            num_turns=1,
+            metrics={"assistant_turns": 1.0, "response_length_exceeded": exceeded},
+            turn_metrics=[{"role": "assistant", "num_tokens": len(out.token_ids)}],
+            extra_fields={"stop_reason": "response_length" if exceeded else "done"},
+        )

@@ -1,0 +1,151 @@
+"""`AgentLoopManager`: prompt DataProto in, response DataProto out, through agent loops.
+
+Each row runs in the loop its ``agent_name`` names (else ``rollout.agent.default_agent_loop``);
+at most ``rollout.agent.num_workers`` loops run at once (they share one `AsyncLLMServer`, which
+batches their concurrent requests). The output has the contract's keys (docs/contracts.md:
+``prompts``, ``responses``, ``response_mask``, ``input_ids``, ``attention_mask``, ``position_ids``,
+``rollout_log_probs``), where ``response_mask`` is 0 on tool / user tokens while
+``attention_mask`` is 1 on every real token; non-tensors ``num_turns``, ``reward_score`` (NaN when
+the environment gave none), ``stop_reason``; and ``meta_info["metrics"]`` with per-row lists under
+``agent/<name>`` (the trainer averages them), e.g. ``agent/has_tool_call`` = the tool-call rate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import numpy as np
+import torch
+from verl import DataProto
+from verl.agent.agent_loop import AgentLoopBase, AgentLoopOutput
+from verl.agent.server import AsyncLLMServer
+from verl.registries import AGENT_LOOPS
+
+# Row fields handed to loops besides the non-tensor batch (tensors are rebuilt from raw_prompt).
+_SKIP_FIELDS = ("uid",)
+
+
+def sampling_params_from(config: Any, meta_info: dict[str, Any]) -> dict[str, Any]:
+    """The per-call sampling settings: rollout config, meta_info overrides, ``val_kwargs`` when validating."""
+    if meta_info.get("validate", False):
+        val = config.val_kwargs
+        return {
+            "do_sample": bool(meta_info.get("do_sample", val.do_sample)),
+            "temperature": float(val.temperature) if val.temperature > 0 else float(config.temperature),
+            "top_k": int(val.top_k),
+            "top_p": float(val.top_p),
+        }
+    return {
+        "do_sample": bool(meta_info.get("do_sample", config.do_sample)),
+        "temperature": float(meta_info.get("temperature", config.temperature)),
+        "top_k": int(meta_info.get("top_k", config.top_k)),
+        "top_p": float(meta_info.get("top_p", config.top_p)),
+    }
+
+
+class AgentLoopManager:
+    """Runs agent loops over a batch. ``loop_kwargs`` go to every loop's constructor (e.g. ``tools``)."""
+
+    def __init__(
+        self,
+        config: Any,
+        server: AsyncLLMServer,
+        tokenizer: Any,
+        *,
+        pad_token_id: int | None = None,
+        max_concurrency: int | None = None,
+        loop_kwargs: dict[str, Any] | None = None,
+    ):
+        self.config = config
+        self.server = server
+        self.tokenizer = tokenizer
+        pad = pad_token_id if pad_token_id is not None else tokenizer.pad_token_id
+        if pad is None:
+            raise ValueError("AgentLoopManager needs a pad token id (tokenizer.pad_token_id or pad_token_id=)")
+        self.pad_token_id = int(pad)
+        self.max_concurrency = int(max_concurrency or config.agent.num_workers)
+        if self.max_concurrency < 1:
+            raise ValueError(f"rollout.agent.num_workers must be >= 1, got {self.max_concurrency}")
+        self.loop_kwargs = dict(loop_kwargs or {})
+        self._loops: dict[str, AgentLoopBase] = {}
+
+    def loop(self, name: str) -> AgentLoopBase:
+        """The (shared) loop instance registered as ``name``."""
+        if name not in self._loops:
+            cls = AGENT_LOOPS.get(name)
+            self._loops[name] = cls(config=self.config, server=self.server, tokenizer=self.tokenizer, **self.loop_kwargs)
+        return self._loops[name]
+
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        """Synchronous entry (workers, trainer): runs `agenerate` in a fresh event loop."""
+        return asyncio.run(self.agenerate(prompts))
+
+    async def agenerate(self, prompts: DataProto) -> DataProto:
+        n = len(prompts)
+        ntb = prompts.non_tensor_batch
+        if "raw_prompt" not in ntb:
+            raise KeyError(
+                f"agent loops need the chat messages of each row in non_tensor_batch['raw_prompt']; "
+                f"got keys {sorted(ntb)} (set data.return_raw_chat=True)"
+            )
+        sampling = sampling_params_from(self.config, prompts.meta_info)
+        default = str(self.config.agent.default_agent_loop)
+        gate = asyncio.Semaphore(self.max_concurrency)
+
+        async def one(i: int) -> AgentLoopOutput:
+            row = {k: v[i] for k, v in ntb.items() if k not in _SKIP_FIELDS}
+            name = row.pop("agent_name", None) or default
+            row["request_id"] = f"{ntb['uid'][i] if 'uid' in ntb else uuid.uuid4()}-{i}"
+            async with gate:
+                return await self.loop(str(name)).run(dict(sampling), **row)
+
+        outputs = await asyncio.gather(*(one(i) for i in range(n)))
+        return self.to_dataproto(outputs)
+
+    def to_dataproto(self, outputs: list[AgentLoopOutput]) -> DataProto:
+        """Pad and stack loop outputs into the contract's tensors (prompts left, responses right)."""
+        n = len(outputs)
+        p = max(len(o.prompt_ids) for o in outputs)
+        r = max(1, max(len(o.response_ids) for o in outputs))
+        prompts = torch.full((n, p), self.pad_token_id, dtype=torch.long)
+        prompt_mask = torch.zeros((n, p), dtype=torch.long)
+        responses = torch.full((n, r), self.pad_token_id, dtype=torch.long)
+        response_mask = torch.zeros((n, r), dtype=torch.long)
+        response_attn = torch.zeros((n, r), dtype=torch.long)
+        log_probs = torch.zeros((n, r), dtype=torch.float32)
+        for i, o in enumerate(outputs):
+            lp, lr = len(o.prompt_ids), len(o.response_ids)
+            prompts[i, p - lp :] = torch.tensor(o.prompt_ids, dtype=torch.long)
+            prompt_mask[i, p - lp :] = 1
+            if lr:
+                responses[i, :lr] = torch.tensor(o.response_ids, dtype=torch.long)
+                response_mask[i, :lr] = torch.tensor(o.response_mask, dtype=torch.long)
+                response_attn[i, :lr] = 1
+                if o.response_logprobs is not None:
+                    log_probs[i, :lr] = torch.tensor(o.response_logprobs, dtype=torch.float32)
+        attention_mask = torch.cat([prompt_mask, response_attn], dim=1)
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+        tensors = {
+            "prompts": prompts,
+            "responses": responses,
+            "response_mask": response_mask,
+            "input_ids": torch.cat([prompts, responses], dim=1),
+            "attention_mask": attention_mask,
+            "position_ids": position_ids,
+            "rollout_log_probs": log_probs,
+        }
+        non_tensors = {
+            "num_turns": np.array([o.num_turns for o in outputs], dtype=np.int64),
+            "reward_score": np.array(
+                [np.nan if o.reward_score is None else o.reward_score for o in outputs], dtype=np.float64
+            ),
+            "stop_reason": np.array([str(o.extra_fields.get("stop_reason", "")) for o in outputs], dtype=object),
+        }
+        metric_names = sorted({k for o in outputs for k in o.metrics})
+        metrics: dict[str, list[float]] = {
+            f"agent/{k}": [float(o.metrics.get(k, 0.0)) for o in outputs] for k in metric_names
+        }
+        metrics["agent/num_turns"] = [float(o.num_turns) for o in outputs]
+        return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info={"metrics": metrics})

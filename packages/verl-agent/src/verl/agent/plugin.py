@@ -1,0 +1,9 @@
+"""verl-agent's entry point in the ``verl.plugins`` group: importing it registers the agent loops
+(``single_turn_agent``, ``tool_agent``), the built-in tools (``code_interpreter``, ``search``) and
+interactions (``gsm8k``)."""
+
+import verl.agent.agent_loop  # noqa: F401  (single_turn_agent)
+import verl.agent.interactions.gsm8k  # noqa: F401  (gsm8k)
+import verl.agent.tool_agent  # noqa: F401  (tool_agent)
+import verl.agent.tools.code_interpreter  # noqa: F401  (code_interpreter)
+import verl.agent.tools.search  # noqa: F401  (search)

@@ -1,0 +1,204 @@
+"""``tool_agent``: multi-turn rollouts with tool calls (Hermes format) and interactions.
+
+Each step: the model generates a turn (mask 1). If the turn calls tools, the calls run (at most
+``multi_turn.max_parallel_calls`` per turn, concurrently) and their answers are appended as
+``tool`` messages (mask 0); malformed or failing calls are answered with an error text. If it does
+not and the row has an interaction, the interaction answers as the ``user`` (mask 0) or ends the
+conversation. Otherwise the trajectory is done. The loop also stops when ``max_assistant_turns`` or
+``max_user_turns`` is reached, or when the next environment turn would not leave room for a model
+token within ``response_length`` (``response_length_exceeded`` = 1 in its metrics).
+
+Row fields read: ``raw_prompt``; ``tools_kwargs`` ``{tool name: {"create_kwargs": {...},
+"execute_kwargs": {...}}}``; ``interaction_kwargs`` ``{"name": ..., **kwargs}`` (either at the top
+level of the row or inside ``extra_info``, as upstream datasets do).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from typing import Any
+
+from verl.agent.agent_loop import AgentLoopBase, AgentLoopOutput, Trajectory, register_agent_loop
+from verl.agent.interactions.base import BaseInteraction, load_interactions
+from verl.agent.tokenization import check_trajectory
+from verl.agent.tools.base import BaseTool
+from verl.agent.tools.loader import load_tools
+from verl.agent.tools.parser import FunctionCall, parse_tool_calls, truncate_text
+
+logger = logging.getLogger(__name__)
+
+
+@register_agent_loop("tool_agent")
+class ToolAgentLoop(AgentLoopBase):
+    """See the module doc. ``tools`` / ``interactions`` override the YAML files named in
+    ``multi_turn.tool_config_path`` / ``interaction_config_path``."""
+
+    def __init__(
+        self,
+        config: Any,
+        server: Any,
+        tokenizer: Any,
+        tools: list[BaseTool] | None = None,
+        interactions: dict[str, BaseInteraction] | None = None,
+        **kwargs: Any,
+    ):
+        super().__init__(config, server, tokenizer, **kwargs)
+        mt = config.multi_turn
+        if tools is None:
+            tools = load_tools(mt.tool_config_path) if mt.tool_config_path else []
+        if interactions is None:
+            interactions = load_interactions(mt.interaction_config_path) if mt.interaction_config_path else {}
+        self.tools = {t.name: t for t in tools}
+        self.interactions = dict(interactions)
+        self.tool_schemas = [t.tool_schema.to_dict() for t in tools] or None
+        self.max_assistant_turns = mt.max_assistant_turns
+        self.max_user_turns = mt.max_user_turns
+        self.max_parallel_calls = int(mt.max_parallel_calls)
+        self.max_tool_response_length = int(mt.max_tool_response_length)
+        self.truncate_side = str(mt.tool_response_truncate_side)
+        self.sanity_mode = str(mt.tokenization_sanity_check_mode)
+
+    async def _call_tool(
+        self, call: FunctionCall, instances: dict[str, str], tools_kwargs: dict[str, Any]
+    ) -> tuple[str, float, dict[str, Any]]:
+        tool = self.tools.get(call.name)
+        if tool is None:
+            return f"Error: unknown tool {call.name!r}; available tools: {sorted(self.tools)}", 0.0, {"tool_error": 1.0}
+        execute_kwargs = dict((tools_kwargs.get(call.name) or {}).get("execute_kwargs", {}))
+        try:
+            return await tool.execute(instances[call.name], call.arguments, **execute_kwargs)
+        except Exception as e:  # a tool bug must not kill the rollout: the model sees the error
+            logger.warning("tool %s failed on %r: %r", call.name, call.arguments, e)
+            return f"Error: tool {call.name!r} failed: {type(e).__name__}: {e}", 0.0, {"tool_error": 1.0}
+
+    async def run(self, sampling_params: dict[str, Any], **row: Any) -> AgentLoopOutput:
+        messages = [dict(m) for m in row["raw_prompt"]]
+        tools_kwargs = dict(row.get("tools_kwargs") or {})
+        extra_info = row.get("extra_info") or {}
+        interaction_kwargs = dict(row.get("interaction_kwargs") or extra_info.get("interaction_kwargs") or {})
+        request_id = str(row.get("request_id") or uuid.uuid4())
+        stop_ids = list(self.server.stop_token_ids)
+
+        traj = Trajectory(self.chat.prompt_ids(messages, self.tool_schemas))
+        instances = {
+            name: await tool.create(**dict((tools_kwargs.get(name) or {}).get("create_kwargs", {})))
+            for name, tool in self.tools.items()
+        }
+        interaction = interaction_id = None
+        if interaction_kwargs:
+            name = interaction_kwargs.get("name")
+            if name not in self.interactions:
+                raise KeyError(
+                    f"row asks for interaction {name!r}; configured interactions: {sorted(self.interactions)} "
+                    "(set rollout.multi_turn.interaction_config_path)"
+                )
+            interaction = self.interactions[name]
+            interaction_id = await interaction.start_interaction(**interaction_kwargs)
+
+        assistant_turns = user_turns = tool_calls = tool_errors = 0
+        step_rewards: list[float] = []
+        turn_scores: list[float] = []
+        turn_metrics: list[dict[str, Any]] = []
+        stop_reason = "done"
+        while True:
+            budget = self.max_response_length - len(traj.response_ids)
+            out = await self.server.generate(
+                traj.all_ids, {**sampling_params, "max_tokens": budget}, f"{request_id}-{assistant_turns}"
+            )
+            traj.add_model(out)
+            assistant_turns += 1
+            content = self.chat.assistant_content(out.token_ids, stop_ids)
+            messages.append({"role": "assistant", "content": content})
+            turn_metrics.append({"role": "assistant", "num_tokens": len(out.token_ids)})
+            if out.stop_reason == "length":
+                stop_reason = "response_length"
+                break
+            parsed = parse_tool_calls(content) if self.tools else None
+            wants_tools = parsed is not None and parsed.has_tool_call
+            if not wants_tools and interaction is None:
+                break
+            if self.max_assistant_turns is not None and assistant_turns >= self.max_assistant_turns:
+                stop_reason = "max_assistant_turns"
+                break
+            if self.max_user_turns is not None and user_turns >= self.max_user_turns:
+                stop_reason = "max_user_turns"
+                break
+            if wants_tools:
+                calls = parsed.calls[: self.max_parallel_calls]
+                results = await asyncio.gather(*(self._call_tool(c, instances, tools_kwargs) for c in calls))
+                texts = list(parsed.errors) + [r[0] for r in results]
+                if len(parsed.calls) > len(calls):
+                    texts.append(
+                        f"Error: at most {self.max_parallel_calls} tool call(s) run per turn; "
+                        f"{len(parsed.calls) - len(calls)} were ignored"
+                    )
+                tool_calls += len(calls)
+                tool_errors += len(parsed.errors) + sum(int(r[2].get("tool_error", 0)) for r in results)
+                step_rewards += [float(r[1]) for r in results]
+                env_messages = [
+                    {"role": "tool", "content": truncate_text(t, self.max_tool_response_length, self.truncate_side)}
+                    for t in texts
+                ]
+                turn_metrics.append({"role": "tool", "tool_calls": len(calls), "errors": len(parsed.errors)})
+            else:
+                done, reply, score, _ = await interaction.generate_response(
+                    interaction_id, messages, **interaction_kwargs
+                )
+                turn_scores.append(float(score))
+                if done:
+                    stop_reason = "interaction_done"
+                    break
+                env_messages = [{"role": "user", "content": reply}]
+                turn_metrics.append({"role": "user", "turn_score": float(score)})
+            env_ids = self.chat.encode(
+                self.chat.glue_after(out.token_ids) + self.chat.render_messages(env_messages)
+            )
+            # The environment turn must leave room for at least one model token.
+            if len(traj.response_ids) + len(env_ids) >= self.max_response_length:
+                stop_reason = "response_length"
+                break
+            traj.add_env(env_ids)
+            messages += env_messages
+            turn_metrics[-1]["num_tokens"] = len(env_ids)
+            user_turns += 1
+
+        mismatch = check_trajectory(self.chat, messages, self.tool_schemas, traj.all_ids, stop_ids, self.sanity_mode)
+        if mismatch:
+            logger.warning("tokenization sanity check (request %s): %s", request_id, mismatch)
+        tool_rewards = {}
+        for name, tool in self.tools.items():
+            tool_rewards[name] = float(await tool.calc_reward(instances[name]))
+            await tool.release(instances[name])
+        reward = None
+        if interaction is not None:
+            reward = float(await interaction.calculate_score(interaction_id))
+            await interaction.finalize_interaction(interaction_id)
+        metrics = {
+            "assistant_turns": float(assistant_turns),
+            "user_turns": float(user_turns),
+            "tool_calls": float(tool_calls),
+            "tool_call_errors": float(tool_errors),
+            "has_tool_call": float(tool_calls + tool_errors > 0),
+            "step_reward": float(sum(step_rewards)),
+            "response_length_exceeded": float(stop_reason == "response_length"),
+            "turn_limit_reached": float(stop_reason in ("max_assistant_turns", "max_user_turns")),
+            "tokenization_mismatch": float(mismatch is not None),
+        }
+        return AgentLoopOutput(
+            prompt_ids=traj.prompt_ids,
+            response_ids=traj.response_ids,
+            response_mask=traj.response_mask,
+            response_logprobs=traj.response_logprobs,
+            num_turns=assistant_turns + user_turns,
+            metrics=metrics,
+            turn_metrics=turn_metrics,
+            reward_score=reward,
+            extra_fields={
+                "stop_reason": stop_reason,
+                "messages": messages,
+                "tool_rewards": tool_rewards,
+                "turn_scores": turn_scores,
+            },
+        )
