@@ -378,9 +378,12 @@ def test_non_tensor_only_and_empty():
     assert len(DataProto()) == 0
 
 
-def test_large_outputs_take_the_hugepage_buffer_path_and_stay_correct():
-    from verl.utils.hugepage_alloc import MIN_BYTES, empty_cpu
+def test_large_outputs_take_the_hugepage_buffer_path_and_stay_correct(monkeypatch):
+    from verl.utils import hugepage_alloc
+    from verl.utils.hugepage_alloc import empty_cpu
 
+    MIN_BYTES = 4 * 2**20  # lowered so modest tensors exercise the huge-page path
+    monkeypatch.setattr(hugepage_alloc, "MIN_BYTES", MIN_BYTES)
     n, width = 1024, MIN_BYTES // (1024 * 8)  # one int64 tensor of exactly MIN_BYTES
     big = torch.arange(n * width, dtype=torch.int64).view(n, width)
     d = DataProto.from_dict({"big": big, "w": torch.ones(n, 2, requires_grad=True)})
