@@ -33,6 +33,13 @@ def test_unknown_backend_names_the_known_ones(tmp_path):
 
 def test_jsonl_one_object_per_step_and_plot(tmp_path):
     t = Tracking("p", "e", ["jsonl"], output_dir=str(tmp_path))
+    t.log(STEPS[1][1], step=2)  # no validation score: no plot yet
+    assert not (tmp_path / "reward_curve.png").exists()
+    t.log(STEPS[2][1], step=3)  # a validation step refreshes the plot while the run goes on
+    assert (tmp_path / "reward_curve.png").exists()
+    t.finish()
+    (tmp_path / "metrics.jsonl").unlink()
+    t = Tracking("p", "e", ["jsonl"], output_dir=str(tmp_path))
     _log_all(t)
     rows = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
     assert [r["step"] for r in rows] == [1, 2, 3]

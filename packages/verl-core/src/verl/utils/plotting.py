@@ -25,11 +25,11 @@ def plot_reward_curve(
     try:
         if train:
             xs, ys = zip(*train)
-            ax.plot(xs, ys, label="train reward", color="tab:blue")
-        for key, points in sorted((val or {}).items()):
+            ax.plot(xs, ys, label="train reward", color="C0")
+        for i, (key, points) in enumerate(sorted((val or {}).items())):
             if points:
                 xs, ys = zip(*points)
-                ax.plot(xs, ys, "o--", label=key)
+                ax.plot(xs, ys, "o--", label=key, color=f"C{i + 1}")  # never the train curve's colour
         ax.set_xlabel("step")
         ax.set_ylabel("reward")
         if title:

@@ -246,13 +246,17 @@ class Tracking:
             if x is not None:
                 self.reward_history.append((step, x))
                 break
+        new_val = False
         for k, v in data.items():
             if k.startswith(VAL_REWARD_PREFIX) and k.endswith(VAL_REWARD_SUFFIX):
                 x = _to_number(v)
                 if x is not None:
                     self.val_history.setdefault(k, []).append((step, x))
+                    new_val = True
         for logger in self.loggers.values():
             logger.log(data, step)
+        if new_val and self.reward_history:
+            self.plot()  # refresh the curve at each validation so a running job can be watched
 
     def plot(self, path: str | None = None) -> str | None:
         """Write the reward curve (and validation scores) as a PNG; returns its path, or None if no data."""
