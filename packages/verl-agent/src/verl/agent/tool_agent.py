@@ -128,7 +128,10 @@ class ToolAgentLoop(AgentLoopBase):
             if wants_tools:
                 calls = parsed.calls[: self.max_parallel_calls]
                 results = await asyncio.gather(*(self._call_tool(c, instances, tools_kwargs) for c in calls))
-                texts = list(parsed.errors) + [r[0] for r in results]
+                # Tool output is cut to max_tool_response_length; the loop's own error texts are short.
+                texts = list(parsed.errors) + [
+                    truncate_text(r[0], self.max_tool_response_length, self.truncate_side) for r in results
+                ]
                 if len(parsed.calls) > len(calls):
                     texts.append(
                         f"Error: at most {self.max_parallel_calls} tool call(s) run per turn; "
@@ -137,10 +140,7 @@ class ToolAgentLoop(AgentLoopBase):
                 tool_calls += len(calls)
                 tool_errors += len(parsed.errors) + sum(int(r[2].get("tool_error", 0)) for r in results)
                 step_rewards += [float(r[1]) for r in results]
-                env_messages = [
-                    {"role": "tool", "content": truncate_text(t, self.max_tool_response_length, self.truncate_side)}
-                    for t in texts
-                ]
+                env_messages = [{"role": "tool", "content": t} for t in texts]
                 turn_metrics.append({"role": "tool", "tool_calls": len(calls), "errors": len(parsed.errors)})
             else:
                 done, reply, score, _ = await interaction.generate_response(

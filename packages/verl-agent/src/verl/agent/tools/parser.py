@@ -36,13 +36,18 @@ class ParsedTurn:
         return bool(self.calls or self.errors)
 
 
+def _short(text: str, limit: int = 200) -> str:
+    text = text.strip()
+    return repr(text if len(text) <= limit else text[:limit] + "...")
+
+
 def _parse_one(body: str) -> FunctionCall | str:
     try:
         data = json.loads(body)
     except json.JSONDecodeError as e:
-        return f"Error: the tool call {body.strip()!r} is not valid JSON ({e.msg} at char {e.pos})"
+        return f"Error: the tool call {_short(body)} is not valid JSON ({e.msg} at char {e.pos})"
     if not isinstance(data, dict) or not isinstance(data.get("name"), str):
-        return f'Error: a tool call must be a JSON object with a "name" string, got {body.strip()!r}'
+        return f'Error: a tool call must be a JSON object with a "name" string, got {_short(body)}'
     args = data.get("arguments", {})
     if isinstance(args, str):  # some models emit the arguments as a JSON string
         try:
