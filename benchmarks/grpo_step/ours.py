@@ -1,0 +1,132 @@
+"""Our GRPO step: the real ``RayPPOTrainer`` over a Ray worker group of ``ActorRolloutRefWorker``.
+
+Everything is built the way ``python -m verl.trainer.main_ppo`` builds it (``main_ppo.build_trainer``:
+registry-found worker class, FSDP2 engine on CPU, ``hf`` rollout, verl-rewards' ``naive`` reward
+manager with the ``arithmetic`` exact-match scorer), and trained by the unmodified ``fit()`` loop.
+The only addition is the trainer's tracking hook (``_make_logger``): the benchmark's logger records
+each step's metrics (``timing_s/<stage>``) and wall time, and calls ``between_steps`` before
+returning, which is where the harness times the bare and TRL steps (A, B, C, A, B, C ...).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+# Under `uv run`, Ray would rebuild the uv environment for every worker (main_ppo avoids it too);
+# read when Ray is imported, so it is set before the trainer module pulls Ray in.
+os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+
+from verl.trainer.ppo.ray_trainer import RayPPOTrainer  # noqa: E402
+
+
+def overrides(model_dir: Path, new_tokens: int, total_steps: int, out_dir: Path, lr: float = 1e-3) -> list[str]:
+    """The config of the anchor's settings as ``key=value`` overrides of the trainer defaults."""
+    return [
+        f"data.train_files={model_dir / 'train.parquet'}",
+        "data.train_batch_size=8",  # prompts per step
+        "data.max_prompt_length=4",  # "a+b=" is 4 tokens: no prompt padding
+        f"data.max_response_length={new_tokens}",
+        f"actor_rollout_ref.model.path={model_dir}",
+        "actor_rollout_ref.model.enable_gradient_checkpointing=false",
+        "actor_rollout_ref.rollout.name=hf",
+        "actor_rollout_ref.rollout.n=8",
+        "actor_rollout_ref.rollout.temperature=1.0",
+        "actor_rollout_ref.rollout.ignore_eos=true",  # fixed lengths, as in the bare and TRL steps
+        "actor_rollout_ref.rollout.dtype=float32",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=64",
+        "actor_rollout_ref.actor.strategy=fsdp2",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=8",  # one optimizer step per generation
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=64",  # no gradient accumulation
+        "actor_rollout_ref.actor.ppo_epochs=1",
+        f"actor_rollout_ref.actor.optim.lr={lr}",
+        "actor_rollout_ref.actor.optim.lr_scheduler_type=constant",
+        "actor_rollout_ref.actor.grad_clip=1.0",
+        "actor_rollout_ref.actor.use_kl_loss=false",
+        "actor_rollout_ref.actor.entropy_coeff=0.0",
+        "algorithm.adv_estimator=grpo",
+        "algorithm.use_kl_in_reward=false",
+        "reward.reward_manager=naive",
+        "trainer.device=cpu",
+        "trainer.nnodes=1",
+        "trainer.n_gpus_per_node=1",
+        f"trainer.total_training_steps={total_steps}",
+        "trainer.logger=[console]",
+        "trainer.val_before_train=false",
+        "trainer.test_freq=-1",
+        "trainer.save_freq=-1",
+        "trainer.progress_bar=false",
+        "trainer.resume_mode=disable",
+        f"trainer.default_local_dir={out_dir}",
+    ]
+
+
+class StepRecorder:
+    """A tracking backend (``log``/``finish``) that keeps every step's metrics and wall time.
+
+    ``wall_s`` of a step runs from the end of the previous ``log`` call (or from the recorder's
+    creation, at the start of ``fit``) to this call: fetching the batch, the step, its metrics.
+    """
+
+    def __init__(self, between_steps: Callable[[int], None]):
+        self.between_steps = between_steps
+        self.records: list[dict[str, Any]] = []
+        self._t = time.perf_counter()
+
+    def log(self, data: dict, step: int) -> None:
+        wall = time.perf_counter() - self._t
+        self.records.append({"step": step, "wall_s": wall, **{k: v for k, v in data.items()
+                                                                 if isinstance(v, int | float)}})
+        self.between_steps(step)
+        self._t = time.perf_counter()
+
+    def finish(self) -> None:
+        pass
+
+
+class BenchTrainer(RayPPOTrainer):
+    """``RayPPOTrainer`` whose tracking is the benchmark's :class:`StepRecorder`."""
+
+    between_steps: Callable[[int], None] = staticmethod(lambda step: None)
+
+    def _make_logger(self) -> StepRecorder:
+        self.recorder = StepRecorder(self.between_steps)
+        return self.recorder
+
+
+def start_ray(worker_threads: int) -> None:
+    """A local Ray cluster whose workers use ``worker_threads`` torch threads (via OMP_NUM_THREADS)."""
+    import ray
+
+    env = {"OMP_NUM_THREADS": str(worker_threads), "TOKENIZERS_PARALLELISM": "false"}
+    ray.init(num_cpus=max(2, worker_threads), include_dashboard=False, configure_logging=False,
+             log_to_driver=False, runtime_env={"env_vars": env})
+
+
+def build(model_dir: Path, new_tokens: int, total_steps: int, out_dir: Path) -> BenchTrainer:
+    """Config, trainer and initialised workers for one benchmark cell (Ray must be running)."""
+    from verl.trainer.config import load_config, validate_config
+    from verl.trainer.main_ppo import build_trainer
+
+    cfg = load_config(overrides(model_dir, new_tokens, total_steps, out_dir))
+    validate_config(cfg)
+    trainer = build_trainer(cfg, trainer_cls=BenchTrainer)
+    trainer.init_workers()
+    return trainer
+
+
+def worker_info(trainer: RayPPOTrainer) -> list[dict[str, int]]:
+    """PID and torch thread count of every actor worker process (asked inside the actor)."""
+    import ray
+
+    def probe(_self: Any) -> dict[str, int]:
+        import os as _os
+
+        import torch as _torch
+
+        return {"pid": _os.getpid(), "threads": _torch.get_num_threads()}
+
+    return ray.get([w.__ray_call__.remote(probe) for w in trainer.actor_rollout_wg.workers])

@@ -1,0 +1,56 @@
+"""Client side of the step-server protocol spoken by ``bare.py --serve`` and ``trl_driver.py``.
+
+The server prints ``READY {json}`` when set up, answers each ``step`` line with ``RESULT {json}`` and
+leaves on ``quit``. Other output lines (library warnings, progress) are kept in a log file.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+
+class StepServer:
+    """A subprocess that runs one training step per :meth:`step` call."""
+
+    def __init__(self, name: str, cmd: list[str], log_path: Path, env: dict | None = None):
+        self.name = name
+        self.cmd = cmd
+        self.log_path = Path(log_path)
+        self.log = open(self.log_path, "w")  # noqa: SIM115 (closed in close())
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
+                                     text=True, bufsize=1, env=env)
+        self.ready = self._read("READY")
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def _read(self, tag: str) -> dict:
+        for line in self.proc.stdout:
+            if line.startswith(tag + " "):
+                return json.loads(line[len(tag) + 1 :])
+            self.log.write(line)
+        self.log.flush()
+        raise RuntimeError(
+            f"{self.name} step server exited (code {self.proc.wait()}) before printing {tag}; "
+            f"command: {' '.join(self.cmd)}; its output is in {self.log_path}"
+        )
+
+    def step(self) -> dict:
+        """Run one step in the server; returns its ``RESULT`` record."""
+        self.proc.stdin.write("step\n")
+        self.proc.stdin.flush()
+        return self._read("RESULT")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.write("quit\n")
+                self.proc.stdin.flush()
+                self.proc.wait(timeout=60)
+            except (BrokenPipeError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
