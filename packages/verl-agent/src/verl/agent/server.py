@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -196,14 +196,16 @@ class ScriptedLLMServer(AsyncLLMServer):
     """A stand-in model that answers from a script, for tests that need exact outputs.
 
     ``script`` is a list of replies (token id lists, or strings encoded with ``tokenizer``); call k
-    gets reply k (the last reply repeats when the script runs out), cut at ``max_tokens``. A reply is
-    followed by ``stop_token_ids[0]`` unless it already ends with a stop token or ``add_stop`` is
-    false. Every token gets log-prob ``log_prob``. Prompts seen are kept in ``prompts``.
+    gets reply k (the last reply repeats when the script runs out), cut at ``max_tokens``. Or it is
+    a function of the prompt text returning the reply (for concurrent loops, whose calls interleave).
+    A reply is followed by ``stop_token_ids[0]`` unless it already ends with a stop token or
+    ``add_stop`` is false. Every token gets log-prob ``log_prob``. Prompts seen are kept in
+    ``prompts``; ``max_in_flight`` is the most requests that were waiting at the same time.
     """
 
     def __init__(
         self,
-        script: list[list[int] | str],
+        script: list[list[int] | str] | Callable[[str], list[int] | str],
         stop_token_ids: Sequence[int],
         tokenizer: Any = None,
         *,
@@ -211,15 +213,20 @@ class ScriptedLLMServer(AsyncLLMServer):
         log_prob: float = -0.5,
     ):
         self.stop_token_ids = list(stop_token_ids)
-        self.replies = []
-        for reply in script:
-            ids = tokenizer.encode(reply, add_special_tokens=False) if isinstance(reply, str) else list(reply)
-            if add_stop and (not ids or ids[-1] not in self.stop_token_ids):
-                ids.append(self.stop_token_ids[0])
-            self.replies.append(ids)
+        self.tokenizer = tokenizer
+        self.add_stop = add_stop
+        self.respond = script if callable(script) else None
+        self.replies = [] if callable(script) else [self._ids(reply) for reply in script]
         self.log_prob = log_prob
         self.prompts: list[list[int]] = []
         self.request_ids: list[str] = []
+        self.in_flight = self.max_in_flight = 0
+
+    def _ids(self, reply: list[int] | str) -> list[int]:
+        ids = self.tokenizer.encode(reply, add_special_tokens=False) if isinstance(reply, str) else list(reply)
+        if self.add_stop and (not ids or ids[-1] not in self.stop_token_ids):
+            ids.append(self.stop_token_ids[0])
+        return ids
 
     async def generate(
         self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str
@@ -227,8 +234,14 @@ class ScriptedLLMServer(AsyncLLMServer):
         k = len(self.prompts)
         self.prompts.append(list(prompt_ids))
         self.request_ids.append(request_id)
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
         await asyncio.sleep(0)  # let other loops interleave, as a real server would
-        reply = self.replies[min(k, len(self.replies) - 1)]
+        self.in_flight -= 1
+        if self.respond is not None:
+            reply = self._ids(self.respond(self.tokenizer.decode(prompt_ids, skip_special_tokens=False)))
+        else:
+            reply = self.replies[min(k, len(self.replies) - 1)]
         cap = int(sampling_params["max_tokens"])
         toks = reply[:cap]
         stopped = bool(toks) and toks[-1] in self.stop_token_ids

@@ -1,0 +1,135 @@
+"""AgentLoopManager: concurrent loops, the contract's tensors, the HF batching server on a tiny model."""
+
+import asyncio
+import re
+
+import numpy as np
+import pytest
+import torch
+from verl import DataProto
+from verl.agent.manager import AgentLoopManager
+from verl.agent.server import HFAsyncServer, ScriptedLLMServer
+from verl.agent.tools import format_tool_call, function_tool
+
+
+@function_tool
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+def rows(questions, **extra):
+    ntb = {"raw_prompt": np.array([[{"role": "user", "content": q}] for q in questions], dtype=object)}
+    for k, v in extra.items():
+        ntb[k] = np.array(v, dtype=object)
+    return DataProto.from_dict(non_tensors=ntb, meta_info={"do_sample": True})
+
+
+def arithmetic_agent(text: str) -> str:
+    """Calls add on the question's numbers, then answers with the tool's result."""
+    results = re.findall(r"<\|im_start\|>tool\n(\d+)<\|im_end\|>", text)
+    if results:
+        return f"#### {results[-1]}"
+    a, b = re.findall(r"(\d+)\+(\d+)=", text)[-1]
+    return format_tool_call("add", {"a": int(a), "b": int(b)})
+
+
+def test_concurrent_tool_loops_in_row_order(tokenizer, stop_ids, rollout_config):
+    questions = [f"{a}+{b}=" for a, b in [(1, 2), (30, 4), (5, 60), (7, 8), (90, 9), (11, 12)]]
+    server = ScriptedLLMServer(arithmetic_agent, stop_ids, tokenizer)
+    cfg = rollout_config(response_length=300, agent__default_agent_loop="tool_agent", agent__num_workers=3)
+    manager = AgentLoopManager(cfg, server, tokenizer, loop_kwargs={"tools": [add]})
+    out = manager.generate_sequences(rows(questions))
+    assert server.max_in_flight == 3  # three loops waited on the model at once, never more
+
+    n = len(questions)
+    p, r = out.batch["prompts"].shape[1], out.batch["responses"].shape[1]
+    assert out.batch["input_ids"].shape == (n, p + r)
+    assert torch.equal(out.batch["input_ids"], torch.cat([out.batch["prompts"], out.batch["responses"]], 1))
+    am = out.batch["attention_mask"]
+    assert torch.equal(out.batch["position_ids"], (am.cumsum(-1) - 1).clamp(min=0))
+    for i, q in enumerate(questions):
+        a, b = map(int, q[:-1].split("+"))
+        n_resp = int(am[i, p:].sum())
+        text = tokenizer.decode(out.batch["responses"][i, :n_resp].tolist(), skip_special_tokens=False)
+        call = format_tool_call("add", {"a": a, "b": b})
+        assert text == f"{call}<|im_end|>\n<|im_start|>tool\n{a + b}<|im_end|>\n<|im_start|>assistant\n#### {a + b}<|im_end|>"
+        mask = out.batch["response_mask"][i, :n_resp].tolist()
+        env = n_resp - (len(call) + 1) - (len(f"#### {a + b}") + 1)
+        assert mask == [1] * (len(call) + 1) + [0] * env + [1] * (len(f"#### {a + b}") + 1)
+        assert out.batch["response_mask"][i, n_resp:].sum() == 0 and am[i, p + n_resp :].sum() == 0
+        lp = out.batch["rollout_log_probs"][i, :n_resp]
+        assert torch.equal(lp, torch.where(torch.tensor(mask) == 1, -0.5, 0.0))
+    assert out.non_tensor_batch["num_turns"].tolist() == [3] * n
+    assert np.isnan(out.non_tensor_batch["reward_score"]).all()
+    assert out.meta_info["metrics"]["agent/has_tool_call"] == [1.0] * n
+    assert out.meta_info["metrics"]["agent/num_turns"] == [3.0] * n
+
+
+def test_agent_name_picks_the_loop(tokenizer, stop_ids, rollout_config):
+    server = ScriptedLLMServer(arithmetic_agent, stop_ids, tokenizer)
+    manager = AgentLoopManager(rollout_config(response_length=300), server, tokenizer, loop_kwargs={"tools": [add]})
+    out = manager.generate_sequences(rows(["1+2=", "3+4="], agent_name=["tool_agent", None]))
+    # tool_agent runs two model turns; the default single_turn_agent stops after the call text.
+    assert out.non_tensor_batch["num_turns"].tolist() == [3, 1]
+    with pytest.raises(KeyError, match="unknown agent loop 'nope'"):
+        manager.generate_sequences(rows(["1+2="], agent_name=["nope"]))
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    from verl.workers.tiny import build_tiny_qwen2
+
+    model = build_tiny_qwen2(tmp_path_factory.mktemp("tiny"), size="xs", seed=0)
+    return model.eval()
+
+
+def reference_log_probs(model, ids: list[int], start: int) -> torch.Tensor:
+    """log p(ids[t] | ids[:t]) for t >= start from one plain forward pass (temperature 1)."""
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([ids])).logits[0].float()
+    lp = torch.log_softmax(logits[:-1], -1).gather(-1, torch.tensor(ids[1:]).unsqueeze(-1)).squeeze(-1)
+    return lp[start - 1 :]
+
+
+def test_hf_server_batches_concurrent_requests(tokenizer, stop_ids, tiny_model):
+    chat_prompts = [[{"role": "user", "content": q}] for q in ["1+1=", "what is 23+45?", "hi", "a longer question here"]]
+    prompts = [tokenizer.encode(tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True)) for m in chat_prompts]
+    params = {"max_tokens": 12, "do_sample": False}
+
+    async def together(server):
+        return await asyncio.gather(*(server.generate(p, params, str(i)) for i, p in enumerate(prompts)))
+
+    async def one_by_one(server):
+        return [await server.generate(p, params, str(i)) for i, p in enumerate(prompts)]
+
+    batched = HFAsyncServer(tiny_model, stop_ids, tokenizer.pad_token_id, batch_window_ms=200)
+    outs = asyncio.run(together(batched))
+    assert max(batched.batch_sizes) > 1
+    single = HFAsyncServer(tiny_model, stop_ids, tokenizer.pad_token_id, batch_window_ms=0)
+    alone = asyncio.run(one_by_one(single))
+    assert single.batch_sizes == [1, 1, 1, 1]
+    for p, o, a in zip(prompts, outs, alone):
+        assert o.token_ids == a.token_ids
+        assert len(o.token_ids) == 12 or o.token_ids[-1] in stop_ids
+        assert o.stop_reason == ("stop" if o.token_ids[-1] in stop_ids else "length")
+        ref = reference_log_probs(tiny_model, p + o.token_ids, len(p))
+        assert torch.allclose(torch.tensor(o.log_probs), ref, atol=1e-4)
+
+
+def test_manager_on_tiny_model_log_probs_match_a_forward_pass(tokenizer, stop_ids, tiny_model, rollout_config):
+    server = HFAsyncServer(tiny_model, stop_ids, tokenizer.pad_token_id)
+    cfg = rollout_config(response_length=10, agent__default_agent_loop="tool_agent", agent__num_workers=4)
+    manager = AgentLoopManager(cfg, server, tokenizer, loop_kwargs={"tools": [add]})
+    torch.manual_seed(0)
+    out = manager.generate_sequences(rows(["1+2=", "30+4=", "hello", "5+60="]))
+    am = out.batch["attention_mask"]
+    for i in range(4):
+        ids = out.batch["input_ids"][i][am[i] == 1].tolist()
+        p_len = int(am[i, : out.batch["prompts"].shape[1]].sum())
+        ref = reference_log_probs(tiny_model, ids, p_len)
+        n_resp = len(ids) - p_len
+        model_tok = out.batch["response_mask"][i, :n_resp] == 1
+        got = out.batch["rollout_log_probs"][i, :n_resp]
+        assert torch.allclose(got[model_tok], ref[model_tok], atol=1e-4)
+    assert out.batch["responses"].shape[1] <= 10
