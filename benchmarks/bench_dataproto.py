@@ -187,6 +187,7 @@ def main() -> None:
     ap.add_argument("--import-reps", type=int, default=3, help="whole-process import timings per side")
     ap.add_argument("--compare", metavar="PYTHON", help="interpreter with upstream verl installed")
     ap.add_argument("--json", help="write the raw numbers here")
+    ap.add_argument("--only", nargs="*", help="time only ops whose name contains one of these strings")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
 
@@ -198,7 +199,7 @@ def main() -> None:
     if args.compare:
         pythons["upstream"] = args.compare
     sides = {name: Side(py, args.batch, args.seqlen) for name, py in pythons.items()}
-    ops = sides["ours"].info["ops"]
+    ops = [op for op in sides["ours"].info["ops"] if not args.only or any(o in op for o in args.only)]
     times: dict[str, dict[str, list[float]]] = {name: {op: [] for op in ops} for name in sides}
     order = list(sides)
     for r in range(args.rounds):
@@ -210,7 +211,7 @@ def main() -> None:
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
     for side in sides.values():
         side.close()
-    for stmt in ("import verl", "from verl import DataProto"):
+    for stmt in ("import verl", "from verl import DataProto") if args.import_reps else ():
         op = f"process: python -c '{stmt}'"
         for name in sides:
             times[name][op] = []
