@@ -102,7 +102,8 @@ def start_ray(worker_threads: int) -> None:
     import ray
 
     env = {"OMP_NUM_THREADS": str(worker_threads), "TOKENIZERS_PARALLELISM": "false"}
-    ray.init(num_cpus=max(2, worker_threads), include_dashboard=False, configure_logging=False,
+    # address="local": always a fresh cluster of our own, never one another process started.
+    ray.init(address="local", num_cpus=max(2, worker_threads), include_dashboard=False, configure_logging=False,
              log_to_driver=False, runtime_env={"env_vars": env})
 
 

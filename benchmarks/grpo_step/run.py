@@ -1,0 +1,110 @@
+"""GRPO step benchmark: our trainer vs the bare-PyTorch step vs TRL's GRPOTrainer, alternating.
+
+    uv run python benchmarks/grpo_step/run.py --sizes xs s --lengths 16 64 --steps 10 \
+        [--trl-python /work/venv-trl/bin/python]
+
+Settings (the TRL anchor's, ``/work/shared/anchors/trl_anchor/``): random-init Qwen2 ``xs`` (138k
+parameters) and ``s`` (4.2M), prompts ``a+b=`` (a, b in 0..9, 4 tokens), 8 prompts x 8 samples = 64
+completions per step of exactly 16 or 64 new tokens, temperature 1, one AdamW step per generation
+(constant LR 1e-3, grad clip 1.0), fp32, no KL, no gradient checkpointing.
+
+Each (size, length) cell runs in its own process (``cell.py``) so that peak memory is per cell:
+our step (``RayPPOTrainer.fit`` over one ``ActorRolloutRefWorker``, FSDP2 on CPU, ``hf`` rollout),
+then one bare step (``bare.py``), then one TRL step (``trl_driver.py``, in TRL's own virtual
+environment), repeated. The first ``--warmup`` rounds are left out; the table shows medians, and
+the ratios are medians of the per-round ratios (robust to a busy machine). A 2048 x 2048 fp32 matmul
+before and after the cells gives the machine's sustained GFLOP/s, the reference for each step's
+model-FLOPs utilisation (MFU = counted matmul FLOPs of the step / step time / best matmul rate).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import assets  # noqa: E402
+import report  # noqa: E402
+
+
+def _matmul(threads: int) -> dict:
+    """The matmul reference, measured in a fresh process (nothing else loaded)."""
+    cmd = [sys.executable, str(HERE / "flops.py"), "--json", "--threads", str(threads)]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _parse_cell_steps(items: list[str]) -> dict[tuple[str, int], int]:
+    """``["s/64=6"]`` -> ``{("s", 64): 6}``."""
+    out = {}
+    for item in items:
+        try:
+            cell, n = item.split("=")
+            size, length = cell.split("/")
+            out[(size, int(length))] = int(n)
+        except ValueError as e:
+            raise SystemExit(f"--cell-steps {item!r}: expected SIZE/LENGTH=STEPS, e.g. s/64=6") from e
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", nargs="+", default=["xs", "s"], choices=sorted(assets.SIZES))
+    ap.add_argument("--lengths", nargs="+", type=int, default=[16, 64])
+    ap.add_argument("--steps", type=int, default=10, help="measured rounds per cell (after warm-up)")
+    ap.add_argument("--warmup", type=int, default=2, help="rounds per cell left out of the medians")
+    ap.add_argument("--cell-steps", nargs="*", default=[], help="per-cell override, e.g. s/64=6")
+    ap.add_argument("--trl-python", default=None, help="a Python with TRL installed (omit: no TRL column)")
+    ap.add_argument("--worker-threads", type=int, default=2,
+                    help="torch threads of our Ray worker (OMP_NUM_THREADS); 2 = the cores, as bare/TRL")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads of bare/TRL (0 = torch's default)")
+    ap.add_argument("--assets", default="/tmp/grpo_step_assets", help="where the model folders are built")
+    ap.add_argument("--out", default="/tmp/grpo_step_results", help="per-cell JSON, logs, table.md")
+    args = ap.parse_args()
+    if args.trl_python and not Path(args.trl_python).exists():
+        raise SystemExit(f"--trl-python {args.trl_python}: no such file (create the venv first, see README.md)")
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    overrides = _parse_cell_steps(args.cell_steps)
+    models = {size: assets.ensure_model(size, Path(args.assets)) for size in args.sizes}
+    t_start = time.perf_counter()
+    matmul = [_matmul(args.threads)]
+    print(f"matmul before: {matmul[0]['best_gflops']:.1f} GFLOP/s best, {matmul[0]['median_gflops']:.1f} median",
+          flush=True)
+    cells = []
+    for size in args.sizes:
+        for length in args.lengths:
+            steps = overrides.get((size, length), args.steps)
+            out_json = out / f"{size}_L{length}.json"
+            cmd = [sys.executable, str(HERE / "cell.py"), "--model", str(models[size]), "--new-tokens", str(length),
+                   "--steps", str(steps), "--warmup", str(args.warmup), "--out-json", str(out_json),
+                   "--worker-threads", str(args.worker_threads), "--threads", str(args.threads)]
+            if args.trl_python:
+                cmd += ["--trl-python", args.trl_python]
+            print(f"cell {size}/{length}: {args.warmup} warm-up + {steps} rounds ...", flush=True)
+            log = out / f"{size}_L{length}_cell.log"
+            with open(log, "w") as f:
+                proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env={**os.environ})
+            if proc.returncode != 0:
+                raise SystemExit(f"cell {size}/{length} failed (exit {proc.returncode}); see {log}")
+            cell = json.loads(out_json.read_text())
+            cell["size"] = size
+            cells.append(cell)
+            print(report.row_line(report.summarize(cell, size, matmul)), flush=True)
+    matmul.append(_matmul(args.threads))
+    text = report.render(cells, matmul, args, time.perf_counter() - t_start)
+    (out / "table.md").write_text(text)
+    print(text)
+    print(f"raw records: {out}/*.json; this table: {out / 'table.md'}")
+
+
+if __name__ == "__main__":
+    main()
