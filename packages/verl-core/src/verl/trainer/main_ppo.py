@@ -108,6 +108,7 @@ def run_ppo(config: DictConfig, **build_kwargs: Any) -> dict[str, float]:
     os.makedirs(out_dir, exist_ok=True)
     atomic_write_text(os.path.join(out_dir, "config.yaml"), config_to_yaml(config))
     trainer = build_trainer(config, **build_kwargs)
+    trainer.check_steps_remaining()  # a finished run fails here, before any worker starts
     trainer.init_workers()
     metrics = trainer.fit()
     _print_outputs(config, metrics)

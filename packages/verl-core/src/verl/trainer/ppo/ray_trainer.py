@@ -38,7 +38,7 @@ from verl.trainer.ppo.metric_utils import (
     reduce_metrics,
 )
 from verl.trainer.ppo.reward import compute_reward
-from verl.trainer.ppo.stages import TrainerIOMixin
+from verl.trainer.ppo.stages import NothingToTrainError, TrainerIOMixin
 
 __all__ = ["NothingToTrainError", "RayPPOTrainer", "ResourcePoolManager", "Role"]
 
@@ -70,10 +70,6 @@ _ROLE_NAMES = {
     Role.RewardModel: "reward_model",
     Role.ActorRolloutRef: "actor_rollout_ref",
 }
-
-
-class NothingToTrainError(RuntimeError):
-    """fit() was asked to continue a run that already reached its last step."""
 
 
 def merge_outputs(batch: DataProto, output: DataProto) -> tuple[DataProto, dict]:
@@ -334,16 +330,9 @@ class RayPPOTrainer(TrainerIOMixin):
         Raises ``NothingToTrainError`` when a resumed checkpoint already reached the last step.
         """
         self.global_steps = 0
+        self.check_steps_remaining()  # before touching the workers: fail fast and loudly
         self._load_checkpoint()
         total = self.total_training_steps
-        if self.global_steps >= total:
-            raise NothingToTrainError(
-                f"nothing to train: the checkpoint in {self._resumed_from} is at step {self.global_steps} and "
-                f"the run ends at step {total} (trainer.total_epochs={self.config.trainer.total_epochs}, "
-                f"trainer.total_training_steps={self.config.trainer.total_training_steps}, {len(self.train_dataloader)} "
-                f"batches per epoch). Raise total_epochs/total_training_steps to train further, or start over "
-                f"with trainer.resume_mode=disable or another trainer.default_local_dir."
-            )
         self.logger = self._make_logger()
         last: dict[str, float] = {}
         try:

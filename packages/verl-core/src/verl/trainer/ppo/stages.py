@@ -26,6 +26,10 @@ from verl.utils.checkpoint import (
 from verl.utils.tracking import Tracking
 
 
+class NothingToTrainError(RuntimeError):
+    """A run was asked to continue from a checkpoint that already reached its last step."""
+
+
 class TrainerIOMixin:
     """Data, validation, logging and checkpoints for ``RayPPOTrainer`` (expects its attributes)."""
 
@@ -186,6 +190,23 @@ class TrainerIOMixin:
                 raise FileNotFoundError(f"trainer.resume_from_path={path!r}: no such directory")
             return path
         raise ValueError(f"trainer.resume_mode={t.resume_mode!r}; expected auto, disable or resume_path")
+
+    def check_steps_remaining(self) -> int:
+        """Steps left after resuming (reads only ``trainer_state.pt``, so it can run before the
+        workers start). Raises `NothingToTrainError` when there are none."""
+        path = self._resume_path()
+        done = int(load_trainer_state(path)["global_step"]) if path is not None else 0
+        total = self.total_training_steps
+        if done >= total:
+            t = self.config.trainer
+            raise NothingToTrainError(
+                f"nothing to train: the checkpoint in {path} is at step {done} and the run ends at step "
+                f"{total} (trainer.total_epochs={t.total_epochs}, trainer.total_training_steps="
+                f"{t.total_training_steps}, {len(self.train_dataloader)} batches per epoch). Raise "
+                f"total_epochs/total_training_steps to train further, or start over with "
+                f"trainer.resume_mode=disable or another trainer.default_local_dir."
+            )
+        return total - done
 
     def _load_checkpoint(self) -> int:
         """Restore step, data position, RNG, KL controller and the workers' state; returns the step."""
