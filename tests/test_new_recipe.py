@@ -23,6 +23,7 @@ def _load():
 nr = _load()
 
 
+@pytest.mark.slow  # a pytest subprocess that imports torch and builds a tiny model
 def test_generated_recipe_passes_its_own_smoke_test(tmp_path):
     root = nr.create("my-paper", tmp_path, title="My Paper")
     meta = tomllib.loads((root / "pyproject.toml").read_text())
@@ -63,6 +64,7 @@ def test_generated_recipe_passes_its_own_smoke_test(tmp_path):
     assert "2 passed" in out.stdout
 
 
+@pytest.mark.slow
 def test_generated_entry_point_loads_the_cpu_config(tmp_path):
     root = nr.create("abc", tmp_path)
     env = dict(os.environ, PYTHONPATH=str(root / "src"))
