@@ -14,14 +14,15 @@ from .test_ray_trainer import BanditTrainer, bandit_config, make_trainer
 
 
 class RecordingTrainer(BanditTrainer):
-    """Records, per step, the prompt indices trained on and every row's score and old log-prob."""
+    """Records, per step, the prompt indices trained on and every row's reward (score minus the KL
+    penalty, so the KL controller's state matters) and old log-prob."""
 
     crash_at_save_step = None
 
     def _train_step(self, batch, metrics, timing_raw):
         out = super()._train_step(batch, metrics, timing_raw)
         self.record.append((self.global_steps, out.non_tensor_batch["index"].tolist(),
-                            out.batch["token_level_scores"].sum(-1).tolist(),
+                            out.batch["token_level_rewards"].sum(-1).tolist(),
                             out.batch["old_log_probs"].sum(-1).tolist()))
         return out
 
@@ -36,7 +37,11 @@ def _config(root, total, *extra):
     return bandit_config(root, "algorithm.adv_estimator=grpo", "trainer.total_epochs=2",
                          f"trainer.total_training_steps={total}", "trainer.save_freq=1",
                          "trainer.val_before_train=false", "trainer.test_freq=-1",
-                         "trainer.logger=[jsonl]", "trainer.experiment_name=resume", *extra)
+                         "trainer.logger=[jsonl]", "trainer.experiment_name=resume",
+                         # KL in the reward with an adaptive coefficient: its state must survive resumes too.
+                         "algorithm.use_kl_in_reward=true", "algorithm.kl_ctrl.type=adaptive",
+                         "algorithm.kl_ctrl.kl_coef=0.05", "algorithm.kl_ctrl.target_kl=0.01",
+                         "algorithm.kl_ctrl.horizon=100", *extra)
 
 
 def _trainer(cfg, workers_from=None):
@@ -50,6 +55,7 @@ def _trainer(cfg, workers_from=None):
                              reward_fn=workers_from.reward_fn, val_reward_fn=None,
                              train_dataset=workers_from.train_dataloader.dataset, collate_fn=bw.collate_rows)
         t.actor_rollout_wg = workers_from.actor_rollout_wg
+        t.ref_policy_wg = workers_from.ref_policy_wg
     t.record = []
     return t
 
@@ -82,6 +88,7 @@ def test_crash_resume_epoch_boundary_and_nothing_left(ray_cluster, tmp_path):
         assert rec == expected[step], f"step {step} differs from the uninterrupted run"
     state = load_trainer_state(str(run_dir / "global_step_4"))
     assert state["global_step"] == 4 and state["epoch"] == 0 and state["dataloader"]["epoch"] == 1
+    assert state["kl_ctrl"]["value"] != 0.05  # the adaptive coefficient moved and was saved
 
     # Run 3 resumes exactly at the epoch boundary: the next epoch's first batch, same RNG.
     r3 = _trainer(_config(run_dir, 6), workers_from=r1)
