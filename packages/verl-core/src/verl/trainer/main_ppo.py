@@ -143,7 +143,14 @@ def main(argv: list[str] | None = None) -> None:
     _reuse_driver_env_for_workers()
     from verl.trainer.ppo.ray_trainer import NothingToTrainError
 
-    config = load_config(sys.argv[1:] if argv is None else list(argv))
+    args = sys.argv[1:] if argv is None else list(argv)
+    if not args:
+        # No arguments: the embedded default (tiny model, built-in task, SFT warm start, then GRPO).
+        from verl.trainer.demo import main as demo_main
+
+        demo_main([])
+        return
+    config = load_config(args)
     validate_config(config)
     try:
         run_ppo(config)
