@@ -1,0 +1,104 @@
+"""Rollout engines on CPU: tokens/s of the ``native`` decode loop vs the ``hf`` one.
+
+    uv run python benchmarks/rollout_engines.py [--sizes xs s] [--lengths 16 64] [--reps 5]
+
+Per row: a random-init tiny Qwen2 (``verl.workers.tiny``), 8 prompts x n=8 = 64 left-padded
+arithmetic prompts in the chat template, sampling at temperature 1 (EOS left on; random models
+rarely emit it, so rows run the full length), rollout log-probs on as in training. Each rep times
+``hf`` and ``native`` back to back, alternating which goes first; the table shows medians and the
+median of the per-rep ratios (hf time / native time = the speed-up).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+
+import torch
+
+
+def build(size: str, tmp: str):
+    from verl.workers.tiny import build_tiny_qwen2
+
+    model = build_tiny_qwen2(os.path.join(tmp, size), size=size, seed=0).eval()
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(os.path.join(tmp, size))
+    return model, tok
+
+
+def prompts(tok, n_prompts: int, n: int):
+    g = torch.Generator().manual_seed(0)
+    texts = []
+    for _ in range(n_prompts):
+        a, b = torch.randint(0, 100, (2,), generator=g).tolist()
+        msgs = [{"role": "user", "content": f"{a}+{b}="}]
+        texts.append(tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True))
+    enc = tok(texts, return_tensors="pt", padding=True)
+    ids = enc["input_ids"].repeat_interleave(n, dim=0)
+    mask = enc["attention_mask"].repeat_interleave(n, dim=0)
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    return ids, mask, pos
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", nargs="+", default=["xs", "s"])
+    ap.add_argument("--lengths", nargs="+", type=int, default=[16, 64])
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("--n", type=int, default=8)
+    args = ap.parse_args()
+    from verl.workers.rollout.hf_rollout import SamplingParams, generate_tokens
+    from verl.workers.rollout.native_rollout import native_generate
+
+    engines = {"hf": generate_tokens, "native": native_generate}
+    print(f"torch threads: {torch.get_num_threads()}  rows: {args.prompts}x{args.n}")
+    print("| size | new tokens | hf tok/s | native tok/s | hf s | native s | speed-up (hf/native) |")
+    print("|---|---|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for size in args.sizes:
+            model, tok = build(size, tmp)
+            ids, mask, pos = prompts(tok, args.prompts, args.n)
+            for length in args.lengths:
+                params = SamplingParams(response_length=length, do_sample=True)
+                times: dict[str, list[float]] = {"hf": [], "native": []}
+                tokens: dict[str, list[int]] = {"hf": [], "native": []}
+                ratios = []
+                for rep in range(args.reps + 1):  # rep 0 warms up
+                    order = ["hf", "native"] if rep % 2 == 0 else ["native", "hf"]
+                    t_rep = {}
+                    for name in order:
+                        gen = torch.Generator().manual_seed(rep)
+                        t0 = time.perf_counter()
+                        out = engines[name](
+                            model,
+                            ids,
+                            mask,
+                            pos,
+                            params,
+                            [tok.eos_token_id],
+                            tok.pad_token_id,
+                            calculate_log_probs=True,
+                            generator=gen,
+                        )
+                        t_rep[name] = time.perf_counter() - t0
+                        if rep:
+                            times[name].append(t_rep[name])
+                            tokens[name].append(int(out["response_mask"].sum()))
+                    if rep:
+                        ratios.append(t_rep["hf"] / t_rep["native"])
+                med = {k: statistics.median(v) for k, v in times.items()}
+                tps = {k: statistics.median(tokens[k]) / med[k] for k in med}
+                print(
+                    f"| {size} | {length} | {tps['hf']:.0f} | {tps['native']:.0f} | {med['hf']:.3f} | "
+                    f"{med['native']:.3f} | {statistics.median(ratios):.2f}x |",
+                    flush=True,
+                )
+
+
+if __name__ == "__main__":
+    main()

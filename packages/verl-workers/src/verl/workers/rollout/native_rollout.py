@@ -1,0 +1,406 @@
+"""Native rollout: a lean decode loop for Llama-family decoders on the trainer's own weights.
+
+Same interface, sampling semantics and output contract as the ``hf`` engine (docs/contracts.md;
+see :mod:`verl.workers.rollout.hf_rollout`): one response per row, ``rollout_log_probs`` =
+``log_softmax(logits / temperature)`` at the chosen token, responses cut after their first EOS and
+right-padded, R = the longest response. What differs is how the work is done:
+
+- the model's forward is not called per token; the loop reads the module's weights (q/k/v and
+  gate/up projections fused into one matrix each, once per generation) and runs the decoder math
+  itself, so a decode step is a fixed, short sequence of batched tensor ops whatever the batch size;
+- keys and values go into one preallocated cache ``[layers, 2, rows, kv_heads, P + R, head_dim]``
+  written in place (no per-step concatenation); rotary cos/sin for every position are computed once;
+- sampling (temperature, top-k, top-p, greedy) happens in one function, :func:`sample_next`;
+- rows that hit EOS stop costing work: they are dropped from the active batch (the cache and masks
+  are compacted) once at least a quarter of the active rows are done, and masked until then.
+
+Supported: ``model_type`` in :data:`SUPPORTED_MODEL_TYPES` without sliding-window attention, as a
+plain HF module or FSDP2-sharded (parameters are gathered once for the whole generation, so the
+loop runs no collectives and ranks decode independently). Anything else (FSDP1, other
+architectures) falls back to the ``hf`` decode loop, with one warning.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from verl.workers.rollout.base import register_rollout
+from verl.workers.rollout.hf_rollout import (
+    HFRollout,
+    SamplingParams,
+    concat_generations,
+    gathered_fsdp2_params,
+)
+
+if TYPE_CHECKING:
+    from verl import DataProto
+
+#: HF ``config.model_type`` values whose decoder layers this loop reproduces (pre-norm RMSNorm,
+#: rotary attention with optional q/k/v bias and, for qwen3, per-head q/k RMSNorm; SwiGLU MLP).
+SUPPORTED_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
+
+#: Compact the active batch once this fraction of its rows has finished.
+COMPACT_FRACTION = 0.25
+
+
+@dataclass
+class _Layer:
+    w_qkv: torch.Tensor
+    b_qkv: torch.Tensor | None
+    w_o: torch.Tensor
+    w_gate_up: torch.Tensor
+    w_down: torch.Tensor
+    ln1: torch.Tensor
+    ln2: torch.Tensor
+    q_norm: torch.Tensor | None
+    k_norm: torch.Tensor | None
+
+
+@dataclass
+class DecoderWeights:
+    """A snapshot of a decoder's weights in the layout the loop uses (fused projections)."""
+
+    embed: torch.Tensor
+    layers: list[_Layer]
+    norm: torch.Tensor
+    lm_head: torch.Tensor
+    rotary: nn.Module
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    scaling: float
+    eps: float
+
+
+def unsupported_reason(module: nn.Module) -> str | None:
+    """Why the native loop cannot run ``module`` (None when it can)."""
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    if isinstance(module, FullyShardedDataParallel):
+        return "FSDP1-wrapped modules are not supported (use actor.strategy=fsdp2)"
+    model_type = getattr(module.config, "model_type", None)
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        return f"model_type {model_type!r} is not one of {sorted(SUPPORTED_MODEL_TYPES)}"
+    for layer in module.model.layers:
+        if getattr(layer.self_attn, "sliding_window", None) is not None:
+            return "sliding-window attention layers are not supported"
+    return None
+
+
+def decoder_weights(module: nn.Module) -> DecoderWeights:
+    """Read ``module``'s (unsharded) weights; q/k/v and gate/up are concatenated into one matrix each."""
+    base = module.model
+    cfg = module.config
+    layers = []
+    for layer in base.layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        biases = [attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias]
+        layers.append(
+            _Layer(
+                w_qkv=torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]),
+                b_qkv=None if biases[0] is None else torch.cat(biases),
+                w_o=attn.o_proj.weight,
+                w_gate_up=torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]),
+                w_down=mlp.down_proj.weight,
+                ln1=layer.input_layernorm.weight,
+                ln2=layer.post_attention_layernorm.weight,
+                q_norm=attn.q_norm.weight if isinstance(getattr(attn, "q_norm", None), nn.Module) else None,
+                k_norm=attn.k_norm.weight if isinstance(getattr(attn, "k_norm", None), nn.Module) else None,
+            )
+        )
+    first = base.layers[0].self_attn
+    return DecoderWeights(
+        embed=base.embed_tokens.weight,
+        layers=layers,
+        norm=base.norm.weight,
+        lm_head=module.lm_head.weight,
+        rotary=base.rotary_emb,
+        n_heads=int(cfg.num_attention_heads),
+        n_kv_heads=int(cfg.num_key_value_heads),
+        head_dim=int(first.head_dim),
+        scaling=float(first.scaling),
+        eps=float(base.norm.variance_epsilon),
+    )
+
+
+def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    # HF's RMSNorm: normalise in float32, cast back, then scale
+    return weight * F.rms_norm(x.float(), (x.shape[-1],), eps=eps).to(x.dtype)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+def decoder_forward(
+    w: DecoderWeights,
+    ids: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    cache: torch.Tensor,
+    start: int,
+    attn_mask: torch.Tensor,
+) -> torch.Tensor:
+    """Run ``ids`` [B, T] (cache positions ``start .. start+T``) and return the last position's logits.
+
+    ``cos``/``sin``: [B, 1, T, head_dim]; ``cache``: [L, 2, B, kv_heads, S, head_dim], written in place;
+    ``attn_mask``: bool [B, 1, T, start+T], True where a query may attend to a key; for one query
+    (T == 1) an additive float mask [B, 1, 1, start+T] (0 or -inf) instead.
+    """
+    b, t = ids.shape
+    end = start + t
+    nq, nkv, d = w.n_heads * w.head_dim, w.n_kv_heads * w.head_dim, w.head_dim
+    hidden = F.embedding(ids, w.embed)
+    for i, layer in enumerate(w.layers):
+        h = _rms(hidden, layer.ln1, w.eps)
+        qkv = F.linear(h, layer.w_qkv, layer.b_qkv)
+        q = qkv[..., :nq].view(b, t, w.n_heads, d)
+        k = qkv[..., nq : nq + nkv].view(b, t, w.n_kv_heads, d)
+        v = qkv[..., nq + nkv :].view(b, t, w.n_kv_heads, d)
+        if layer.q_norm is not None:
+            q = _rms(q, layer.q_norm, w.eps)
+            k = _rms(k, layer.k_norm, w.eps)
+        q = _rotate(q.transpose(1, 2), cos, sin)
+        cache[i, 0, :, :, start:end] = _rotate(k.transpose(1, 2), cos, sin)
+        cache[i, 1, :, :, start:end] = v.transpose(1, 2)
+        keys, values = cache[i, 0, :, :, :end], cache[i, 1, :, :, :end]
+        if t == 1:
+            # one query per row: plain matmuls over [B, kv_heads, group, S] beat SDPA's CPU kernel at
+            # these sizes; the query heads sharing a kv head are stacked (HF's repeat_kv order)
+            scores = torch.matmul(q.reshape(b, w.n_kv_heads, -1, d), keys.transpose(-1, -2)) * w.scaling
+            probs = torch.softmax(scores + attn_mask, dim=-1)
+            out = torch.matmul(probs, values).view(b, w.n_heads, 1, d)
+        else:
+            out = F.scaled_dot_product_attention(
+                q, keys, values, attn_mask=attn_mask, scale=w.scaling, enable_gqa=w.n_heads != w.n_kv_heads
+            )
+        hidden = hidden + F.linear(out.transpose(1, 2).reshape(b, t, nq), layer.w_o)
+        h = _rms(hidden, layer.ln2, w.eps)
+        gate, up = F.linear(h, layer.w_gate_up).chunk(2, dim=-1)
+        hidden = hidden + F.linear(F.silu(gate) * up, layer.w_down)
+    return F.linear(_rms(hidden[:, -1], w.norm, w.eps), w.lm_head)
+
+
+def sample_next(
+    logits: torch.Tensor,
+    params: SamplingParams,
+    generator: torch.Generator | None = None,
+    want_log_probs: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Pick the next token of every row from ``logits`` [B, V]; the one place sampling happens.
+
+    Temperature first, then top-k, then top-p over what remains (renormalised), then a draw (or the
+    argmax when ``params.do_sample`` is false). Returns the tokens [B] and, when ``want_log_probs``,
+    ``log_softmax(logits / temperature)`` at them (unfiltered, as the actor recomputes it).
+    """
+    logits = logits.float() / params.temperature
+    vocab = logits.shape[-1]
+    if not params.do_sample:
+        tokens = logits.argmax(dim=-1)
+    else:
+        # work on the sorted candidates only: the top-k (already sorted by topk) or the full sort
+        if 0 < params.top_k < vocab:
+            cand, order = torch.topk(logits, params.top_k, dim=-1)
+        elif params.top_p < 1.0:
+            cand, order = torch.sort(logits, dim=-1, descending=True)
+        else:
+            cand, order = logits, None
+        probs = torch.softmax(cand, dim=-1)
+        if params.top_p < 1.0:
+            # drop a candidate when those ranked above it already reach top_p (the best always stays)
+            probs = probs.masked_fill((probs.cumsum(dim=-1) - probs) >= params.top_p, 0.0)
+        # inverse-CDF draw: one uniform per row (multinomial draws one exponential per vocab entry)
+        cdf = probs.cumsum(dim=-1)
+        u = torch.rand((cdf.shape[0], 1), generator=generator, device=cdf.device) * cdf[:, -1:]
+        choice = torch.searchsorted(cdf, u, right=True).clamp_(max=cdf.shape[-1] - 1)
+        tokens = (choice if order is None else order.gather(-1, choice)).squeeze(-1)
+    if not want_log_probs:
+        return tokens, None
+    return tokens, torch.log_softmax(logits, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
+@torch.no_grad()
+def native_generate(
+    module: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    params: SamplingParams,
+    eos_token_ids: Sequence[int],
+    pad_token_id: int,
+    calculate_log_probs: bool = False,
+    generator: torch.Generator | None = None,
+    weights: DecoderWeights | None = None,
+) -> dict[str, torch.Tensor]:
+    """Sample responses for left-padded prompts [B, P]; same outputs as ``hf_rollout.generate_tokens``.
+
+    ``module`` must have unsharded weights (see :func:`unsupported_reason`); ``weights`` may be given
+    to reuse one :func:`decoder_weights` snapshot across calls.
+    """
+    if input_ids.shape != attention_mask.shape or input_ids.shape != position_ids.shape:
+        raise ValueError(
+            f"prompt tensors disagree in shape: input_ids {tuple(input_ids.shape)}, attention_mask "
+            f"{tuple(attention_mask.shape)}, position_ids {tuple(position_ids.shape)}"
+        )
+    w = weights if weights is not None else decoder_weights(module)
+    device, dtype = input_ids.device, w.embed.dtype
+    batch, p = input_ids.shape
+    r_max = params.response_length
+    total = p + r_max
+    eos = torch.tensor(list(eos_token_ids), dtype=torch.long, device=device)
+
+    responses = torch.full((batch, r_max), pad_token_id, dtype=torch.long, device=device)
+    resp_mask = torch.zeros((batch, r_max), dtype=attention_mask.dtype, device=device)
+    log_probs = (
+        torch.zeros((batch, r_max), dtype=torch.float32, device=device) if calculate_log_probs else None
+    )
+
+    last_pos = position_ids[:, -1:]
+    all_pos = torch.cat([position_ids, last_pos + torch.arange(1, r_max + 1, device=device)], dim=1)
+    cos, sin = w.rotary(w.embed[:1], all_pos)  # [B, P+R, d] each, in the weights' dtype
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    # keys a query may see: real prompt tokens and every generated position
+    key_ok = torch.cat(
+        [attention_mask.bool(), torch.ones((batch, r_max), dtype=torch.bool, device=device)], 1
+    )
+    key_bias = torch.zeros(key_ok.shape, dtype=dtype, device=device).masked_fill_(~key_ok, float("-inf"))
+    cache = torch.empty(
+        (len(w.layers), 2, batch, w.n_kv_heads, total, w.head_dim), dtype=dtype, device=device
+    )
+
+    causal = torch.ones((p, p), dtype=torch.bool, device=device).tril()
+    # a query on a pad position would see no key at all (NaN in softmax): let it see itself
+    prefill_mask = (causal & key_ok[:, None, :p]) | torch.eye(p, dtype=torch.bool, device=device)
+    logits = decoder_forward(w, input_ids, cos[:, :, :p], sin[:, :, :p], cache, 0, prefill_mask.unsqueeze(1))
+
+    rows = torch.arange(batch, device=device)  # original row of each active row
+    running = torch.ones(batch, dtype=torch.bool, device=device)
+    length = 0
+    for step in range(r_max):
+        tok, lp = sample_next(logits, params, generator, want_log_probs=calculate_log_probs)
+        live = rows[running]
+        responses[live, step] = tok[running]
+        resp_mask[live, step] = 1
+        if log_probs is not None:
+            log_probs[live, step] = lp[running]
+        length = step + 1
+        running = running & ~torch.isin(tok, eos)
+        n_running = int(running.sum())
+        if n_running == 0 or step + 1 == r_max:
+            break
+        if len(rows) - n_running >= max(1, COMPACT_FRACTION * len(rows)):
+            keep = running.nonzero().squeeze(-1)
+            rows, tok, running = rows[keep], tok[keep], running[keep]
+            cache, cos, sin, key_bias = cache[:, :, keep], cos[keep], sin[keep], key_bias[keep]
+        pos = p + step
+        logits = decoder_forward(
+            w,
+            tok.unsqueeze(-1),
+            cos[:, :, pos : pos + 1],
+            sin[:, :, pos : pos + 1],
+            cache,
+            pos,
+            key_bias[:, None, None, : pos + 1],
+        )
+
+    responses, resp_mask = responses[:, :length], resp_mask[:, :length]
+    result = {
+        "prompts": input_ids,
+        "responses": responses,
+        "response_mask": resp_mask,
+        "input_ids": torch.cat([input_ids, responses], dim=1),
+        "attention_mask": torch.cat([attention_mask, resp_mask], dim=1),
+        "position_ids": all_pos[:, : p + length].to(position_ids.dtype),
+    }
+    if log_probs is not None:
+        result["rollout_log_probs"] = log_probs[:, :length]
+    return result
+
+
+def pad_responses_to(gen: dict[str, torch.Tensor], length: int, pad_token_id: int) -> dict[str, torch.Tensor]:
+    """Right-pad a generation's response columns to ``length`` (for equal R across ranks)."""
+    extra = length - gen["responses"].shape[1]
+    if extra <= 0:
+        return gen
+    out = dict(gen)
+    for key, fill in (
+        ("responses", pad_token_id),
+        ("response_mask", 0),
+        ("rollout_log_probs", 0.0),
+        ("input_ids", pad_token_id),
+        ("attention_mask", 0),
+    ):
+        if key in out:
+            out[key] = F.pad(out[key], (0, extra), value=fill)
+    pos = out["position_ids"]
+    out["position_ids"] = torch.cat([pos, pos[:, -1:] + torch.arange(1, extra + 1, dtype=pos.dtype)], dim=1)
+    return out
+
+
+@register_rollout("native")
+class NativeRollout(HFRollout):
+    """The ``hf`` engine's interface and config (``actor_rollout_ref.rollout``), decoded by
+    :func:`native_generate`. Falls back to the ``hf`` loop for modules it cannot run (one warning)."""
+
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        reason = unsupported_reason(self.module)
+        if reason is not None:
+            warnings.warn(f"native rollout falls back to the hf decode loop: {reason}", stacklevel=2)
+            return super().generate_sequences(prompts)
+        params = self.sampling_params(prompts.meta_info)
+        batch = prompts.batch
+        input_ids, attention_mask, position_ids = (
+            batch["input_ids"],
+            batch["attention_mask"],
+            batch["position_ids"],
+        )
+        eos = [] if self.config.ignore_eos else self.eos_token_ids
+        rows = input_ids.shape[0]
+        step = int(self.config.micro_batch_size or rows) or 1
+        with gathered_fsdp2_params(self.module, self.reshard_after_forward):
+            weights = decoder_weights(self.module)
+            chunks = [
+                native_generate(
+                    self.module,
+                    input_ids[i : i + step],
+                    attention_mask[i : i + step],
+                    position_ids[i : i + step],
+                    params,
+                    eos,
+                    self.pad_token_id,
+                    calculate_log_probs=bool(self.config.calculate_log_probs),
+                    weights=weights,
+                )
+                for i in range(0, rows, step)
+            ]
+            del weights  # the fused copies and unsharded views must not outlive the gather
+        tensors = concat_generations(chunks, self.pad_token_id)
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            # ranks decode independently; the batch keeps one R across data-parallel ranks
+            r = torch.tensor([tensors["responses"].shape[1]], dtype=torch.int64, device=input_ids.device)
+            dist.all_reduce(r, op=dist.ReduceOp.MAX)
+            tensors = pad_responses_to(tensors, int(r.item()), self.pad_token_id)
+        from verl import DataProto
+
+        return DataProto.from_dict(tensors=tensors)
+
+
+__all__ = [
+    "SUPPORTED_MODEL_TYPES",
+    "DecoderWeights",
+    "NativeRollout",
+    "decoder_forward",
+    "decoder_weights",
+    "native_generate",
+    "sample_next",
+    "unsupported_reason",
+]

@@ -1,0 +1,244 @@
+"""Native rollout: greedy results equal the hf engine's, sampling follows the exact distribution.
+
+References are independent of the native loop: the hf decode loop (the model's own forward with its
+KV cache), full-forward logits of the HF model, and hf's ``filter_logits``.
+"""
+
+import warnings
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Qwen2Config, Qwen3Config
+from verl import DataProto
+from verl.registries import ROLLOUT_ENGINES
+from verl.trainer.config import load_config
+from verl.workers.rollout import native_rollout
+from verl.workers.rollout.hf_rollout import HFRollout, SamplingParams, filter_logits, generate_tokens
+from verl.workers.rollout.native_rollout import NativeRollout, native_generate, sample_next
+
+PAD, EOS, VOCAB = 0, 1, 48
+
+_COMMON = dict(
+    vocab_size=VOCAB,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=128,
+    pad_token_id=PAD,
+    eos_token_id=EOS,
+)
+
+
+def make_model(kind: str, seed: int = 0):
+    from transformers import AutoModelForCausalLM as Auto
+
+    cfg = {
+        "qwen2": lambda: Qwen2Config(tie_word_embeddings=True, **_COMMON),
+        "llama": lambda: LlamaConfig(tie_word_embeddings=False, **_COMMON),
+        "qwen3": lambda: Qwen3Config(tie_word_embeddings=True, head_dim=8, **_COMMON),
+    }[kind]()
+    torch.manual_seed(seed)
+    model = Auto.from_config(cfg)
+    with torch.no_grad():  # sharper than random init, so greedy paths differ per row
+        model.get_input_embeddings().weight.mul_(3.0)
+        if kind == "qwen2":
+            for layer in model.model.layers:
+                layer.self_attn.q_proj.bias.normal_(0, 0.5)  # a non-zero bias must be honoured
+    return model.eval()
+
+
+def left_padded(lengths, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    p = max(lengths)
+    ids = torch.full((len(lengths), p), PAD, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, n in enumerate(lengths):
+        ids[i, p - n :] = torch.randint(2, VOCAB, (n,), generator=g)
+        mask[i, p - n :] = 1
+    return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
+
+
+def assert_same_generation(a, b, atol=1e-5):
+    assert a.keys() == b.keys()
+    for key in a:
+        if key == "rollout_log_probs":
+            torch.testing.assert_close(a[key], b[key], atol=atol, rtol=0)
+        else:
+            assert torch.equal(a[key], b[key]), (key, a[key], b[key])
+
+
+@pytest.mark.parametrize("kind", ["qwen2", "llama", "qwen3"])
+def test_greedy_equals_hf_with_rows_stopping_at_different_steps(kind):
+    model = make_model(kind)
+    ids, mask, pos = left_padded([5, 3, 7, 1, 6, 2, 4, 7])
+    params = SamplingParams(response_length=12, do_sample=False)
+    free = generate_tokens(model, ids, mask, pos, params, [], PAD)["responses"]
+    # EOS = tokens some rows emit at different steps, so rows leave the batch at different times
+    eos = sorted({int(free[0, 1]), int(free[3, 4]), int(free[5, 0])})
+    ref = generate_tokens(model, ids, mask, pos, params, eos, PAD, calculate_log_probs=True)
+    got = native_generate(model, ids, mask, pos, params, eos, PAD, calculate_log_probs=True)
+    lengths = ref["response_mask"].sum(-1)
+    assert lengths.min() < lengths.max()  # the case this test is about
+    assert_same_generation(got, ref)
+
+
+def test_compaction_does_not_change_results(monkeypatch):
+    model = make_model("qwen2", seed=1)
+    ids, mask, pos = left_padded([4, 6, 2, 5, 3, 6], seed=3)
+    params = SamplingParams(response_length=10, do_sample=False)
+    free = generate_tokens(model, ids, mask, pos, params, [], PAD)["responses"]
+    eos = sorted({int(free[1, 2]), int(free[4, 0])})
+    outs = []
+    for fraction in (0.0, 10.0):  # compact at every finished row / never compact (mask only)
+        monkeypatch.setattr(native_rollout, "COMPACT_FRACTION", fraction)
+        outs.append(native_generate(model, ids, mask, pos, params, eos, PAD, calculate_log_probs=True))
+    assert_same_generation(outs[0], outs[1], atol=1e-6)
+
+
+def _chi2(counts: torch.Tensor, probs: torch.Tensor) -> tuple[float, int]:
+    """Pearson statistic over the support of ``probs``; asserts nothing lands outside the support."""
+    support = probs > 0
+    assert counts[~support].sum() == 0, "sampled a token that top-k/top-p removed"
+    n = counts.sum()
+    expected = probs[support] * n
+    return float(((counts[support] - expected) ** 2 / expected).sum()), int(support.sum()) - 1
+
+
+@pytest.mark.parametrize("top_k,top_p", [(-1, 1.0), (6, 1.0), (-1, 0.8), (8, 0.7)])
+def test_sample_next_follows_filtered_softmax(top_k, top_p):
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(1, 20, generator=g) * 2
+    params = SamplingParams(response_length=1, temperature=0.7, top_k=top_k, top_p=top_p)
+    # reference: hf's filter, then softmax, on the temperature-scaled logits
+    probs = torch.softmax(filter_logits(logits / 0.7, top_k, top_p), dim=-1)[0]
+    n = 20000
+    tokens, lp = sample_next(
+        logits.expand(n, -1), params, torch.Generator().manual_seed(1), want_log_probs=True
+    )
+    stat, df = _chi2(torch.bincount(tokens, minlength=20).double(), probs.double())
+    # mean df, sd sqrt(2 df): 6 sd above the mean fails a correct sampler with negligible probability
+    assert stat < df + 6 * (2 * df) ** 0.5, (stat, df)
+    torch.testing.assert_close(lp, torch.log_softmax(logits / 0.7, -1)[0, tokens])
+
+
+def test_two_token_continuations_follow_the_model_distribution():
+    """Joint law of (token 1, token 2) after one prompt against exact probabilities from full forwards."""
+    model = make_model("qwen2", seed=2)
+    ids, mask, pos = left_padded([5], seed=4)
+    top_k, temp, n = 4, 0.8, 12000
+    params = SamplingParams(response_length=2, temperature=temp, top_k=top_k)
+
+    def next_probs(seq):
+        with torch.no_grad():
+            logits = model(input_ids=seq, attention_mask=torch.ones_like(seq)).logits[0, -1].float()
+        return torch.softmax(filter_logits(logits[None] / temp, top_k, 1.0), -1)[0].double()
+
+    joint = torch.zeros(VOCAB, VOCAB, dtype=torch.float64)
+    p1 = next_probs(ids)
+    for a in p1.nonzero().flatten().tolist():
+        joint[a] = p1[a] * next_probs(torch.cat([ids, torch.tensor([[a]])], 1))
+    out = native_generate(
+        model,
+        ids.expand(n, -1),
+        mask.expand(n, -1),
+        pos.expand(n, -1),
+        params,
+        [],
+        PAD,
+        generator=torch.Generator().manual_seed(5),
+    )
+    pairs = out["responses"][:, 0] * VOCAB + out["responses"][:, 1]
+    counts = torch.bincount(pairs, minlength=VOCAB * VOCAB).double()
+    stat, df = _chi2(counts, joint.flatten())
+    assert df == top_k * top_k - 1
+    assert stat < df + 6 * (2 * df) ** 0.5, (stat, df)
+
+
+# ---------------------------------------------------------------------------- the engine class
+
+
+def rollout_config(*overrides):
+    return load_config(["data.max_response_length=6", *overrides]).actor_rollout_ref.rollout
+
+
+def chat_prompts(tok, texts, meta=None):
+    enc = [
+        tok.apply_chat_template(
+            [{"role": "user", "content": t}], add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+        for t in texts
+    ]
+    p = max(len(e) for e in enc)
+    ids = torch.full((len(enc), p), tok.pad_token_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, e in enumerate(enc):
+        ids[i, p - len(e) :] = torch.tensor(e)
+        mask[i, p - len(e) :] = 1
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    return DataProto.from_dict(
+        tensors={"input_ids": ids, "attention_mask": mask, "position_ids": pos}, meta_info=meta or {}
+    )
+
+
+def test_registered_and_generate_sequences_equals_hf(tiny_model_dir):
+    assert ROLLOUT_ENGINES.get("native") is NativeRollout
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    prompts = chat_prompts(tok, ["1+2=", "33+44=", "5+6=", "7+81="], {"do_sample": False})
+    overrides = (
+        "actor_rollout_ref.rollout.calculate_log_probs=true",
+        "actor_rollout_ref.rollout.micro_batch_size=3",
+    )
+    ref = HFRollout(model, rollout_config(*overrides), tok).generate_sequences(prompts)
+    got = NativeRollout(model, rollout_config(*overrides), tok).generate_sequences(prompts)
+    assert_same_generation(dict(got.batch.items()), dict(ref.batch.items()))
+
+
+def test_fsdp2_module_matches_plain_module(tiny_model_dir, tiny_tokenizer, dist_world1):
+    from verl.workers.engine import build_engine
+
+    cfg = load_config(
+        [
+            f"actor_rollout_ref.model.path={tiny_model_dir}",
+            "actor_rollout_ref.model.model_dtype=fp32",
+            "data.max_response_length=5",
+            "actor_rollout_ref.rollout.calculate_log_probs=true",
+        ]
+    )
+    arr = cfg.actor_rollout_ref
+    engine = build_engine("fsdp2", model_config=arr.model, engine_config=arr.actor.fsdp_config)
+    prompts = chat_prompts(tiny_tokenizer, ["12+3=", "4+4=", "9+90="], {"do_sample": False})
+    got = NativeRollout(engine.module, arr.rollout, tiny_tokenizer).generate_sequences(prompts)
+    plain = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    ref = HFRollout(plain, arr.rollout, tiny_tokenizer).generate_sequences(prompts)
+    assert_same_generation(dict(got.batch.items()), dict(ref.batch.items()))
+    # parameters are sharded again afterwards (the engine trains on DTensors)
+    from torch.distributed.tensor import DTensor
+
+    assert all(isinstance(p, DTensor) for p in engine.module.parameters())
+
+
+def test_unsupported_architecture_falls_back_to_hf_loop(tiny_tokenizer):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(
+        GPT2Config(
+            vocab_size=len(tiny_tokenizer),
+            n_embd=32,
+            n_layer=1,
+            n_head=2,
+            eos_token_id=tiny_tokenizer.eos_token_id,
+        )
+    ).eval()
+    prompts = chat_prompts(tiny_tokenizer, ["1+1=", "22+3="], {"do_sample": False})
+    ref = HFRollout(model, rollout_config(), tiny_tokenizer).generate_sequences(prompts)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = NativeRollout(model, rollout_config(), tiny_tokenizer).generate_sequences(prompts)
+    assert any(
+        "falls back to the hf decode loop" in str(w.message) and "gpt2" in str(w.message) for w in caught
+    )
+    assert_same_generation(dict(got.batch.items()), dict(ref.batch.items()))
