@@ -108,6 +108,11 @@ def test_crash_resume_epoch_boundary_and_nothing_left(ray_cluster, tmp_path):
     r5 = _trainer(_config(tmp_path / "run", 1, "trainer.resume_mode=disable", "trainer.save_freq=-1"), workers_from=r1)
     r5.fit()
     assert [s for s, *_ in r5.record] == [1]
+    # resume_path picks a given checkpoint (not the latest): from step 4, step 5 replays exactly.
+    r5b = _trainer(_config(run_dir, 5, "trainer.resume_mode=resume_path", f"trainer.resume_from_path={run_dir}/global_step_4",
+                           "trainer.save_freq=-1"), workers_from=r1)
+    r5b.fit()
+    assert [s for s, *_ in r5b.record] == [5] and list(r5b.record[0][1:]) == expected[5]
     # resume_path to a dir that is not a checkpoint names the problem.
     r6 = _trainer(_config(run_dir, 6, "trainer.resume_mode=resume_path", f"trainer.resume_from_path={tmp_path}"),
                   workers_from=r1)
