@@ -39,7 +39,11 @@ def post(url: str, body: dict, headers: dict | None = None) -> tuple[int, dict]:
 
 def model(text: str) -> str:
     found = re.findall(r"<\|im_start\|>tool\n(\d+)<\|im_end\|>", text)
-    return f"The sum is {found[-1]}." if found else "Let me compute. " + format_tool_call("add", {"a": 2, "b": 3})
+    return (
+        f"The sum is {found[-1]}."
+        if found
+        else "Let me compute. " + format_tool_call("add", {"a": 2, "b": 3})
+    )
 
 
 async def agent_session(base: str) -> tuple[list[dict], list[tuple[int, dict]]]:
@@ -51,7 +55,8 @@ async def agent_session(base: str) -> tuple[list[dict], list[tuple[int, dict]]]:
     ]
     for _ in range(3):
         status, resp = await asyncio.to_thread(
-            post, base + "/chat/completions",
+            post,
+            base + "/chat/completions",
             {"model": "verl-policy", "messages": messages, "tools": TOOLS, "max_tokens": 200},
             {"X-Session-Id": "s1"},
         )
@@ -64,7 +69,9 @@ async def agent_session(base: str) -> tuple[list[dict], list[tuple[int, dict]]]:
             args = json.loads(call["function"]["arguments"])
             # Send the arguments back re-serialized differently: the server must still recognise them.
             call["function"]["arguments"] = json.dumps(args, separators=(",", ":"))
-            messages.append({"role": "tool", "tool_call_id": call["id"], "content": str(args["a"] + args["b"])})
+            messages.append(
+                {"role": "tool", "tool_call_id": call["id"], "content": str(args["a"] + args["b"])}
+            )
     return messages, errors
 
 
@@ -110,8 +117,14 @@ def test_chat_endpoint_on_the_tiny_policy(tokenizer, stop_ids, tmp_path):
         base = await server.start()
         try:
             return await asyncio.to_thread(
-                post, base + "/chat/completions",
-                {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 7, "temperature": 0, "user": "u"},
+                post,
+                base + "/chat/completions",
+                {
+                    "messages": [{"role": "user", "content": "hi"}],
+                    "max_tokens": 7,
+                    "temperature": 0,
+                    "user": "u",
+                },
             )
         finally:
             await server.stop()
@@ -122,3 +135,40 @@ def test_chat_endpoint_on_the_tiny_policy(tokenizer, stop_ids, tmp_path):
     assert resp["usage"]["completion_tokens"] == len(rec.response_ids) == len(rec.log_probs) <= 7
     assert resp["usage"]["prompt_tokens"] == len(rec.prompt_ids)
     assert resp["choices"][0]["finish_reason"] in ("stop", "length")
+
+
+def sync_agent(base_url: str, session_id: str, raw_prompt, **row) -> float:
+    """A blocking agent of another framework: chat until no tool call, run tools itself."""
+    messages = [dict(m) for m in raw_prompt]
+    for _ in range(3):
+        status, resp = post(
+            base_url + "/chat/completions", {"messages": messages, "tools": TOOLS, "session_id": session_id}
+        )
+        assert status == 200, resp
+        msg = resp["choices"][0]["message"]
+        messages.append(msg)
+        if not msg.get("tool_calls"):
+            return 1.0 if msg["content"] == "The sum is 5." else 0.0
+        for call in msg["tool_calls"]:
+            args = json.loads(call["function"]["arguments"])
+            messages.append({"role": "tool", "tool_call_id": call["id"], "content": str(args["a"] + args["b"])})
+    return 0.0
+
+
+def test_chat_endpoint_agent_loop_through_the_manager(tokenizer, stop_ids, rollout_config):
+    import numpy as np
+    from verl import DataProto
+    from verl.agent.manager import AgentLoopManager
+
+    cfg = rollout_config(response_length=200, agent__default_agent_loop="chat_endpoint_agent", agent__num_workers=3)
+    server = ScriptedLLMServer(model, stop_ids, tokenizer)
+    manager = AgentLoopManager(cfg, server, tokenizer, loop_kwargs={"agent_fn": sync_agent})
+    prompts = DataProto.from_dict(
+        non_tensors={"raw_prompt": np.array([[{"role": "user", "content": "2+3?"}]] * 3, dtype=object)}
+    )
+    for _ in range(2):  # a second rollout (new event loop) starts a new endpoint
+        out = manager.generate_sequences(prompts)
+        assert out.non_tensor_batch["reward_score"].tolist() == [1.0, 1.0, 1.0]
+        n_model = len("Let me compute. " + format_tool_call("add", {"a": 2, "b": 3})) + 1 + len("The sum is 5.") + 1
+        assert out.batch["response_mask"].sum(-1).tolist() == [n_model] * 3
+        assert out.non_tensor_batch["num_turns"].tolist() == [3] * 3

@@ -53,7 +53,10 @@ def test_concurrent_tool_loops_in_row_order(tokenizer, stop_ids, rollout_config)
         n_resp = int(am[i, p:].sum())
         text = tokenizer.decode(out.batch["responses"][i, :n_resp].tolist(), skip_special_tokens=False)
         call = format_tool_call("add", {"a": a, "b": b})
-        assert text == f"{call}<|im_end|>\n<|im_start|>tool\n{a + b}<|im_end|>\n<|im_start|>assistant\n#### {a + b}<|im_end|>"
+        assert (
+            text
+            == f"{call}<|im_end|>\n<|im_start|>tool\n{a + b}<|im_end|>\n<|im_start|>assistant\n#### {a + b}<|im_end|>"
+        )
         mask = out.batch["response_mask"][i, :n_resp].tolist()
         env = n_resp - (len(call) + 1) - (len(f"#### {a + b}") + 1)
         assert mask == [1] * (len(call) + 1) + [0] * env + [1] * (len(f"#### {a + b}") + 1)
@@ -68,7 +71,9 @@ def test_concurrent_tool_loops_in_row_order(tokenizer, stop_ids, rollout_config)
 
 def test_agent_name_picks_the_loop(tokenizer, stop_ids, rollout_config):
     server = ScriptedLLMServer(arithmetic_agent, stop_ids, tokenizer)
-    manager = AgentLoopManager(rollout_config(response_length=300), server, tokenizer, loop_kwargs={"tools": [add]})
+    manager = AgentLoopManager(
+        rollout_config(response_length=300), server, tokenizer, loop_kwargs={"tools": [add]}
+    )
     out = manager.generate_sequences(rows(["1+2=", "3+4="], agent_name=["tool_agent", None]))
     # tool_agent runs two model turns; the default single_turn_agent stops after the call text.
     assert out.non_tensor_batch["num_turns"].tolist() == [3, 1]
@@ -93,8 +98,13 @@ def reference_log_probs(model, ids: list[int], start: int) -> torch.Tensor:
 
 
 def test_hf_server_batches_concurrent_requests(tokenizer, stop_ids, tiny_model):
-    chat_prompts = [[{"role": "user", "content": q}] for q in ["1+1=", "what is 23+45?", "hi", "a longer question here"]]
-    prompts = [tokenizer.encode(tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True)) for m in chat_prompts]
+    chat_prompts = [
+        [{"role": "user", "content": q}] for q in ["1+1=", "what is 23+45?", "hi", "a longer question here"]
+    ]
+    prompts = [
+        tokenizer.encode(tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True))
+        for m in chat_prompts
+    ]
     params = {"max_tokens": 12, "do_sample": False}
 
     async def together(server):
@@ -117,7 +127,9 @@ def test_hf_server_batches_concurrent_requests(tokenizer, stop_ids, tiny_model):
         assert torch.allclose(torch.tensor(o.log_probs), ref, atol=1e-4)
 
 
-def test_manager_on_tiny_model_log_probs_match_a_forward_pass(tokenizer, stop_ids, tiny_model, rollout_config):
+def test_manager_on_tiny_model_log_probs_match_a_forward_pass(
+    tokenizer, stop_ids, tiny_model, rollout_config
+):
     server = HFAsyncServer(tiny_model, stop_ids, tokenizer.pad_token_id)
     cfg = rollout_config(response_length=10, agent__default_agent_loop="tool_agent", agent__num_workers=4)
     manager = AgentLoopManager(cfg, server, tokenizer, loop_kwargs={"tools": [add]})

@@ -8,7 +8,9 @@ from verl.agent.tool_agent import ToolAgentLoop
 from verl.agent.tools import BaseTool, format_tool_call, function_tool
 
 PROMPT = [{"role": "user", "content": "What is 2+3?"}]
-CALL = format_tool_call("add", {"a": 2, "b": 3})  # '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>'
+CALL = format_tool_call(
+    "add", {"a": 2, "b": 3}
+)  # '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>'
 
 
 @function_tool
@@ -116,12 +118,17 @@ def test_parallel_calls_limit_and_truncation(tokenizer, stop_ids, rollout_config
     calls = format_tool_call("long_text", {"n": 50}) + format_tool_call("long_text", {"n": 3})
     server = ScriptedLLMServer([calls, "ok"], stop_ids, tokenizer)
     cfg = rollout_config(
-        response_length=2000, multi_turn__max_parallel_calls=1, multi_turn__max_tool_response_length=10,
+        response_length=2000,
+        multi_turn__max_parallel_calls=1,
+        multi_turn__max_tool_response_length=10,
         multi_turn__tool_response_truncate_side="right",
     )
     out = run(ToolAgentLoop(cfg, server, tokenizer, tools=[long_text]))
     tool_msgs = [m["content"] for m in out.extra_fields["messages"] if m["role"] == "tool"]
-    assert tool_msgs == ["(truncated)..." + "x" * 10, "Error: at most 1 tool call(s) run per turn; 1 were ignored"]
+    assert tool_msgs == [
+        "(truncated)..." + "x" * 10,
+        "Error: at most 1 tool call(s) run per turn; 1 were ignored",
+    ]
 
 
 def test_tools_kwargs_reach_create_and_reward(tokenizer, stop_ids, rollout_config):

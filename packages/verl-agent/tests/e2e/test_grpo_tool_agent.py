@@ -34,13 +34,20 @@ def test_grpo_with_tool_agent_on_cpu(ray_cluster, tmp_path, tokenizer, stop_ids,
     torch.manual_seed(0)
     model_dir = tmp_path / "model"
     model = build_tiny_qwen2(model_dir, size="xs", seed=0)
-    demos = demo_trajectories(make_tool_arithmetic_rows(64, seed=1, digits=2), tokenizer, rollout_config(response_length=128), stop_ids)
-    loss = warm_start(model, demos, steps=100, lr=5e-3, batch=8)
+    demos = demo_trajectories(
+        make_tool_arithmetic_rows(64, seed=1, digits=1),
+        tokenizer,
+        rollout_config(response_length=128),
+        stop_ids,
+    )
+    loss = warm_start(model, demos, steps=200, lr=5e-3, batch=8)
     assert loss < 1.0, f"warm start did not learn the demonstrations (masked loss {loss:.3f})"
     model.save_pretrained(str(model_dir))
 
-    train = write_parquet(make_tool_arithmetic_rows(8, seed=0, digits=2), tmp_path / "train.parquet")
-    val = write_parquet(make_tool_arithmetic_rows(4, seed=0, digits=2, split="test"), tmp_path / "val.parquet")
+    train = write_parquet(make_tool_arithmetic_rows(8, seed=0, digits=1), tmp_path / "train.parquet")
+    val = write_parquet(
+        make_tool_arithmetic_rows(4, seed=0, digits=1, split="test"), tmp_path / "val.parquet"
+    )
     tools_yaml = tmp_path / "tools.yaml"
     tools_yaml.write_text("tools:\n  - class_name: calculator\n    config: {}\n")
     cfg = load_config(

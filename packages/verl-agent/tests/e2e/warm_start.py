@@ -43,10 +43,12 @@ def warm_start(model, trajectories, steps: int, lr: float = 3e-3, batch: int = 1
         pick = torch.randint(0, len(trajectories), (batch,), generator=g)
         logits = model(input_ids=ids[pick], attention_mask=attn[pick]).logits[:, :-1].float()
         target, m = ids[pick][:, 1:], mask[pick][:, 1:].float()
-        nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), reduction="none")
+        nll = torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), target.reshape(-1), reduction="none"
+        )
         loss = (nll * m.reshape(-1)).sum() / m.sum()
         opt.zero_grad()
         loss.backward()
         opt.step()
     model.eval()
-    return float(loss)
+    return float(loss.detach())

@@ -18,9 +18,13 @@ def test_extract_answer():
 
 def test_tutor_lets_the_model_retry(tokenizer, stop_ids, rollout_config):
     server = ScriptedLLMServer(["#### 4", "Sorry. #### 5"], stop_ids, tokenizer)
-    loop = ToolAgentLoop(rollout_config(response_length=500), server, tokenizer, interactions={"gsm8k": Gsm8kInteraction()})
+    loop = ToolAgentLoop(
+        rollout_config(response_length=500), server, tokenizer, interactions={"gsm8k": Gsm8kInteraction()}
+    )
     out = asyncio.run(
-        loop.run({}, raw_prompt=PROMPT, extra_info={"interaction_kwargs": {"name": "gsm8k", "ground_truth": "5"}})
+        loop.run(
+            {}, raw_prompt=PROMPT, extra_info={"interaction_kwargs": {"name": "gsm8k", "ground_truth": "5"}}
+        )
     )
     msgs = out.extra_fields["messages"]
     assert [m["role"] for m in msgs] == ["user", "assistant", "user", "assistant"]
@@ -36,8 +40,13 @@ def test_tutor_turn_limit_and_score(tokenizer, stop_ids, rollout_config):
     server = ScriptedLLMServer(["#### 7"], stop_ids, tokenizer)  # always wrong
     cfg = rollout_config(response_length=2000, multi_turn__max_user_turns=2)
     loop = ToolAgentLoop(cfg, server, tokenizer, interactions={"gsm8k": Gsm8kInteraction()})
-    out = asyncio.run(loop.run({}, raw_prompt=PROMPT, interaction_kwargs={"name": "gsm8k", "ground_truth": 5}))
+    out = asyncio.run(
+        loop.run({}, raw_prompt=PROMPT, interaction_kwargs={"name": "gsm8k", "ground_truth": 5})
+    )
     assert len(server.prompts) == 3 and out.reward_score == 0.0
     assert out.extra_fields["stop_reason"] == "max_user_turns"
-    assert [m["content"] for m in out.extra_fields["messages"] if m["role"] == "user"][1:] == [INCORRECT, INCORRECT]
+    assert [m["content"] for m in out.extra_fields["messages"] if m["role"] == "user"][1:] == [
+        INCORRECT,
+        INCORRECT,
+    ]
     assert CORRECT not in str(out.extra_fields["messages"])

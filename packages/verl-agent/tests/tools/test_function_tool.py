@@ -35,7 +35,11 @@ def test_schema_from_signature_and_docstring():
                 "properties": {
                     "city": {"type": "string", "description": "the city name"},
                     "unit": {"type": "string", "enum": ["c", "f"], "description": "temperature unit, c or f"},
-                    "days": {"type": "array", "items": {"type": "integer"}, "description": "which days ahead"},
+                    "days": {
+                        "type": "array",
+                        "items": {"type": "integer"},
+                        "description": "which days ahead",
+                    },
                 },
                 "required": ["city"],
             },

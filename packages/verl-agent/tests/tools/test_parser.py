@@ -2,8 +2,9 @@ from verl.agent.tools.parser import format_tool_call, parse_tool_calls, truncate
 
 
 def test_parses_calls_and_content():
-    text = 'Let me add.<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>' + format_tool_call(
-        "mul", {"x": [1, 2]}
+    text = (
+        'Let me add.<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>'
+        + format_tool_call("mul", {"x": [1, 2]})
     )
     turn = parse_tool_calls(text)
     assert turn.content == "Let me add."
@@ -22,7 +23,7 @@ def test_malformed_calls_become_errors_not_exceptions():
         '<tool_call>{"arguments": {}}</tool_call>'
         '<tool_call>{"name": "f", "arguments": [1]}</tool_call>'
         '<tool_call>{"name": "ok", "arguments": {}}</tool_call>'
-        "tail <tool_call>{\"name\": \"g\""
+        'tail <tool_call>{"name": "g"'
     )
     assert [c.name for c in turn.calls] == ["ok"]
     assert len(turn.errors) == 4

@@ -38,7 +38,9 @@ class AgentLoopOutput:
 
     def __post_init__(self) -> None:
         n = len(self.response_ids)
-        if len(self.response_mask) != n or (self.response_logprobs is not None and len(self.response_logprobs) != n):
+        if len(self.response_mask) != n or (
+            self.response_logprobs is not None and len(self.response_logprobs) != n
+        ):
             raise ValueError(
                 f"AgentLoopOutput: response_ids ({n}), response_mask ({len(self.response_mask)}) and "
                 f"response_logprobs ({None if self.response_logprobs is None else len(self.response_logprobs)}) "

@@ -58,7 +58,14 @@ def _message_key(content: str | None, tool_calls: list[dict] | None) -> str:
 class ChatCompletionServer:
     """Serve ``llm`` as an OpenAI chat endpoint; start with ``await start()`` (port 0 = any free)."""
 
-    def __init__(self, llm: AsyncLLMServer, tokenizer: Any, *, default_max_tokens: int = 256, model_name: str = "verl-policy"):
+    def __init__(
+        self,
+        llm: AsyncLLMServer,
+        tokenizer: Any,
+        *,
+        default_max_tokens: int = 256,
+        model_name: str = "verl-policy",
+    ):
         self.llm = llm
         self.chat = ChatTokens(tokenizer)
         self.default_max_tokens = default_max_tokens
@@ -88,7 +95,9 @@ class ChatCompletionServer:
             head = await reader.readuntil(b"\r\n\r\n")
             lines = head.decode("latin-1").split("\r\n")
             method, path, _ = lines[0].split(" ", 2)
-            headers = {k.strip().lower(): v.strip() for k, v in (ln.split(":", 1) for ln in lines[1:] if ":" in ln)}
+            headers = {
+                k.strip().lower(): v.strip() for k, v in (ln.split(":", 1) for ln in lines[1:] if ":" in ln)
+            }
             body = await reader.readexactly(int(headers.get("content-length", 0)))
             status, payload = 200, None
             try:
@@ -108,7 +117,8 @@ class ChatCompletionServer:
             reason = {200: "OK", 400: "Bad Request", 404: "Not Found"}.get(status, "Error")
             writer.write(
                 f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n"
-                "Connection: close\r\n\r\n".encode() + data
+                "Connection: close\r\n\r\n".encode()
+                + data
             )
             await writer.drain()
         finally:
@@ -133,7 +143,9 @@ class ChatCompletionServer:
                 else:
                     for c in m.get("tool_calls") or []:
                         args = c["function"].get("arguments", "{}")
-                        content += format_tool_call(c["function"]["name"], json.loads(args) if isinstance(args, str) else args)
+                        content += format_tool_call(
+                            c["function"]["name"], json.loads(args) if isinstance(args, str) else args
+                        )
             out.append({"role": m["role"], "content": content})
         return out
 
@@ -145,7 +157,9 @@ class ChatCompletionServer:
         session = self.records.setdefault(session_id, [])
         tools = request.get("tools") or None
         prompt_ids = self.chat.prompt_ids(self._to_template_messages(messages, session), tools)
-        max_tokens = int(request.get("max_completion_tokens") or request.get("max_tokens") or self.default_max_tokens)
+        max_tokens = int(
+            request.get("max_completion_tokens") or request.get("max_tokens") or self.default_max_tokens
+        )
         temperature = float(request.get("temperature", 1.0))
         params = {
             "max_tokens": max_tokens,
@@ -158,13 +172,18 @@ class ChatCompletionServer:
         raw = self.chat.assistant_content(out.token_ids, list(self.llm.stop_token_ids))
         parsed = parse_tool_calls(raw) if tools else None
         tool_calls = [
-            {"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
-             "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
+            {
+                "id": f"call_{uuid.uuid4().hex[:12]}",
+                "type": "function",
+                "function": {"name": c.name, "arguments": json.dumps(c.arguments)},
+            }
             for c in (parsed.calls if parsed else [])
         ]
         content = parsed.content if parsed else raw
         session.append(
-            CompletionRecord(prompt_ids, list(out.token_ids), list(out.log_probs), raw, _message_key(content, tool_calls))
+            CompletionRecord(
+                prompt_ids, list(out.token_ids), list(out.log_probs), raw, _message_key(content, tool_calls)
+            )
         )
         finish = "length" if out.stop_reason == "length" else ("tool_calls" if tool_calls else "stop")
         message: dict[str, Any] = {"role": "assistant", "content": content or (None if tool_calls else "")}
@@ -189,7 +208,9 @@ class ChatCompletionServer:
         prompt + completion (the client appended turns, never rewrote history)."""
         records = self.records.get(session_id)
         if not records:
-            raise KeyError(f"no completions recorded for session {session_id!r}; known: {sorted(self.records)}")
+            raise KeyError(
+                f"no completions recorded for session {session_id!r}; known: {sorted(self.records)}"
+            )
         first = records[0]
         ids = list(first.prompt_ids)
         response: list[int] = []

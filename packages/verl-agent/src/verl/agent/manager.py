@@ -63,7 +63,9 @@ class AgentLoopManager:
         self.tokenizer = tokenizer
         pad = pad_token_id if pad_token_id is not None else tokenizer.pad_token_id
         if pad is None:
-            raise ValueError("AgentLoopManager needs a pad token id (tokenizer.pad_token_id or pad_token_id=)")
+            raise ValueError(
+                "AgentLoopManager needs a pad token id (tokenizer.pad_token_id or pad_token_id=)"
+            )
         self.pad_token_id = int(pad)
         self.max_concurrency = int(max_concurrency or config.agent.num_workers)
         if self.max_concurrency < 1:
@@ -75,7 +77,9 @@ class AgentLoopManager:
         """The (shared) loop instance registered as ``name``."""
         if name not in self._loops:
             cls = AGENT_LOOPS.get(name)
-            self._loops[name] = cls(config=self.config, server=self.server, tokenizer=self.tokenizer, **self.loop_kwargs)
+            self._loops[name] = cls(
+                config=self.config, server=self.server, tokenizer=self.tokenizer, **self.loop_kwargs
+            )
         return self._loops[name]
 
     def generate_sequences(self, prompts: DataProto) -> DataProto:
@@ -141,7 +145,9 @@ class AgentLoopManager:
             "reward_score": np.array(
                 [np.nan if o.reward_score is None else o.reward_score for o in outputs], dtype=np.float64
             ),
-            "stop_reason": np.array([str(o.extra_fields.get("stop_reason", "")) for o in outputs], dtype=object),
+            "stop_reason": np.array(
+                [str(o.extra_fields.get("stop_reason", "")) for o in outputs], dtype=object
+            ),
         }
         metric_names = sorted({k for o in outputs for k in o.metrics})
         metrics: dict[str, list[float]] = {

@@ -3,8 +3,9 @@
 interactions (``gsm8k``)."""
 
 import verl.agent.agent_loop  # noqa: F401  (single_turn_agent)
+import verl.agent.chat_agent  # noqa: F401  (chat_endpoint_agent)
+import verl.agent.examples.tool_arithmetic  # noqa: F401  (calculator)
 import verl.agent.interactions.gsm8k  # noqa: F401  (gsm8k)
 import verl.agent.tool_agent  # noqa: F401  (tool_agent)
 import verl.agent.tools.code_interpreter  # noqa: F401  (code_interpreter)
 import verl.agent.tools.search  # noqa: F401  (search)
-import verl.agent.examples.tool_arithmetic  # noqa: F401,E402  (calculator)

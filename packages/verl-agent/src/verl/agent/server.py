@@ -174,8 +174,15 @@ class HFAsyncServer(AsyncLLMServer):
         self.module.eval()
         try:
             out = generate_tokens(
-                self.module, ids, mask, pos, params, self.stop_token_ids, self.pad_token_id,
-                calculate_log_probs=True, sync_group=self.sync_group,
+                self.module,
+                ids,
+                mask,
+                pos,
+                params,
+                self.stop_token_ids,
+                self.pad_token_id,
+                calculate_log_probs=True,
+                sync_group=self.sync_group,
             )
         finally:
             self.module.train(was_training)
@@ -223,7 +230,9 @@ class ScriptedLLMServer(AsyncLLMServer):
         self.in_flight = self.max_in_flight = 0
 
     def _ids(self, reply: list[int] | str) -> list[int]:
-        ids = self.tokenizer.encode(reply, add_special_tokens=False) if isinstance(reply, str) else list(reply)
+        ids = (
+            self.tokenizer.encode(reply, add_special_tokens=False) if isinstance(reply, str) else list(reply)
+        )
         if self.add_stop and (not ids or ids[-1] not in self.stop_token_ids):
             ids.append(self.stop_token_ids[0])
         return ids

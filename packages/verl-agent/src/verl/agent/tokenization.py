@@ -125,7 +125,7 @@ def check_trajectory(
         problem = describe_difference(chat.tokenizer, got, want)
     elif chat.decode(want[len(got) :]) != chat.end_of_turn:
         problem = (
-            f"the template continues with {chat.decode(want[len(got):])!r} after the trajectory, "
+            f"the template continues with {chat.decode(want[len(got) :])!r} after the trajectory, "
             f"expected only the end of turn {chat.end_of_turn!r}"
         )
     if problem is None:

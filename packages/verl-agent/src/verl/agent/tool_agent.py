@@ -65,7 +65,11 @@ class ToolAgentLoop(AgentLoopBase):
     ) -> tuple[str, float, dict[str, Any]]:
         tool = self.tools.get(call.name)
         if tool is None:
-            return f"Error: unknown tool {call.name!r}; available tools: {sorted(self.tools)}", 0.0, {"tool_error": 1.0}
+            return (
+                f"Error: unknown tool {call.name!r}; available tools: {sorted(self.tools)}",
+                0.0,
+                {"tool_error": 1.0},
+            )
         execute_kwargs = dict((tools_kwargs.get(call.name) or {}).get("execute_kwargs", {}))
         try:
             return await tool.execute(instances[call.name], call.arguments, **execute_kwargs)
@@ -164,7 +168,9 @@ class ToolAgentLoop(AgentLoopBase):
             turn_metrics[-1]["num_tokens"] = len(env_ids)
             user_turns += 1
 
-        mismatch = check_trajectory(self.chat, messages, self.tool_schemas, traj.all_ids, stop_ids, self.sanity_mode)
+        mismatch = check_trajectory(
+            self.chat, messages, self.tool_schemas, traj.all_ids, stop_ids, self.sanity_mode
+        )
         if mismatch:
             logger.warning("tokenization sanity check (request %s): %s", request_id, mismatch)
         tool_rewards = {}

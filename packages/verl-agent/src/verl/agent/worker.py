@@ -41,7 +41,14 @@ def _own_rank_group() -> Any:
 class AgentActorRolloutRefWorker(ActorRolloutRefWorker):
     """``ActorRolloutRefWorker`` + agent loops (see module doc). ``loop_kwargs`` reach every loop."""
 
-    def __init__(self, config: Any, role: str, total_training_steps: int | None = None, loop_kwargs: dict | None = None, **kw: Any):
+    def __init__(
+        self,
+        config: Any,
+        role: str,
+        total_training_steps: int | None = None,
+        loop_kwargs: dict | None = None,
+        **kw: Any,
+    ):
         super().__init__(config, role, total_training_steps=total_training_steps, **kw)
         self.loop_kwargs = dict(loop_kwargs or {})
         self.llm_server: HFAsyncServer | None = None
@@ -62,8 +69,11 @@ class AgentActorRolloutRefWorker(ActorRolloutRefWorker):
             self.actor_engine.module, stops, self.rollout.pad_token_id, sync_group=_own_rank_group()
         )
         self.agent_manager = AgentLoopManager(
-            self.config.rollout, self.llm_server, self.tokenizer,
-            pad_token_id=self.rollout.pad_token_id, loop_kwargs=self.loop_kwargs,
+            self.config.rollout,
+            self.llm_server,
+            self.tokenizer,
+            pad_token_id=self.rollout.pad_token_id,
+            loop_kwargs=self.loop_kwargs,
         )
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)

@@ -51,7 +51,9 @@ class CalculatorTool(BaseTool):
         },
     }
 
-    async def execute(self, instance_id: str, parameters: dict[str, Any], **kwargs: Any) -> tuple[str, float, dict]:
+    async def execute(
+        self, instance_id: str, parameters: dict[str, Any], **kwargs: Any
+    ) -> tuple[str, float, dict]:
         expression = parameters.get("expression") or self._instances.get(instance_id, {}).get("expression")
         if not isinstance(expression, str):
             return "Error: give an 'expression' string", 0.0, {"tool_error": 1.0}

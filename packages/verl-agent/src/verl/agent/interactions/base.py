@@ -61,7 +61,9 @@ def load_interactions(path: str | Path) -> dict[str, BaseInteraction]:
     for i, entry in enumerate(entries):
         where = f"interaction config {path}, interaction[{i}]"
         if not isinstance(entry, dict) or "class_name" not in entry:
-            raise ValueError(f"{where}: each interaction needs 'class_name' (and optionally 'name', 'config')")
+            raise ValueError(
+                f"{where}: each interaction needs 'class_name' (and optionally 'name', 'config')"
+            )
         cls = resolve_class(entry["class_name"], INTERACTIONS, where)
         name = entry.get("name") or cls.__name__.removesuffix("Interaction").lower()
         if name in out:

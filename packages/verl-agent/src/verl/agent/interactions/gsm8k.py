@@ -38,10 +38,14 @@ def same_number(a: str | None, b: str) -> bool:
 
 @INTERACTIONS.register("gsm8k")
 class Gsm8kInteraction(BaseInteraction):
-    async def start_interaction(self, instance_id: str | None = None, ground_truth: Any = None, **kwargs: Any) -> str:
+    async def start_interaction(
+        self, instance_id: str | None = None, ground_truth: Any = None, **kwargs: Any
+    ) -> str:
         if ground_truth is None:
             raise ValueError("gsm8k interaction needs interaction_kwargs.ground_truth for each row")
-        return await super().start_interaction(instance_id, ground_truth=str(ground_truth), score=0.0, **kwargs)
+        return await super().start_interaction(
+            instance_id, ground_truth=str(ground_truth), score=0.0, **kwargs
+        )
 
     async def generate_response(
         self, instance_id: str, messages: list[dict[str, Any]], **kwargs: Any

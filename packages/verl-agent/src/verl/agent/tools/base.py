@@ -18,12 +18,16 @@ class OpenAIFunctionToolSchema:
 
     name: str
     description: str = ""
-    parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}, "required": []})
+    parameters: dict[str, Any] = field(
+        default_factory=lambda: {"type": "object", "properties": {}, "required": []}
+    )
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "tool_schema") -> OpenAIFunctionToolSchema:
-        if not isinstance(data, dict) or data.get("type", "function") != "function" or not isinstance(
-            data.get("function"), dict
+        if (
+            not isinstance(data, dict)
+            or data.get("type", "function") != "function"
+            or not isinstance(data.get("function"), dict)
         ):
             raise ValueError(
                 f"{where}: expected an OpenAI function schema "
@@ -34,7 +38,9 @@ class OpenAIFunctionToolSchema:
             raise ValueError(f"{where}: function.name must be a non-empty string, got {fn.get('name')!r}")
         params = fn.get("parameters") or {"type": "object", "properties": {}, "required": []}
         if params.get("type") != "object":
-            raise ValueError(f"{where}: function.parameters.type must be 'object', got {params.get('type')!r}")
+            raise ValueError(
+                f"{where}: function.parameters.type must be 'object', got {params.get('type')!r}"
+            )
         return cls(name=fn["name"], description=fn.get("description", ""), parameters=dict(params))
 
     def to_dict(self) -> dict[str, Any]:

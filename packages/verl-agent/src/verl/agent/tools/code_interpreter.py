@@ -33,7 +33,9 @@ class CodeInterpreterTool(BaseTool):
         super().__init__(config, tool_schema)
         from verl.rewards.sandbox import get_sandbox
 
-        self.sandbox = get_sandbox(self.config.get("sandbox", "local"), **dict(self.config.get("sandbox_kwargs", {})))
+        self.sandbox = get_sandbox(
+            self.config.get("sandbox", "local"), **dict(self.config.get("sandbox_kwargs", {}))
+        )
         self.timeout = float(self.config.get("timeout", 5.0))
         self.memory_mb = int(self.config.get("memory_mb", 512))
 
@@ -42,12 +44,20 @@ class CodeInterpreterTool(BaseTool):
     ) -> tuple[str, float, dict[str, Any]]:
         code = parameters.get("code")
         if not isinstance(code, str) or not code.strip():
-            return "Error: code_interpreter needs a non-empty string argument 'code'", 0.0, {"tool_error": 1.0}
+            return (
+                "Error: code_interpreter needs a non-empty string argument 'code'",
+                0.0,
+                {"tool_error": 1.0},
+            )
         # The sandbox blocks on a subprocess: run it off the event loop so other trajectories proceed.
         result = await asyncio.to_thread(
             self.sandbox.run, code, "", language="python", timeout=self.timeout, memory_mb=self.memory_mb
         )
         text = result.stdout
         if not result.ok:
-            text += f"\n[{result.status}] {result.stderr.strip()}" if result.stderr.strip() else f"\n[{result.status}]"
+            text += (
+                f"\n[{result.status}] {result.stderr.strip()}"
+                if result.stderr.strip()
+                else f"\n[{result.status}]"
+            )
         return text.strip() or "(no output)", 0.0, {"ok": float(result.ok), "wall_time": result.wall_time}

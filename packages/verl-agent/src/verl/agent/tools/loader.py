@@ -1,11 +1,11 @@
 """Tools from a YAML file (upstream format):
 
-    tools:
-      - class_name: verl.agent.tools.search.SearchTool   # a dotted path, or a name in verl.registries.TOOLS
-        config: {corpus_path: docs.jsonl, top_k: 3}
-        tool_schema:                                       # optional when the class has a default
-          type: function
-          function: {name: search, description: ..., parameters: {...}}
+tools:
+  - class_name: verl.agent.tools.search.SearchTool   # a dotted path, or a name in verl.registries.TOOLS
+    config: {corpus_path: docs.jsonl, top_k: 3}
+    tool_schema:                                       # optional when the class has a default
+      type: function
+      function: {name: search, description: ..., parameters: {...}}
 """
 
 from __future__ import annotations
@@ -27,7 +27,9 @@ def resolve_class(class_name: str, registry: Any, where: str) -> type:
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:
-        raise ImportError(f"{where}: cannot import module {module_name!r} for class_name {class_name!r}: {e}") from e
+        raise ImportError(
+            f"{where}: cannot import module {module_name!r} for class_name {class_name!r}: {e}"
+        ) from e
     if not hasattr(module, attr):
         raise ImportError(f"{where}: module {module_name!r} has no {attr!r} (class_name {class_name!r})")
     return getattr(module, attr)
@@ -41,12 +43,16 @@ def load_tools(path: str | Path) -> list[BaseTool]:
     data = yaml.safe_load(path.read_text()) or {}
     entries = data.get("tools")
     if not isinstance(entries, list):
-        raise ValueError(f"tool config {path}: expected a top-level 'tools:' list, got {type(entries).__name__}")
+        raise ValueError(
+            f"tool config {path}: expected a top-level 'tools:' list, got {type(entries).__name__}"
+        )
     tools: list[BaseTool] = []
     for i, entry in enumerate(entries):
         where = f"tool config {path}, tools[{i}]"
         if not isinstance(entry, dict) or "class_name" not in entry:
-            raise ValueError(f"{where}: each tool needs 'class_name' (and optionally 'config', 'tool_schema')")
+            raise ValueError(
+                f"{where}: each tool needs 'class_name' (and optionally 'config', 'tool_schema')"
+            )
         cls = resolve_class(entry["class_name"], TOOLS, where)
         schema = entry.get("tool_schema") or cls.default_schema
         if schema is None:

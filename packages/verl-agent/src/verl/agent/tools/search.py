@@ -100,8 +100,12 @@ class SearchTool(BaseTool):
         elif "corpus_path" in self.config:
             docs = load_corpus(self.config["corpus_path"])
         else:
-            raise ValueError("SearchTool config needs 'corpus_path' (JSONL or text file) or 'documents' (a list)")
-        self.index = BM25Index(docs, k1=float(self.config.get("k1", 1.5)), b=float(self.config.get("b", 0.75)))
+            raise ValueError(
+                "SearchTool config needs 'corpus_path' (JSONL or text file) or 'documents' (a list)"
+            )
+        self.index = BM25Index(
+            docs, k1=float(self.config.get("k1", 1.5)), b=float(self.config.get("b", 0.75))
+        )
         self.top_k = int(self.config.get("top_k", 3))
 
     async def execute(
