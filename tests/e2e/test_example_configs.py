@@ -4,7 +4,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from verl.trainer.config import load_config, use_critic, validate_config
 from verl.trainer.sft import load_sft_config, validate_sft_config
 
