@@ -151,7 +151,9 @@ def sync_agent(base_url: str, session_id: str, raw_prompt, **row) -> float:
             return 1.0 if msg["content"] == "The sum is 5." else 0.0
         for call in msg["tool_calls"]:
             args = json.loads(call["function"]["arguments"])
-            messages.append({"role": "tool", "tool_call_id": call["id"], "content": str(args["a"] + args["b"])})
+            messages.append(
+                {"role": "tool", "tool_call_id": call["id"], "content": str(args["a"] + args["b"])}
+            )
     return 0.0
 
 
@@ -160,7 +162,9 @@ def test_chat_endpoint_agent_loop_through_the_manager(tokenizer, stop_ids, rollo
     from verl import DataProto
     from verl.agent.manager import AgentLoopManager
 
-    cfg = rollout_config(response_length=200, agent__default_agent_loop="chat_endpoint_agent", agent__num_workers=3)
+    cfg = rollout_config(
+        response_length=200, agent__default_agent_loop="chat_endpoint_agent", agent__num_workers=3
+    )
     server = ScriptedLLMServer(model, stop_ids, tokenizer)
     manager = AgentLoopManager(cfg, server, tokenizer, loop_kwargs={"agent_fn": sync_agent})
     prompts = DataProto.from_dict(
@@ -169,6 +173,8 @@ def test_chat_endpoint_agent_loop_through_the_manager(tokenizer, stop_ids, rollo
     for _ in range(2):  # a second rollout (new event loop) starts a new endpoint
         out = manager.generate_sequences(prompts)
         assert out.non_tensor_batch["reward_score"].tolist() == [1.0, 1.0, 1.0]
-        n_model = len("Let me compute. " + format_tool_call("add", {"a": 2, "b": 3})) + 1 + len("The sum is 5.") + 1
+        n_model = (
+            len("Let me compute. " + format_tool_call("add", {"a": 2, "b": 3})) + 1 + len("The sum is 5.") + 1
+        )
         assert out.batch["response_mask"].sum(-1).tolist() == [n_model] * 3
         assert out.non_tensor_batch["num_turns"].tolist() == [3] * 3

@@ -35,10 +35,14 @@ def _resolve(fn: Callable | str) -> Callable:
 
 @register_agent_loop("chat_endpoint_agent")
 class ChatEndpointAgentLoop(AgentLoopBase):
-    def __init__(self, config: Any, server: Any, tokenizer: Any, agent_fn: Callable | str | None = None, **kwargs: Any):
+    def __init__(
+        self, config: Any, server: Any, tokenizer: Any, agent_fn: Callable | str | None = None, **kwargs: Any
+    ):
         super().__init__(config, server, tokenizer, **kwargs)
         if agent_fn is None:
-            raise ValueError("chat_endpoint_agent needs loop_kwargs['agent_fn'] (the agent to run against the endpoint)")
+            raise ValueError(
+                "chat_endpoint_agent needs loop_kwargs['agent_fn'] (the agent to run against the endpoint)"
+            )
         self.agent_fn = _resolve(agent_fn)
         self.endpoint = ChatCompletionServer(server, tokenizer, default_max_tokens=self.max_response_length)
         self._loop: asyncio.AbstractEventLoop | None = None

@@ -9,3 +9,9 @@ import verl.agent.interactions.gsm8k  # noqa: F401  (gsm8k)
 import verl.agent.tool_agent  # noqa: F401  (tool_agent)
 import verl.agent.tools.code_interpreter  # noqa: F401  (code_interpreter)
 import verl.agent.tools.search  # noqa: F401  (search)
+
+# The agent-enabled hybrid worker, for main_ppo to pick when rollout.multi_turn.enable is set.
+from verl.agent.worker import AgentActorRolloutRefWorker  # noqa: E402
+from verl.registries import WORKER_CLASSES  # noqa: E402
+
+WORKER_CLASSES.register("agent_actor_rollout_ref", AgentActorRolloutRefWorker)
