@@ -75,6 +75,8 @@ class _FSDPEngineBase(BaseEngine):
         _check_offload_flags(engine_config, self.device)
         check_model_flags(model_config, self.device)
         self.model_config = model_config
+        #: pack real tokens for every forward (verl.workers.engine.packing); identical results
+        self.remove_padding = "use_remove_padding" in model_config and bool(model_config.use_remove_padding)
         self.engine_config = engine_config
         self.optim_config = optim_config
         self.model_type = model_type
@@ -131,6 +133,7 @@ class _FSDPEngineBase(BaseEngine):
         return response_outputs(
             self.module, self._to_device(micro_batch), self.model_type,
             temperature=temperature, calculate_entropy=calculate_entropy, entropy_grad=entropy_grad,
+            remove_padding=self.remove_padding,
         )
 
     def infer(

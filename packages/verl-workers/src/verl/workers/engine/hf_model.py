@@ -58,8 +58,8 @@ def load_hf_model(model_config: Any, model_type: str) -> torch.nn.Module:
 
 
 def check_model_flags(model_config: Any, device: torch.device) -> None:
-    """Reject model flags this engine cannot honour, naming the key (``use_remove_padding`` is an
-    optimisation with identical results; padded batches are run as they are)."""
+    """Reject model flags this engine cannot honour, naming the key (``use_remove_padding`` packs
+    sequences, see :mod:`verl.workers.engine.packing`)."""
     if "use_fused_kernels" in model_config and bool(model_config.use_fused_kernels):
         raise NotImplementedError("model.use_fused_kernels=True is not supported by the FSDP engines; set it to False")
     if "enable_activation_offload" in model_config and bool(model_config.enable_activation_offload):
@@ -83,10 +83,17 @@ def response_outputs(
     temperature: float = 1.0,
     calculate_entropy: bool = False,
     entropy_grad: bool = True,
+    remove_padding: bool = False,
 ) -> dict[str, torch.Tensor]:
     """Run ``module`` on ``input_ids`` / ``attention_mask`` / ``position_ids`` and keep the outputs of
     the last R positions that predict the response tokens (``responses`` is [B, R]). ``entropy_grad=False``
-    computes the entropies without autograd."""
+    computes the entropies without autograd. ``remove_padding`` runs the real tokens packed
+    (:mod:`verl.workers.engine.packing`); outputs outside ``attention_mask`` are then 0."""
+    if remove_padding:
+        return _packed_response_outputs(
+            module, micro_batch, model_type, temperature=temperature, calculate_entropy=calculate_entropy,
+            entropy_grad=entropy_grad,
+        )
     input_ids = micro_batch["input_ids"]
     responses = micro_batch["responses"]
     n_resp = responses.shape[-1]
@@ -111,4 +118,33 @@ def response_outputs(
         # without a gradient the [B, R, V] intermediates are freed at once (entropy as a metric only)
         with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
             result["entropys"] = entropy_from_logits(logits)
+    return result
+
+
+def _packed_response_outputs(
+    module: torch.nn.Module, micro_batch: Any, model_type: str, *, temperature: float,
+    calculate_entropy: bool, entropy_grad: bool,
+) -> dict[str, torch.Tensor]:
+    from verl.workers.engine.packing import block_causal_mask, plan_packing, response_index
+
+    input_ids, attention_mask = micro_batch["input_ids"], micro_batch["attention_mask"]
+    responses = micro_batch["responses"]
+    impl = module.config._attn_implementation
+    if impl not in ("sdpa", "eager"):
+        raise NotImplementedError(
+            f"model.use_remove_padding=True packs sequences with an explicit block-diagonal mask, which "
+            f"attn_implementation={impl!r} does not take; use sdpa or eager, or use_remove_padding=False"
+        )
+    plan = plan_packing(input_ids, attention_mask)
+    mask = block_causal_mask(plan.segment, None if impl == "sdpa" else module.dtype)
+    out = module(input_ids=plan.input_ids, attention_mask=mask, position_ids=plan.position_ids, use_cache=False)
+    bins, cols, valid = response_index(plan, attention_mask, responses.shape[-1])
+    logits = out.logits[bins, cols]  # [B, R, V]: the packed outputs that predict each response token
+    if model_type == "value":
+        return {"values": logits[..., 0].float().masked_fill(~valid, 0.0)}
+    logits = logits.float() / temperature
+    result = {"log_probs": logprobs_from_logits(logits, responses).masked_fill(~valid, 0.0)}
+    if calculate_entropy:
+        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+            result["entropys"] = entropy_from_logits(logits).masked_fill(~valid, 0.0)
     return result
