@@ -69,6 +69,9 @@ def run_cell(model_dir: Path, new_tokens: int, steps: int, warmup: int, out_json
     def between_steps(step: int) -> None:
         for name, server in servers.items():  # bare, then TRL
             records[name].append(server.step())
+        ours_s = trainer.recorder.records[-1]["wall_s"]
+        others = " ".join(f"{name} {records[name][-1]['step_s']:.3f}" for name in servers)
+        print(f"round {step}: ours {ours_s:.3f} {others} (s/step)", flush=True)
 
     t0 = time.perf_counter()
     ours.start_ray(worker_threads)
