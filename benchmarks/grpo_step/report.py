@@ -39,6 +39,7 @@ def summarize(cell: dict, size: str, matmul: list[dict]) -> dict[str, Any]:
         f = flops.step_flops(model_cfg, model_cfg["vocab_size"], ROWS_PER_STEP, 4, new,
                              old_log_prob=impl != "trl")  # TRL skips the old-log-prob forward here
         row[f"{impl}_s"] = med
+        row[f"{impl}_min_s"] = min(times)
         row[f"{impl}_tok_s"] = _med(tokens[impl]) / med
         row[f"{impl}_mfu"] = f["total"] / med / peak
         row[f"{impl}_gflop"] = f["total"] / 1e9
@@ -111,6 +112,13 @@ def render(cells: list[dict], matmul: list[dict], args: Any, wall_s: float) -> s
             f"| {r['size']} | {r['new_tokens']} | " + " / ".join(f"{v:.3f}" for v in r["ours_stages"].values())
             + " | " + " / ".join(f"{v:.3f}" for v in r["bare_stages"].values()) + " |"
         )
+    lines += ["", "Fastest round of each (the closest a busy machine gets to a quiet one), s/step and ratios:", "",
+              "| size | new tokens | ours | bare | TRL | ours/bare | ours/TRL |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        trl = r.get("trl_min_s")
+        lines.append(f"| {r['size']} | {r['new_tokens']} | {r['ours_min_s']:.3f} | {r['bare_min_s']:.3f} | "
+                     f"{_f(trl, '.3f')} | {r['ours_min_s'] / r['bare_min_s']:.2f} | "
+                     f"{_f(trl and r['ours_min_s'] / trl, '.2f')} |")
     lines += ["", "Peak RSS of ours = driver peak + actor worker peak (VmHWM); Ray's own processes come on top:"]
     for r in rows:
         lines.append(f"- {r['size']}/{r['new_tokens']}: driver {r['ours_rss_driver']:.0f} MiB + worker "
