@@ -103,7 +103,7 @@ def rl_args(model: str, data: dict, out: Path, steps: int, workers: int) -> list
         f"actor_rollout_ref.actor.ppo_mini_batch_size={prompts}",
         f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={prompts * n // workers}",
         f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={prompts * n // workers}",
-        "actor_rollout_ref.actor.optim.lr=3e-4", "actor_rollout_ref.actor.optim.weight_decay=0.0",
+        "actor_rollout_ref.actor.optim.lr=1e-4", "actor_rollout_ref.actor.optim.weight_decay=0.0",
         "actor_rollout_ref.actor.use_kl_loss=false", "actor_rollout_ref.actor.entropy_coeff=0.0",
         "trainer.device=cpu", "trainer.nnodes=1", f"trainer.n_gpus_per_node={workers}",
         f"trainer.total_training_steps={steps}", "trainer.test_freq=10", "trainer.save_freq=-1",
