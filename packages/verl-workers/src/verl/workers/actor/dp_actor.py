@@ -6,7 +6,8 @@ The actor holds the algorithm (policy loss, entropy bonus, KL loss, mini-batch/e
 Sizes: ``update_policy`` splits this rank's rows into mini-batches of ``ppo_mini_batch_size_per_rank``
 trajectories (the worker derives it: ``actor.ppo_mini_batch_size * rollout.n // dp_size``) and each
 mini-batch into micro-batches of ``actor.ppo_micro_batch_size_per_gpu`` rows (or, with
-``use_dynamic_bsz``, as many rows as fit ``ppo_max_token_len_per_gpu`` padded tokens). Losses use the mini-batch's
+``use_dynamic_bsz``, as many rows as fit ``ppo_max_token_len_per_gpu`` padded tokens, or real tokens
+when the engine packs sequences, ``model.use_remove_padding``). Losses use the mini-batch's
 global token/sequence counts (summed over ranks), so the update is the same for any number of workers
 and micro-batches.
 """
@@ -20,7 +21,7 @@ import torch.distributed as dist
 from verl import DataProto
 from verl.trainer.ppo.core_algos import GlobalBatchInfo, agg_loss, get_policy_loss_fn, kl_penalty
 from verl.workers.engine.base import BaseEngine
-from verl.workers.engine.batching import rows_per_micro_batch
+from verl.workers.engine.batching import rows_per_micro_batch, token_budget_groups
 
 _MODEL_INPUTS = ("input_ids", "attention_mask", "position_ids", "responses")
 
@@ -47,6 +48,32 @@ def micro_batch_size_for_inference(config: Any, data: DataProto) -> int:
             f"{data.meta_info.get('micro_batch_size')!r} and the config sets none"
         )
     return int(size)
+
+
+def split_for_engine(
+    data: DataProto, engine: BaseEngine, *, rows: int, use_dynamic_bsz: bool, max_token_len: int | None
+) -> tuple[list[Any], torch.Tensor | None]:
+    """Micro-batches for ``engine``: ``rows`` rows each, or, when the engine packs sequences and
+    ``use_dynamic_bsz``, groups of about ``max_token_len`` real tokens (same count on every rank).
+
+    Returns the micro-batches and, for token groups, the row order they hold (``None``: in order);
+    ``restore_order`` puts concatenated outputs back into the batch's row order.
+    """
+    if use_dynamic_bsz and engine.remove_padding:
+        lengths = data.batch["attention_mask"].sum(-1).tolist()
+        groups = token_budget_groups(lengths, int(max_token_len))
+        order = torch.tensor([i for g in groups for i in g], dtype=torch.long)
+        return [data.select_idxs(torch.tensor(g, dtype=torch.long)).batch for g in groups], order
+    return [mb.batch for mb in data.split(rows)], None
+
+
+def restore_order(values: torch.Tensor, order: torch.Tensor | None) -> torch.Tensor:
+    """Undo the row permutation of :func:`split_for_engine` on outputs concatenated along rows."""
+    if order is None:
+        return values
+    inverse = torch.empty_like(order)
+    inverse[order] = torch.arange(len(order))
+    return values[inverse]
 
 
 def response_mask_of(data: DataProto) -> torch.Tensor:
@@ -83,9 +110,14 @@ class DataParallelPPOActor:
         micro = micro_batch_size_for_inference(self.config, data)
         temperature = float(data.meta_info.get("temperature", 1.0))
         batch = data.select(batch_keys=list(_MODEL_INPUTS))
-        micro_batches = [mb.batch for mb in batch.split(micro)]
+        micro_batches, order = split_for_engine(
+            batch, self.engine, rows=micro,
+            use_dynamic_bsz=bool(data.meta_info.get("use_dynamic_bsz", self.config.get("log_prob_use_dynamic_bsz", False))),
+            max_token_len=data.meta_info.get("max_token_len", self.config.get("log_prob_max_token_len_per_gpu")),
+        )
         out = self.engine.infer(micro_batches, temperature=temperature, calculate_entropy=calculate_entropy)
-        return out["log_probs"], out.get("entropys") if calculate_entropy else None
+        entropys = restore_order(out["entropys"], order) if calculate_entropy else None
+        return restore_order(out["log_probs"], order), entropys
 
     # ------------------------------------------------------------------ update
     def _select_for_update(self, data: DataProto) -> DataProto:
@@ -174,7 +206,10 @@ class DataParallelPPOActor:
                 info = GlobalBatchInfo.from_mask(mask)
                 if self.engine.dp_size > 1:
                     info = info.all_reduce()
-                micro_batches = [m.batch for m in mb.split(micro)]
+                micro_batches, _ = split_for_engine(
+                    mb, self.engine, rows=micro, use_dynamic_bsz=bool(cfg.use_dynamic_bsz),
+                    max_token_len=cfg.ppo_max_token_len_per_gpu,
+                )
                 per_micro = self.engine.forward_backward(
                     micro_batches, self._loss_fn(info), temperature=temperature, calculate_entropy=True,
                     entropy_grad=cfg.entropy_coeff != 0,

@@ -15,7 +15,13 @@ import torch
 from verl import DataProto
 from verl.trainer.ppo.core_algos import GlobalBatchInfo, compute_value_loss
 from verl.utils.torch_functional import masked_mean
-from verl.workers.actor.dp_actor import _response_mask, _sum_over_ranks, response_mask_of
+from verl.workers.actor.dp_actor import (
+    _response_mask,
+    _sum_over_ranks,
+    response_mask_of,
+    restore_order,
+    split_for_engine,
+)
 from verl.workers.engine.base import BaseEngine
 from verl.workers.engine.batching import rows_per_micro_batch
 
@@ -46,7 +52,11 @@ class DataParallelPPOCritic:
             use_dynamic_bsz=bool(cfg.use_dynamic_bsz), max_token_len=cfg.forward_max_token_len_per_gpu,
         )
         batch = data.select(batch_keys=list(_MODEL_INPUTS))
-        values = self.engine.infer([mb.batch for mb in batch.split(int(micro))])["values"]
+        micro_batches, order = split_for_engine(
+            batch, self.engine, rows=int(micro), use_dynamic_bsz=bool(cfg.use_dynamic_bsz),
+            max_token_len=cfg.forward_max_token_len_per_gpu,
+        )
+        values = restore_order(self.engine.infer(micro_batches)["values"], order)
         return values * response_mask_of(data).to(values.dtype)
 
     def _loss_fn(self, info: GlobalBatchInfo):
@@ -108,7 +118,11 @@ class DataParallelPPOCritic:
                 info = GlobalBatchInfo.from_mask(response_mask_of(mb))
                 if self.engine.dp_size > 1:
                     info = info.all_reduce()
-                per_micro = self.engine.forward_backward([m.batch for m in mb.split(micro)], self._loss_fn(info))
+                micro_batches, _ = split_for_engine(
+                    mb, self.engine, rows=micro, use_dynamic_bsz=bool(cfg.use_dynamic_bsz),
+                    max_token_len=cfg.ppo_max_token_len_per_gpu,
+                )
+                per_micro = self.engine.forward_backward(micro_batches, self._loss_fn(info))
                 summed = _sum_over_ranks(per_micro, self.engine.dp_size)
                 summed["grad_norm"] = self.engine.optimizer_step()
                 step_metrics.append(summed)

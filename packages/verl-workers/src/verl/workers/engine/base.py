@@ -51,6 +51,9 @@ class BaseEngine(ABC):
     lr_scheduler: torch.optim.lr_scheduler.LRScheduler | None
     model_type: ModelType
     device: torch.device
+    #: True when forwards pack real tokens (``model.use_remove_padding``): micro-batches are then
+    #: best formed by real-token budgets (``verl.workers.engine.batching.token_budget_groups``)
+    remove_padding: bool = False
 
     @property
     @abstractmethod
