@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from verl.trainer.config import load_config, validate_config
-from verl.trainer.main_ppo import run_ppo
+from verl.trainer.main_ppo import build_trainer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -55,8 +55,24 @@ def run_algorithm(name, task_data, model, out):
         *ALGORITHMS[name],
     ])
     validate_config(cfg)
-    run_ppo(cfg)
+    trainer = build_trainer(cfg)
+    trainer.init_workers()
+    try:
+        trainer.fit()
+    finally:
+        release(trainer)
     return [json.loads(line) for line in open(out / "metrics.jsonl")]
+
+
+def release(trainer):
+    """Stop the run's workers and free its placement groups: the tests share one Ray session, and a
+    finished trainer keeps both (run_ppo does not release them)."""
+    import ray
+
+    for worker in trainer.actor_rollout_wg.workers:  # colocated roles share these processes
+        ray.kill(worker)
+    for pool in trainer.resource_pool_manager.resource_pool_dict.values():
+        pool.remove()
 
 
 @pytest.mark.parametrize("name", list(ALGORITHMS))
