@@ -13,6 +13,9 @@ On a CPU machine, in minutes, a tiny language model learns two-digit addition th
 Outputs (printed at the end): ``sft/`` and ``rl/`` with ``config.yaml``, ``metrics.jsonl``, TensorBoard
 events, checkpoints, and ``rl/reward_curve.png``; ``summary.json`` holds the before/after accuracy.
 Options: ``--out DIR``, ``--sft-steps N``, ``--rl-steps N``, ``--workers N`` (quick runs for tests).
+
+Measured (2 cores shared with other jobs, load average ~15-20): held-out greedy exact match 30.8% after
+the 180-step SFT warm start, 39.4% after 60 GRPO steps (47.1% at step 30); 408 s in total.
 """
 
 from __future__ import annotations
