@@ -85,8 +85,8 @@ class BareGRPOStep:
         return torch.log_softmax(logits, dim=-1).gather(-1, seq[:, -L:].unsqueeze(-1)).squeeze(-1)
 
     def step(self) -> dict:
-        """Run one step; returns seconds per phase, token count, mean reward and peak RSS."""
-        t0 = time.perf_counter()
+        """Run one step; returns seconds per phase, CPU seconds (all threads), tokens, mean reward, peak RSS."""
+        t0, c0 = time.perf_counter(), time.process_time()
         prompts, answers = self._next_prompts()
         prompt_ids = self.tok(prompts, return_tensors="pt", add_special_tokens=False)["input_ids"]
         self.model.eval()
@@ -117,7 +117,7 @@ class BareGRPOStep:
         self.opt.zero_grad(set_to_none=True)
         t4 = time.perf_counter()
         return {
-            "step_s": t4 - t0, "gen_s": t1 - t0, "reward_s": t2 - t1, "old_log_prob_s": t3 - t2,
+            "step_s": t4 - t0, "cpu_s": time.process_time() - c0, "gen_s": t1 - t0, "reward_s": t2 - t1, "old_log_prob_s": t3 - t2,
             "update_s": t4 - t3, "gen_tokens": int(responses.numel()), "reward": float(scores.mean()),
             "peak_rss_mib": peak_rss_mib(),
         }

@@ -79,6 +79,7 @@ def run_cell(model_dir: Path, new_tokens: int, steps: int, warmup: int, out_json
         trainer = ours.build(model_dir, new_tokens, warmup + steps, out_json.with_name(f"{tag}_ours_out"))
         workers = ours.worker_info(trainer)
         trainer.between_steps = between_steps
+        trainer.cpu_clock = ours.cpu_clock_of([w["pid"] for w in workers])  # driver + actor worker
         trainer.fit()
         records["ours"] = trainer.recorder.records
         worker_peak = sum(_vm_hwm_mib(w["pid"]) for w in workers)

@@ -69,19 +69,21 @@ class StepRecorder:
 
     ``wall_s`` of a step runs from the end of the previous ``log`` call (or from the recorder's
     creation, at the start of ``fit``) to this call: fetching the batch, the step, its metrics.
+    ``cpu_s`` is the CPU time ``cpu_clock`` (cumulative seconds) advanced over the same interval.
     """
 
-    def __init__(self, between_steps: Callable[[int], None]):
+    def __init__(self, between_steps: Callable[[int], None], cpu_clock: Callable[[], float]):
         self.between_steps = between_steps
+        self.cpu_clock = cpu_clock
         self.records: list[dict[str, Any]] = []
-        self._t = time.perf_counter()
+        self._t, self._c = time.perf_counter(), cpu_clock()
 
     def log(self, data: dict, step: int) -> None:
-        wall = time.perf_counter() - self._t
-        self.records.append({"step": step, "wall_s": wall, **{k: v for k, v in data.items()
-                                                                 if isinstance(v, int | float)}})
+        wall, cpu = time.perf_counter() - self._t, self.cpu_clock() - self._c
+        self.records.append({"step": step, "wall_s": wall, "cpu_s": cpu,
+                             **{k: v for k, v in data.items() if isinstance(v, int | float)}})
         self.between_steps(step)
-        self._t = time.perf_counter()
+        self._t, self._c = time.perf_counter(), self.cpu_clock()
 
     def finish(self) -> None:
         pass
@@ -91,9 +93,10 @@ class BenchTrainer(RayPPOTrainer):
     """``RayPPOTrainer`` whose tracking is the benchmark's :class:`StepRecorder`."""
 
     between_steps: Callable[[int], None] = staticmethod(lambda step: None)
+    cpu_clock: Callable[[], float] = staticmethod(time.process_time)
 
     def _make_logger(self) -> StepRecorder:
-        self.recorder = StepRecorder(self.between_steps)
+        self.recorder = StepRecorder(self.between_steps, self.cpu_clock)
         return self.recorder
 
 
@@ -117,6 +120,18 @@ def build(model_dir: Path, new_tokens: int, total_steps: int, out_dir: Path) -> 
     trainer = build_trainer(cfg, trainer_cls=BenchTrainer)
     trainer.init_workers()
     return trainer
+
+
+def cpu_clock_of(pids: list[int]) -> Callable[[], float]:
+    """Cumulative CPU seconds (user + system, all threads) of this process plus the processes ``pids``."""
+    import psutil
+
+    procs = [psutil.Process(pid) for pid in pids]
+
+    def clock() -> float:
+        return time.process_time() + sum(sum(p.cpu_times()[:2]) for p in procs)
+
+    return clock
 
 
 def worker_info(trainer: RayPPOTrainer) -> list[dict[str, int]]:

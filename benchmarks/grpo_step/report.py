@@ -43,6 +43,15 @@ def summarize(cell: dict, size: str, matmul: list[dict]) -> dict[str, Any]:
         row[f"{impl}_tok_s"] = _med(tokens[impl]) / med
         row[f"{impl}_mfu"] = f["total"] / med / peak
         row[f"{impl}_gflop"] = f["total"] / 1e9
+    cpu = {"ours": [r["cpu_s"] for r in rec["ours"]], "bare": [r["cpu_s"] for r in rec["bare"]]}
+    if "trl" in rec:
+        cpu["trl"] = [r["cpu_s"] for r in rec["trl"]]
+    for impl, xs in cpu.items():
+        row[f"{impl}_cpu_s"] = _med(xs)
+    row["cpu_ours_over_bare"] = _med([a / b for a, b in zip(cpu["ours"], cpu["bare"])])
+    if "trl" in cpu:
+        row["cpu_ours_over_trl"] = _med([a / c for a, c in zip(cpu["ours"], cpu["trl"])])
+        row["cpu_trl_over_bare"] = _med([c / b for c, b in zip(cpu["trl"], cpu["bare"])])
     row["ours_over_bare"] = _med([a / b for a, b in zip(step["ours"], step["bare"])])
     if "trl" in step:
         row["ours_over_trl"] = _med([a / c for a, c in zip(step["ours"], step["trl"])])
@@ -119,6 +128,15 @@ def render(cells: list[dict], matmul: list[dict], args: Any, wall_s: float) -> s
         lines.append(f"| {r['size']} | {r['new_tokens']} | {r['ours_min_s']:.3f} | {r['bare_min_s']:.3f} | "
                      f"{_f(trl, '.3f')} | {r['ours_min_s'] / r['bare_min_s']:.2f} | "
                      f"{_f(trl and r['ours_min_s'] / trl, '.2f')} |")
+    lines += ["", "CPU seconds per step (user + system, all threads; ours = driver + actor worker, Ray daemons "
+              "excluded). Less sensitive to other jobs than wall time, but 2-thread spin-waits count too:", "",
+              "| size | new tokens | CPU s ours | CPU s bare | CPU s TRL | ours/bare | ours/TRL | TRL/bare |",
+              "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        g = r.get
+        lines.append(f"| {r['size']} | {r['new_tokens']} | {r['ours_cpu_s']:.3f} | {r['bare_cpu_s']:.3f} | "
+                     f"{_f(g('trl_cpu_s'), '.3f')} | {r['cpu_ours_over_bare']:.2f} | "
+                     f"{_f(g('cpu_ours_over_trl'), '.2f')} | {_f(g('cpu_trl_over_bare'), '.2f')} |")
     lines += ["", "Peak RSS of ours = driver peak + actor worker peak (VmHWM); Ray's own processes come on top:"]
     for r in rows:
         lines.append(f"- {r['size']}/{r['new_tokens']}: driver {r['ours_rss_driver']:.0f} MiB + worker "

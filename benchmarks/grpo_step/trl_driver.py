@@ -84,7 +84,7 @@ def main() -> None:
         """Holds the trainer between steps and reports each step's wall time."""
 
         def __init__(self) -> None:
-            self.t0 = 0.0
+            self.t0 = self.c0 = 0.0
 
         def on_train_begin(self, a, state, control, **kw):
             print("READY " + json.dumps({
@@ -92,13 +92,14 @@ def main() -> None:
                 "threads": torch.get_num_threads(), "params": sum(p.numel() for p in model.parameters()),
             }), flush=True)
             wait_for_command()
-            self.t0 = time.perf_counter()
+            self.t0, self.c0 = time.perf_counter(), time.process_time()
 
         def on_step_end(self, a, state, control, **kw):
-            dt = time.perf_counter() - self.t0
-            print("RESULT " + json.dumps({"step_s": dt, **last, "peak_rss_mib": peak_rss_mib()}), flush=True)
+            dt, cpu = time.perf_counter() - self.t0, time.process_time() - self.c0
+            print("RESULT " + json.dumps({"step_s": dt, "cpu_s": cpu, **last, "peak_rss_mib": peak_rss_mib()}),
+                  flush=True)
             wait_for_command()
-            self.t0 = time.perf_counter()
+            self.t0, self.c0 = time.perf_counter(), time.process_time()
 
     cfg = GRPOConfig(
         output_dir=args.workdir,
