@@ -3,8 +3,8 @@
 The tiny Qwen2 is first warm-started (plain torch, 600 steps) on demonstrations the tool loop
 itself produced, so it emits tool calls and mostly copies the tool's answer; then RayPPOTrainer runs GRPO with
 `AgentActorRolloutRefWorker` as the hybrid actor/rollout/ref role: the trainer's generate stage
-calls ``generate_sequences``, which runs ``tool_agent`` loops, and the actor updates on the masked
-trajectories. The metrics must carry the tool-call rate and the reward.
+calls ``generate_sequences``, which runs ``tool_agent`` loops on each of 2 FSDP2 ranks (ranks make
+different numbers of model calls), and the actor updates on the masked trajectories. The metrics must carry the tool-call rate and the reward.
 """
 
 import math
@@ -76,7 +76,7 @@ def test_grpo_with_tool_agent_on_cpu(ray_cluster, tmp_path, tokenizer, stop_ids,
             "algorithm.adv_estimator=grpo",
             "trainer.device=cpu",
             "trainer.nnodes=1",
-            "trainer.n_gpus_per_node=1",
+            "trainer.n_gpus_per_node=2",
             "trainer.total_training_steps=2",
             "trainer.logger=[console]",
             "trainer.val_before_train=false",
@@ -90,7 +90,7 @@ def test_grpo_with_tool_agent_on_cpu(ray_cluster, tmp_path, tokenizer, stop_ids,
     tok = hf_tokenizer(str(model_dir))
     mapping = {Role.ActorRolloutRef: AgentActorRolloutRefWorker}
     pools = ResourcePoolManager(
-        resource_pool_spec={"global_pool": [1]},
+        resource_pool_spec={"global_pool": [2]},
         mapping={role: "global_pool" for role in mapping},
         use_gpu=False,
         num_cpus_per_worker=0.5,
