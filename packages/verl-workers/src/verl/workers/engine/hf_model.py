@@ -125,7 +125,7 @@ def _packed_response_outputs(
     module: torch.nn.Module, micro_batch: Any, model_type: str, *, temperature: float,
     calculate_entropy: bool, entropy_grad: bool,
 ) -> dict[str, torch.Tensor]:
-    from verl.workers.engine.packing import block_causal_mask, plan_packing, response_index
+    from verl.workers.engine.packing import bin_width, block_causal_mask, plan_packing, response_index
 
     input_ids, attention_mask = micro_batch["input_ids"], micro_batch["attention_mask"]
     responses = micro_batch["responses"]
@@ -135,7 +135,8 @@ def _packed_response_outputs(
             f"model.use_remove_padding=True packs sequences with an explicit block-diagonal mask, which "
             f"attn_implementation={impl!r} does not take; use sdpa or eager, or use_remove_padding=False"
         )
-    plan = plan_packing(input_ids, attention_mask)
+    longest = int(attention_mask.sum(-1).max())
+    plan = plan_packing(input_ids, attention_mask, width=bin_width(module.config, longest))
     mask = block_causal_mask(plan.segment, None if impl == "sdpa" else module.dtype)
     out = module(input_ids=plan.input_ids, attention_mask=mask, position_ids=plan.position_ids, use_cache=False)
     bins, cols, valid = response_index(plan, attention_mask, responses.shape[-1])

@@ -2,11 +2,12 @@
 
 A micro-batch arrives padded ([B, P+R]: left-padded prompt, right-padded response). Its rows' real
 tokens (contiguous in each row) are packed first-fit-decreasing into a few *packed rows* of width W
-(the longest real row), several sequences per packed row, position ids restarting at 0 for each
+(at least the longest real row; see :func:`bin_width`), several sequences per packed row, position ids restarting at 0 for each
 sequence. A block-diagonal causal 4D mask keeps attention inside each sequence: on CPU, sdpa and
 eager attention do not infer sequence boundaries from ``position_ids`` (checked numerically in the
 tests), so the mask is explicit. Attention then costs about (real tokens) x W instead of
-B x (P+R)^2, and the MLP/projections see real tokens plus the bins' small remainder.
+B x (P+R)^2, and the MLP/projections see real tokens plus the bins' small remainder. (With
+flash-attention kernels on GPU one row and ``position_ids`` alone would do; not done here.)
 
 The per-response-token outputs are gathered back into the padded [B, R] layout; positions outside
 ``attention_mask`` hold 0 (the padded computation holds the model's output there, which every
@@ -16,6 +17,7 @@ consumer masks).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -50,8 +52,37 @@ def first_fit_decreasing(lengths: list[int], capacity: int) -> list[list[int]]:
     return bins
 
 
-def plan_packing(input_ids: torch.Tensor, attention_mask: torch.Tensor, pad_token_id: int = 0) -> PackPlan:
-    """Pack the real tokens of ``input_ids`` [B, L] (``attention_mask`` 1 on a contiguous run per row)."""
+#: extra attention work (relative to the projections and MLP) a packed row may add by being wide
+ATTENTION_SHARE = 0.15
+
+
+def bin_width(config: Any, longest: int) -> int:
+    """Packed-row width: at least the longest row, wider while attention stays cheap.
+
+    Wider rows pack more sequences (less fill) but the dense block mask makes attention cost
+    ~ width per token. Per token and layer, attention costs ~4 * width * (heads * head_dim) FLOPs and
+    the projections + MLP ~2 * (their parameters); the width is chosen so attention stays under
+    :data:`ATTENTION_SHARE` of the latter (configs without these sizes: the longest row).
+    """
+    try:
+        hidden, heads, inter = (
+            int(config.hidden_size),
+            int(config.num_attention_heads),
+            int(config.intermediate_size),
+        )
+    except (AttributeError, TypeError):
+        return longest
+    head_dim = int(getattr(config, "head_dim", None) or hidden // heads)
+    kv = int(getattr(config, "num_key_value_heads", None) or heads)
+    layer_params = hidden * head_dim * (2 * heads + 2 * kv) + 3 * hidden * inter
+    return max(longest, int(ATTENTION_SHARE * 2 * layer_params / (4 * heads * head_dim)))
+
+
+def plan_packing(
+    input_ids: torch.Tensor, attention_mask: torch.Tensor, pad_token_id: int = 0, width: int | None = None
+) -> PackPlan:
+    """Pack the real tokens of ``input_ids`` [B, L] (``attention_mask`` 1 on a contiguous run per row)
+    into rows of ``width`` tokens (default: the longest row)."""
     mask = attention_mask.bool()
     lengths = mask.sum(-1)
     first = mask.int().argmax(-1)
@@ -62,7 +93,7 @@ def plan_packing(input_ids: torch.Tensor, attention_mask: torch.Tensor, pad_toke
             "use_remove_padding needs each row's real tokens to be contiguous (left/right padding only)"
         )
     lens = lengths.tolist()
-    width = max(max(lens), 1)
+    width = max(max(lens), 1, width or 0)
     bins = first_fit_decreasing(lens, width)
     nb = len(bins)
     ids = torch.full((nb, width), pad_token_id, dtype=input_ids.dtype, device=input_ids.device)
