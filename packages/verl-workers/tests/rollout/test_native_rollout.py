@@ -242,3 +242,65 @@ def test_unsupported_architecture_falls_back_to_hf_loop(tiny_tokenizer):
         "falls back to the hf decode loop" in str(w.message) and "gpt2" in str(w.message) for w in caught
     )
     assert_same_generation(dict(got.batch.items()), dict(ref.batch.items()))
+
+
+def _two_rank_native(rank, world, model_dir, out_dir):
+    """Each rank decodes its own prompts on a 2-way FSDP2-sharded model; rank 0's rows stop after one
+    token (every token is EOS), rank 1's run to the end."""
+    import os
+
+    from verl.workers.engine import build_engine
+
+    cfg = load_config(
+        [
+            f"actor_rollout_ref.model.path={model_dir}",
+            "data.max_response_length=5",
+            "actor_rollout_ref.rollout.calculate_log_probs=true",
+        ]
+    )
+    arr = cfg.actor_rollout_ref
+    engine = build_engine("fsdp2", model_config=arr.model, engine_config=arr.actor.fsdp_config)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    rollout = NativeRollout(engine.module, arr.rollout, tok)
+    if rank == 0:
+        rollout.eos_token_ids = list(range(len(tok)))
+    prompts = chat_prompts(tok, ["1+2=", "33+4="] if rank == 0 else ["5+6=", "70+81="], {"do_sample": False})
+    out = rollout.generate_sequences(prompts)
+    torch.save(
+        {"out": dict(out.batch.items()), "eos": rollout.eos_token_ids, "prompts": prompts},
+        os.path.join(out_dir, f"rank{rank}.pt"),
+    )
+
+
+@pytest.mark.slow
+def test_two_fsdp2_ranks_decode_independently_with_one_width(tmp_path, tiny_model_dir):
+    from verl.workers.engine.testing import run_gloo
+
+    run_gloo(_two_rank_native, 2, str(tmp_path), tiny_model_dir, str(tmp_path))
+    plain = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    widths, ref_widths = [], []
+    for rank in range(2):
+        saved = torch.load(tmp_path / f"rank{rank}.pt", weights_only=False)
+        got, b = saved["out"], saved["prompts"].batch
+        ref = generate_tokens(
+            plain,
+            b["input_ids"],
+            b["attention_mask"],
+            b["position_ids"],
+            SamplingParams(response_length=5, do_sample=False),
+            saved["eos"],
+            PAD,
+            calculate_log_probs=True,
+        )
+        r = ref["responses"].shape[1]
+        ref_widths.append(r)
+        widths.append(got["responses"].shape[1])
+        for key in ("responses", "response_mask"):
+            assert torch.equal(got[key][:, :r], ref[key]), (rank, key)
+        torch.testing.assert_close(
+            got["rollout_log_probs"][:, :r], ref["rollout_log_probs"], atol=1e-5, rtol=0
+        )
+        assert got["response_mask"][:, r:].sum() == 0 and got["responses"][:, r:].eq(PAD).all()
+        assert got["position_ids"].shape == got["input_ids"].shape
+    assert ref_widths[0] == 1 < ref_widths[1]  # rank 0 alone stops after one token
+    assert widths == [ref_widths[1]] * 2  # both ranks return rank 1's width
