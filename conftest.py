@@ -27,3 +27,28 @@ def ray_cluster():
         )
     yield ray
     ray.shutdown()
+
+
+def _live_placement_group_ids() -> set[str]:
+    from ray.util.placement_group import placement_group_table
+
+    return {pg_id for pg_id, info in placement_group_table().items() if info["state"] != "REMOVED"}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _release_ray_resources_per_module():
+    """Worker groups hold placement groups until the driver exits; in one long test session those of
+    finished modules would starve later ones of (logical) CPUs. After each module, remove the placement
+    groups it created, which also ends the worker actors scheduled in them."""
+    import sys
+
+    ray = sys.modules.get("ray")
+    before = _live_placement_group_ids() if ray is not None and ray.is_initialized() else set()
+    yield
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return
+    from ray.util.placement_group import PlacementGroup, remove_placement_group
+
+    for pg_id in _live_placement_group_ids() - before:
+        remove_placement_group(PlacementGroup(ray.PlacementGroupID(bytes.fromhex(pg_id))))
