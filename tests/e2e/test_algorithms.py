@@ -60,19 +60,8 @@ def run_algorithm(name, task_data, model, out):
     try:
         trainer.fit()
     finally:
-        release(trainer)
+        trainer.shutdown()  # the tests share one Ray session
     return [json.loads(line) for line in open(out / "metrics.jsonl")]
-
-
-def release(trainer):
-    """Stop the run's workers and free its placement groups: the tests share one Ray session, and a
-    finished trainer keeps both (run_ppo does not release them)."""
-    import ray
-
-    for worker in trainer.actor_rollout_wg.workers:  # colocated roles share these processes
-        ray.kill(worker)
-    for pool in trainer.resource_pool_manager.resource_pool_dict.values():
-        pool.remove()
 
 
 @pytest.mark.parametrize("name", list(ALGORITHMS))

@@ -8,7 +8,13 @@ from verl.utils.registry import Registry
 
 WORKER_CLASSES = Registry(
     "worker class",
-    {"actor_rollout_ref": "verl-workers", "critic": "verl-workers", "reward_model": "verl-rewards"},
+    {
+        "actor_rollout_ref": "verl-workers",
+        "critic": "verl-workers",
+        "sft": "verl-workers",
+        "reward_model": "verl-rewards",
+        "agent_actor_rollout_ref": "verl-agent",
+    },
 )
 TRAINING_ENGINES = Registry(
     "training engine", {"fsdp2": "verl-workers", "fsdp": "verl-workers", "megatron": "verl-workers[megatron]"}

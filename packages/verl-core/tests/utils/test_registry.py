@@ -1,5 +1,4 @@
 import pytest
-
 from verl.utils.registry import Registry
 
 

@@ -41,17 +41,11 @@ def with_default_config(argv: list[str]) -> list[str]:
 
 
 def build_reward_fn(cfg: DictConfig, tokenizer: Any, num_examine: int) -> Any:
-    """Core's reward-manager loader; the ``dapo`` manager also gets the overlong buffer from
-    ``reward.overlong_buffer`` and ``max_resp_len`` from ``data.max_response_length`` (as upstream's
-    recipe passes them; core's loader alone passes only ``reward.reward_kwargs``)."""
-    from omegaconf import OmegaConf
+    """Core's reward-manager loader: with `reward.overlong_buffer.enable` it passes the buffer and
+    `max_resp_len = data.max_response_length` to the `dapo` manager."""
     from verl.trainer.ppo.reward import load_reward_manager
 
-    extra: dict[str, Any] = {}
-    if cfg.reward.reward_manager == "dapo":
-        extra["max_resp_len"] = int(cfg.data.max_response_length)
-        extra["overlong_buffer"] = OmegaConf.to_container(cfg.reward.overlong_buffer, resolve=True)
-    return load_reward_manager(cfg, tokenizer, num_examine, **extra)
+    return load_reward_manager(cfg, tokenizer, num_examine)
 
 
 def run_dapo(cfg: DictConfig, trainer_cls: type | None = None) -> dict[str, float]:

@@ -38,7 +38,9 @@ def build_role_worker_mapping(config: DictConfig) -> dict:
     from verl.registries import WORKER_CLASSES
     from verl.trainer.ppo.ray_trainer import Role
 
-    actor_cls = WORKER_CLASSES.get("actor_rollout_ref")
+    # Multi-turn rollouts run agent loops inside the actor's process (verl-agent's subclass of the worker).
+    multi_turn = config.actor_rollout_ref.rollout.multi_turn.enable
+    actor_cls = WORKER_CLASSES.get("agent_actor_rollout_ref" if multi_turn else "actor_rollout_ref")
     mapping = {(Role.ActorRolloutRef if _use_ref(config) else Role.ActorRollout): actor_cls}
     if _use_critic(config):
         mapping[Role.Critic] = WORKER_CLASSES.get("critic")
@@ -110,7 +112,10 @@ def run_ppo(config: DictConfig, **build_kwargs: Any) -> dict[str, float]:
     trainer = build_trainer(config, **build_kwargs)
     trainer.check_steps_remaining()  # a finished run fails here, before any worker starts
     trainer.init_workers()
-    metrics = trainer.fit()
+    try:
+        metrics = trainer.fit()
+    finally:
+        trainer.shutdown()
     _print_outputs(config, metrics)
     return metrics
 

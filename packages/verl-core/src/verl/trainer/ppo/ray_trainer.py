@@ -324,6 +324,12 @@ class RayPPOTrainer(TrainerIOMixin):
             batch = self._stage_update_actor(batch, metrics)
         return batch
 
+    def shutdown(self) -> None:
+        """Free this run's Ray resources: removing the pools' placement groups ends the worker processes
+        scheduled in them, so the next run in the same Ray session gets its CPUs/GPUs back."""
+        for pool in self.resource_pool_manager.resource_pool_dict.values():
+            pool.remove()
+
     def fit(self) -> dict[str, float]:
         """Train until ``total_training_steps``; returns the last step's metrics.
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from omegaconf import OmegaConf
 
 from verl.protocol import DataProto
 
@@ -53,6 +54,11 @@ def load_reward_manager(config: Any, tokenizer: Any, num_examine: int, **reward_
 
     manager_cls = REWARD_MANAGERS.get(config.reward.reward_manager)
     kwargs = dict(config.reward.reward_kwargs or {})
+    if config.reward.overlong_buffer.enable:
+        # Overlong shaping needs the response budget; a manager without it (e.g. `naive`) rejects these
+        # options with an error naming them, instead of silently training without the penalty.
+        kwargs["overlong_buffer"] = OmegaConf.to_container(config.reward.overlong_buffer, resolve=True)
+        kwargs["max_resp_len"] = int(config.data.max_response_length)
     kwargs.update(reward_kwargs)
     return manager_cls(
         tokenizer=tokenizer,
