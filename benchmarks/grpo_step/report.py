@@ -66,7 +66,7 @@ def summarize(cell: dict, size: str, matmul: list[dict]) -> dict[str, Any]:
     stages = {s: _med([r.get(f"timing_s/{s}", 0.0) for r in rec["ours"]]) for s in OUR_STAGES}
     stages["outside stages"] = _med([r["wall_s"] - sum(r.get(f"timing_s/{s}", 0.0) for s in OUR_STAGES)
                                      for r in rec["ours"]])
-    row["ours_stages"] = {k: v for k, v in stages.items() if v > 0.0005 or k == "outside stages"}
+    row["ours_stages"] = stages
     row["bare_stages"] = {k: _med([r[f"{k}_s"] for r in rec["bare"]])
                           for k in ("gen", "reward", "old_log_prob", "update")}
     row["threads"] = {"ours_worker": [w["threads"] for w in cell["ours_workers"]],
@@ -98,14 +98,24 @@ HEADER = (
 )
 
 
-def render(cells: list[dict], matmul: list[dict], args: Any, wall_s: float) -> str:
-    """The full markdown report: matmul line, main table, per-stage table, notes."""
-    rows = [summarize(c, c["size"], matmul) for c in cells]
-    best = max(m["best_gflops"] for m in matmul)
+def render(cells: list[dict], matmul: list[dict], args: Any, wall_s: float, peak_gflops: float | None = None) -> str:
+    """The full markdown report: matmul line, main table, per-stage table, notes.
+
+    MFU uses ``peak_gflops`` when given (e.g. a quiet machine's matmul rate), else the best measured rate.
+    """
+    measured = max(m["best_gflops"] for m in matmul)
+    ref = [{"best_gflops": peak_gflops}] if peak_gflops else matmul
+    rows = [summarize(c, c["size"], ref) for c in cells]
+    # stages that took time in any cell, in loop order (the same columns for every row)
+    shown = [k for k in rows[0]["ours_stages"] if k == "outside stages"
+             or any(r["ours_stages"][k] > 0.0005 for r in rows)] if rows else []
+    for r in rows:
+        r["ours_stages"] = {k: r["ours_stages"][k] for k in shown}
     lines = [
         f"Machine: sustained fp32 matmul 2048x2048 ({matmul[0]['threads']} threads): "
         + ", ".join(f"{m['best_gflops']:.1f} (median {m['median_gflops']:.1f})" for m in matmul)
-        + f" GFLOP/s before/after the cells; MFU below uses the best, {best:.1f} GFLOP/s.",
+        + f" GFLOP/s before/after the cells (best {measured:.1f}); MFU below uses "
+        + (f"--peak-gflops {peak_gflops:.1f} GFLOP/s." if peak_gflops else f"the best measured, {measured:.1f} GFLOP/s."),
         "",
         HEADER,
         *[row_line(r) for r in rows],

@@ -54,6 +54,21 @@ def _parse_cell_steps(items: list[str]) -> dict[tuple[str, int], int]:
     return out
 
 
+def _render_saved(args: argparse.Namespace) -> None:
+    """Print the tables again from ``--out``'s cell JSON files and matmul.json (e.g. with --peak-gflops)."""
+    out = Path(args.out)
+    cells = []
+    for size in args.sizes:
+        for length in args.lengths:
+            path = out / f"{size}_L{length}.json"
+            if path.exists():
+                cell = json.loads(path.read_text())
+                cell["size"] = size
+                cells.append(cell)
+    matmul = json.loads((out / "matmul.json").read_text())
+    print(report.render(cells, matmul, args, float("nan"), args.peak_gflops))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", nargs="+", default=["xs", "s"], choices=sorted(assets.SIZES))
@@ -67,7 +82,13 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=0, help="torch threads of bare/TRL (0 = torch's default)")
     ap.add_argument("--assets", default="/tmp/grpo_step_assets", help="where the model folders are built")
     ap.add_argument("--out", default="/tmp/grpo_step_results", help="per-cell JSON, logs, table.md")
+    ap.add_argument("--peak-gflops", type=float, default=None,
+                    help="matmul rate for MFU instead of the best measured one (e.g. a quiet machine's)")
+    ap.add_argument("--render", action="store_true", help="only re-render --out's saved results")
     args = ap.parse_args()
+    if args.render:
+        _render_saved(args)
+        return
     if args.trl_python and not Path(args.trl_python).exists():
         raise SystemExit(f"--trl-python {args.trl_python}: no such file (create the venv first, see README.md)")
 
@@ -100,7 +121,8 @@ def main() -> None:
             cells.append(cell)
             print(report.row_line(report.summarize(cell, size, matmul)), flush=True)
     matmul.append(_matmul(args.threads))
-    text = report.render(cells, matmul, args, time.perf_counter() - t_start)
+    (out / "matmul.json").write_text(json.dumps(matmul))
+    text = report.render(cells, matmul, args, time.perf_counter() - t_start, args.peak_gflops)
     (out / "table.md").write_text(text)
     print(text)
     print(f"raw records: {out}/*.json; this table: {out / 'table.md'}")
