@@ -366,8 +366,8 @@ class NativeRollout(HFRollout):
         eos = [] if self.config.ignore_eos else self.eos_token_ids
         rows = input_ids.shape[0]
         step = int(self.config.micro_batch_size or rows) or 1
-        with gathered_fsdp2_params(self.module, self.reshard_after_forward):
-            weights = decoder_weights(self.module)
+        with gathered_fsdp2_params(self.module, self.reshard_after_forward), torch.no_grad():
+            weights = decoder_weights(self.module)  # no autograd graph over the fused copies
             chunks = [
                 native_generate(
                     self.module,
