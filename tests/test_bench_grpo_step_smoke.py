@@ -33,8 +33,11 @@ def test_step_flops_match_parameter_count():
     sizes = _load("assets").SIZES
     for size, arch in sizes.items():
         model = Qwen2ForCausalLM(Qwen2Config(vocab_size=101, tie_word_embeddings=True, **arch))
-        linear = sum(m.weight.numel() for n, m in model.named_modules()
-                     if isinstance(m, torch.nn.Linear) and n != "lm_head")
+        linear = sum(
+            m.weight.numel()
+            for n, m in model.named_modules()
+            if isinstance(m, torch.nn.Linear) and n != "lm_head"
+        )
         h, layers = arch["hidden_size"], arch["num_hidden_layers"]
         rows, prompt, new = 3, 4, 5
         seq = prompt + new
@@ -44,14 +47,35 @@ def test_step_flops_match_parameter_count():
         got = flops.step_flops(arch, 101, rows, prompt, new)
         assert got["forward"] == expected_fwd, size
         assert got["total"] == got["gen"] + 4 * expected_fwd
-        assert flops.step_flops(arch, 101, rows, prompt, new, old_log_prob=False)["total"] == got["gen"] + 3 * expected_fwd
+        assert (
+            flops.step_flops(arch, 101, rows, prompt, new, old_log_prob=False)["total"]
+            == got["gen"] + 3 * expected_fwd
+        )
 
 
 @pytest.mark.slow
 def test_one_round_of_ours_and_bare(tmp_path):
     out = tmp_path / "out"
-    cmd = [sys.executable, str(BENCH / "run.py"), "--sizes", "xs", "--lengths", "4", "--steps", "1", "--warmup", "0",
-           "--worker-threads", "1", "--threads", "1", "--assets", str(tmp_path / "assets"), "--out", str(out)]
+    cmd = [
+        sys.executable,
+        str(BENCH / "run.py"),
+        "--sizes",
+        "xs",
+        "--lengths",
+        "4",
+        "--steps",
+        "1",
+        "--warmup",
+        "0",
+        "--worker-threads",
+        "1",
+        "--threads",
+        "1",
+        "--assets",
+        str(tmp_path / "assets"),
+        "--out",
+        str(out),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| xs | 0.138M | 4 | 1 |")]

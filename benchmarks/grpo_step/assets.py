@@ -17,10 +17,20 @@ from pathlib import Path
 
 # Architecture of the anchor's sizes (same numbers as the anchor's SIZES table).
 SIZES: dict[str, dict[str, int]] = {
-    "xs": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
-               intermediate_size=256),
-    "s": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=4,
-              intermediate_size=1024),
+    "xs": dict(
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        intermediate_size=256,
+    ),
+    "s": dict(
+        hidden_size=256,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        intermediate_size=1024,
+    ),
 }
 
 # Renders [{"role": "user", "content": "3+4="}] as "3+4=" (no role markers, no generation prefix).

@@ -38,9 +38,18 @@ def peak_rss_mib() -> float:
 class BareGRPOStep:
     """One GRPO step at a time on the model folder ``model_path`` (see the module doc)."""
 
-    def __init__(self, model_path: str | Path, new_tokens: int, prompts_per_step: int = 8, n: int = 8,
-                 lr: float = 1e-3, clip_ratio: float = 0.2, temperature: float = 1.0, seed: int = 0,
-                 old_log_prob: bool = True):
+    def __init__(
+        self,
+        model_path: str | Path,
+        new_tokens: int,
+        prompts_per_step: int = 8,
+        n: int = 8,
+        lr: float = 1e-3,
+        clip_ratio: float = 0.2,
+        temperature: float = 1.0,
+        seed: int = 0,
+        old_log_prob: bool = True,
+    ):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.tok = AutoTokenizer.from_pretrained(str(model_path))
@@ -117,8 +126,14 @@ class BareGRPOStep:
         self.opt.zero_grad(set_to_none=True)
         t4 = time.perf_counter()
         return {
-            "step_s": t4 - t0, "cpu_s": time.process_time() - c0, "gen_s": t1 - t0, "reward_s": t2 - t1, "old_log_prob_s": t3 - t2,
-            "update_s": t4 - t3, "gen_tokens": int(responses.numel()), "reward": float(scores.mean()),
+            "step_s": t4 - t0,
+            "cpu_s": time.process_time() - c0,
+            "gen_s": t1 - t0,
+            "reward_s": t2 - t1,
+            "old_log_prob_s": t3 - t2,
+            "update_s": t4 - t3,
+            "gen_tokens": int(responses.numel()),
+            "reward": float(scores.mean()),
             "peak_rss_mib": peak_rss_mib(),
         }
 
@@ -129,7 +144,12 @@ def serve(args: argparse.Namespace) -> None:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     bare = BareGRPOStep(args.model, args.new_tokens, lr=args.lr, seed=args.seed)
-    ready = {"impl": "bare", "params": bare.n_params, "threads": torch.get_num_threads(), "torch": torch.__version__}
+    ready = {
+        "impl": "bare",
+        "params": bare.n_params,
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+    }
     print("READY " + json.dumps(ready), flush=True)
     for line in sys.stdin:
         cmd = line.strip()

@@ -51,19 +51,48 @@ def _other_descendants_mib(exclude: set[int]) -> tuple[float, int]:
     return total, count
 
 
-def run_cell(model_dir: Path, new_tokens: int, steps: int, warmup: int, out_json: Path, trl_python: str | None,
-             worker_threads: int, threads: int, lr: float = 1e-3) -> dict:
+def run_cell(
+    model_dir: Path,
+    new_tokens: int,
+    steps: int,
+    warmup: int,
+    out_json: Path,
+    trl_python: str | None,
+    worker_threads: int,
+    threads: int,
+    lr: float = 1e-3,
+) -> dict:
     """Time ``warmup + steps`` alternating rounds; write and return the raw records."""
     out_json.parent.mkdir(parents=True, exist_ok=True)
     tag = out_json.stem
     servers: dict[str, StepServer] = {}
-    base = ["--model", str(model_dir), "--new-tokens", str(new_tokens), "--lr", str(lr), "--threads", str(threads)]
-    servers["bare"] = StepServer("bare", [sys.executable, str(HERE / "bare.py"), "--serve", *base],
-                                 out_json.with_name(f"{tag}_bare.log"))
+    base = [
+        "--model",
+        str(model_dir),
+        "--new-tokens",
+        str(new_tokens),
+        "--lr",
+        str(lr),
+        "--threads",
+        str(threads),
+    ]
+    servers["bare"] = StepServer(
+        "bare",
+        [sys.executable, str(HERE / "bare.py"), "--serve", *base],
+        out_json.with_name(f"{tag}_bare.log"),
+    )
     if trl_python:
-        servers["trl"] = StepServer("trl", [trl_python, str(HERE / "trl_driver.py"), *base,
-                                            "--workdir", str(out_json.with_name(f"{tag}_trl_out"))],
-                                    out_json.with_name(f"{tag}_trl.log"))
+        servers["trl"] = StepServer(
+            "trl",
+            [
+                trl_python,
+                str(HERE / "trl_driver.py"),
+                *base,
+                "--workdir",
+                str(out_json.with_name(f"{tag}_trl_out")),
+            ],
+            out_json.with_name(f"{tag}_trl.log"),
+        )
     records: dict[str, list[dict]] = {name: [] for name in servers}
 
     def between_steps(step: int) -> None:
@@ -93,12 +122,19 @@ def run_cell(model_dir: Path, new_tokens: int, steps: int, warmup: int, out_json
             server.close()
     driver_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     result = {
-        "model_dir": str(model_dir), "new_tokens": new_tokens, "steps": steps, "warmup": warmup,
+        "model_dir": str(model_dir),
+        "new_tokens": new_tokens,
+        "steps": steps,
+        "warmup": warmup,
         "wall_s": time.perf_counter() - t0,
         "ready": {name: s.ready for name, s in servers.items()},
         "ours_workers": workers,
-        "ours_rss": {"driver_peak_mib": driver_peak, "worker_peak_mib": worker_peak,
-                     "ray_daemons_mib": daemons_mib, "ray_daemon_processes": n_daemons},
+        "ours_rss": {
+            "driver_peak_mib": driver_peak,
+            "worker_peak_mib": worker_peak,
+            "ray_daemons_mib": daemons_mib,
+            "ray_daemon_processes": n_daemons,
+        },
         "records": records,
     }
     out_json.write_text(json.dumps(result, indent=1))
@@ -119,8 +155,16 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=0)
     args = ap.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    run_cell(Path(args.model), args.new_tokens, args.steps, args.warmup, Path(args.out_json), args.trl_python,
-             args.worker_threads, args.threads)
+    run_cell(
+        Path(args.model),
+        args.new_tokens,
+        args.steps,
+        args.warmup,
+        Path(args.out_json),
+        args.trl_python,
+        args.worker_threads,
+        args.threads,
+    )
 
 
 if __name__ == "__main__":

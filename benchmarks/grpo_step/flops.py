@@ -32,8 +32,12 @@ def matmul_gflops(n: int = 2048, reps: int = 5, threads: int = 0) -> dict[str, f
         t0 = time.perf_counter()
         torch.mm(a, b, out=out)
         rates.append(2 * n**3 / (time.perf_counter() - t0) / 1e9)
-    return {"n": n, "threads": torch.get_num_threads(), "best_gflops": max(rates),
-            "median_gflops": statistics.median(rates)}
+    return {
+        "n": n,
+        "threads": torch.get_num_threads(),
+        "best_gflops": max(rates),
+        "median_gflops": statistics.median(rates),
+    }
 
 
 def _per_token_linear(cfg: dict[str, int]) -> int:
@@ -68,8 +72,9 @@ def generation_flops(cfg: dict[str, int], vocab: int, rows: int, prompt: int, ne
     return rows * (lin + attn + head)
 
 
-def step_flops(cfg: dict[str, int], vocab: int, rows: int, prompt: int, new: int,
-               old_log_prob: bool = True) -> dict[str, Any]:
+def step_flops(
+    cfg: dict[str, int], vocab: int, rows: int, prompt: int, new: int, old_log_prob: bool = True
+) -> dict[str, Any]:
     """FLOPs of one step: generation, the old-log-prob forward (if done), forward + backward (3x)."""
     gen = generation_flops(cfg, vocab, rows, prompt, new)
     fwd = forward_flops(cfg, vocab, rows, prompt, new)
@@ -85,9 +90,12 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="print one JSON line (for the harness)")
     args = ap.parse_args()
     r = matmul_gflops(args.n, args.reps, args.threads)
-    print(json.dumps(r) if args.json else
-          f"fp32 matmul {args.n}x{args.n}, {r['threads']} threads: best {r['best_gflops']:.1f} GFLOP/s, "
-          f"median {r['median_gflops']:.1f} GFLOP/s")
+    print(
+        json.dumps(r)
+        if args.json
+        else f"fp32 matmul {args.n}x{args.n}, {r['threads']} threads: best {r['best_gflops']:.1f} GFLOP/s, "
+        f"median {r['median_gflops']:.1f} GFLOP/s"
+    )
 
 
 if __name__ == "__main__":

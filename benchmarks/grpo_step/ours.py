@@ -23,7 +23,9 @@ os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer  # noqa: E402
 
 
-def overrides(model_dir: Path, new_tokens: int, total_steps: int, out_dir: Path, lr: float = 1e-3) -> list[str]:
+def overrides(
+    model_dir: Path, new_tokens: int, total_steps: int, out_dir: Path, lr: float = 1e-3
+) -> list[str]:
     """The config of the anchor's settings as ``key=value`` overrides of the trainer defaults."""
     return [
         f"data.train_files={model_dir / 'train.parquet'}",
@@ -80,8 +82,14 @@ class StepRecorder:
 
     def log(self, data: dict, step: int) -> None:
         wall, cpu = time.perf_counter() - self._t, self.cpu_clock() - self._c
-        self.records.append({"step": step, "wall_s": wall, "cpu_s": cpu,
-                             **{k: v for k, v in data.items() if isinstance(v, int | float)}})
+        self.records.append(
+            {
+                "step": step,
+                "wall_s": wall,
+                "cpu_s": cpu,
+                **{k: v for k, v in data.items() if isinstance(v, int | float)},
+            }
+        )
         self.between_steps(step)
         self._t, self._c = time.perf_counter(), self.cpu_clock()
 
@@ -106,8 +114,14 @@ def start_ray(worker_threads: int) -> None:
 
     env = {"OMP_NUM_THREADS": str(worker_threads), "TOKENIZERS_PARALLELISM": "false"}
     # address="local": always a fresh cluster of our own, never one another process started.
-    ray.init(address="local", num_cpus=max(2, worker_threads), include_dashboard=False, configure_logging=False,
-             log_to_driver=False, runtime_env={"env_vars": env})
+    ray.init(
+        address="local",
+        num_cpus=max(2, worker_threads),
+        include_dashboard=False,
+        configure_logging=False,
+        log_to_driver=False,
+        runtime_env={"env_vars": env},
+    )
 
 
 def build(model_dir: Path, new_tokens: int, total_steps: int, out_dir: Path) -> BenchTrainer:

@@ -77,20 +77,30 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=2, help="rounds per cell left out of the medians")
     ap.add_argument("--cell-steps", nargs="*", default=[], help="per-cell override, e.g. s/64=6")
     ap.add_argument("--trl-python", default=None, help="a Python with TRL installed (omit: no TRL column)")
-    ap.add_argument("--worker-threads", type=int, default=2,
-                    help="torch threads of our Ray worker (OMP_NUM_THREADS); 2 = the cores, as bare/TRL")
+    ap.add_argument(
+        "--worker-threads",
+        type=int,
+        default=2,
+        help="torch threads of our Ray worker (OMP_NUM_THREADS); 2 = the cores, as bare/TRL",
+    )
     ap.add_argument("--threads", type=int, default=0, help="torch threads of bare/TRL (0 = torch's default)")
     ap.add_argument("--assets", default="/tmp/grpo_step_assets", help="where the model folders are built")
     ap.add_argument("--out", default="/tmp/grpo_step_results", help="per-cell JSON, logs, table.md")
-    ap.add_argument("--peak-gflops", type=float, default=None,
-                    help="matmul rate for MFU instead of the best measured one (e.g. a quiet machine's)")
+    ap.add_argument(
+        "--peak-gflops",
+        type=float,
+        default=None,
+        help="matmul rate for MFU instead of the best measured one (e.g. a quiet machine's)",
+    )
     ap.add_argument("--render", action="store_true", help="only re-render --out's saved results")
     args = ap.parse_args()
     if args.render:
         _render_saved(args)
         return
     if args.trl_python and not Path(args.trl_python).exists():
-        raise SystemExit(f"--trl-python {args.trl_python}: no such file (create the venv first, see README.md)")
+        raise SystemExit(
+            f"--trl-python {args.trl_python}: no such file (create the venv first, see README.md)"
+        )
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -98,16 +108,33 @@ def main() -> None:
     models = {size: assets.ensure_model(size, Path(args.assets)) for size in args.sizes}
     t_start = time.perf_counter()
     matmul = [_matmul(args.threads)]
-    print(f"matmul before: {matmul[0]['best_gflops']:.1f} GFLOP/s best, {matmul[0]['median_gflops']:.1f} median",
-          flush=True)
+    print(
+        f"matmul before: {matmul[0]['best_gflops']:.1f} GFLOP/s best, {matmul[0]['median_gflops']:.1f} median",
+        flush=True,
+    )
     cells = []
     for size in args.sizes:
         for length in args.lengths:
             steps = overrides.get((size, length), args.steps)
             out_json = out / f"{size}_L{length}.json"
-            cmd = [sys.executable, str(HERE / "cell.py"), "--model", str(models[size]), "--new-tokens", str(length),
-                   "--steps", str(steps), "--warmup", str(args.warmup), "--out-json", str(out_json),
-                   "--worker-threads", str(args.worker_threads), "--threads", str(args.threads)]
+            cmd = [
+                sys.executable,
+                str(HERE / "cell.py"),
+                "--model",
+                str(models[size]),
+                "--new-tokens",
+                str(length),
+                "--steps",
+                str(steps),
+                "--warmup",
+                str(args.warmup),
+                "--out-json",
+                str(out_json),
+                "--worker-threads",
+                str(args.worker_threads),
+                "--threads",
+                str(args.threads),
+            ]
             if args.trl_python:
                 cmd += ["--trl-python", args.trl_python]
             print(f"cell {size}/{length}: {args.warmup} warm-up + {steps} rounds ...", flush=True)

@@ -19,8 +19,9 @@ class StepServer:
         self.cmd = cmd
         self.log_path = Path(log_path)
         self.log = open(self.log_path, "w")  # noqa: SIM115 (closed in close())
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
-                                     text=True, bufsize=1, env=env)
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, bufsize=1, env=env
+        )
         self.ready = self._read("READY")
 
     @property

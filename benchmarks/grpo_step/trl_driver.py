@@ -87,17 +87,28 @@ def main() -> None:
             self.t0 = self.c0 = 0.0
 
         def on_train_begin(self, a, state, control, **kw):
-            print("READY " + json.dumps({
-                "impl": "trl", "trl": trl.__version__, "torch": torch.__version__,
-                "threads": torch.get_num_threads(), "params": sum(p.numel() for p in model.parameters()),
-            }), flush=True)
+            print(
+                "READY "
+                + json.dumps(
+                    {
+                        "impl": "trl",
+                        "trl": trl.__version__,
+                        "torch": torch.__version__,
+                        "threads": torch.get_num_threads(),
+                        "params": sum(p.numel() for p in model.parameters()),
+                    }
+                ),
+                flush=True,
+            )
             wait_for_command()
             self.t0, self.c0 = time.perf_counter(), time.process_time()
 
         def on_step_end(self, a, state, control, **kw):
             dt, cpu = time.perf_counter() - self.t0, time.process_time() - self.c0
-            print("RESULT " + json.dumps({"step_s": dt, "cpu_s": cpu, **last, "peak_rss_mib": peak_rss_mib()}),
-                  flush=True)
+            print(
+                "RESULT " + json.dumps({"step_s": dt, "cpu_s": cpu, **last, "peak_rss_mib": peak_rss_mib()}),
+                flush=True,
+            )
             wait_for_command()
             self.t0, self.c0 = time.perf_counter(), time.process_time()
 
@@ -129,8 +140,14 @@ def main() -> None:
         seed=args.seed,
         dataloader_num_workers=0,
     )
-    trainer = GRPOTrainer(model=model, reward_funcs=[exact_match], args=cfg, train_dataset=dataset,
-                          processing_class=tokenizer, callbacks=[StepGate()])
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=[exact_match],
+        args=cfg,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=[StepGate()],
+    )
     trainer.train()
 
 
