@@ -90,5 +90,7 @@ def test_one_round_of_ours_and_bare(tmp_path):
     assert ours[0]["response_length/mean"] == 4.0  # ignore_eos: every completion has exactly 4 tokens
     assert bare[0]["gen_tokens"] == 64 * 4
     assert ours[0]["timing_s/gen"] > 0 and ours[0]["timing_s/update_actor"] > 0
+    assert ours[0]["cpu_s"] > 0 and bare[0]["cpu_s"] > 0
     assert cell["ours_rss"]["worker_peak_mib"] > 0 and cell["ours_workers"][0]["threads"] == 1
-    assert (out / "table.md").read_text().count("| xs |") == 2  # main table and per-stage table
+    # main table, per-stage table, fastest-round table, CPU-seconds table
+    assert (out / "table.md").read_text().count("| xs |") == 4
