@@ -68,6 +68,6 @@ def test_packed_critic_values_and_update_equal_padded(dist_world1, tiny_value_mo
         results.append((values, engine.full_state_dict()))
     torch.testing.assert_close(results[1][0], results[0][0], atol=1e-5, rtol=1e-5)
     for k in results[0][1]:
-        # Adam at lr 1e-2 turns fp-noise gradient differences into ~1e-6 weight differences; a real
-        # mismatch moves weights by ~lr
-        torch.testing.assert_close(results[1][1][k], results[0][1][k], atol=2e-5, rtol=1e-4)
+        # Adam at lr 1e-2 turns fp-noise gradient differences into ~1e-6..3e-5 weight differences (it
+        # normalises near-zero gradients); a real mismatch moves weights by ~lr, 100x the tolerance
+        torch.testing.assert_close(results[1][1][k], results[0][1][k], atol=1e-4, rtol=1e-4)
