@@ -171,15 +171,47 @@ def changed_paths(base: str, root: Path = ROOT) -> list[str]:
     return out.stdout.splitlines()
 
 
+# pytest's closing line, e.g. "==== 1 failed, 573 passed, 1 skipped, 2 warnings in 725.52s ====".
+_PYTEST_CLOSING = re.compile(r"\b\d+ (passed|failed|skipped|errors?|deselected)\b.* in [\d.]+s")
+_PYTEST_COUNT = re.compile(r"(\d+) (passed|failed|skipped|errors?)\b")
+
+
+def pytest_counts(line: str) -> dict[str, int]:
+    """Counts from a pytest closing line (``{}`` for any other line); ``error``/``errors`` count as failed."""
+    if not _PYTEST_CLOSING.search(line):
+        return {}
+    counts: dict[str, int] = {}
+    for n, kind in _PYTEST_COUNT.findall(line):
+        key = "failed" if kind.startswith("error") else kind
+        counts[key] = counts.get(key, 0) + int(n)
+    return counts
+
+
+def run_entry(cmd: list[str], cwd: Path) -> tuple[int, dict[str, int]]:
+    """Run one entry's pytest, echoing its output; return its exit code and its closing-line counts."""
+    counts: dict[str, int] = {}
+    with subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            counts = pytest_counts(line) or counts
+    sys.stdout.flush()
+    return proc.returncode, counts
+
+
 def run(
     entries: list[dict[str, str]], pytest_args: list[str], root: Path = ROOT, frozen: bool = False
 ) -> int:
-    """Run every entry (all of them, even after a failure); print a summary; 0 if all passed."""
+    """Run every entry (all of them, even after a failure); print a summary and, last, one plain
+    ``N passed, N failed, N skipped`` line over all entries; 0 if all passed."""
     results = []
+    total = {"passed": 0, "failed": 0, "skipped": 0}
     for entry in entries:
         cmd = command(entry, pytest_args, frozen)
         print(f"\n=== {entry['package']}: {' '.join(cmd)}", flush=True)
-        code = subprocess.run(cmd, cwd=root).returncode
+        code, counts = run_entry(cmd, root)
+        for key in total:
+            total[key] += counts.get(key, 0)
         results.append((entry["package"], code))
     print("\n=== summary")
     failed = 0
@@ -188,6 +220,7 @@ def run(
         failed += not ok
         note = "no tests collected" if code == NO_TESTS_COLLECTED else f"exit {code}"
         print(f"  {'PASS' if ok else 'FAIL'}  {name} ({note})")
+    print(f"{total['passed']} passed, {total['failed']} failed, {total['skipped']} skipped", flush=True)
     return 1 if failed else 0
 
 

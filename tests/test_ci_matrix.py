@@ -132,16 +132,37 @@ def test_matrix_skips_packages_without_tests_and_commands(ws):
 def test_run_counts_no_tests_collected_as_pass(monkeypatch, capsys):
     codes = {"a": 0, "b": 5, "c": 1}
 
-    class Done:
-        def __init__(self, code):
-            self.returncode = code
+    counts = {"a": {"passed": 3}, "b": {}, "c": {"passed": 1, "failed": 2, "skipped": 1}}
 
-    monkeypatch.setattr(cm.subprocess, "run", lambda cmd, cwd: Done(codes[cmd[cmd.index("--package") + 1]]))
+    def fake_run_entry(cmd, cwd):
+        name = cmd[cmd.index("--package") + 1]
+        return codes[name], counts[name]
+
+    monkeypatch.setattr(cm, "run_entry", fake_run_entry)
     entries = [{"package": k, "tests": f"{k}/tests"} for k in ("a", "b")]
     assert cm.run(entries, []) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "3 passed, 0 failed, 0 skipped"
     assert cm.run([*entries, {"package": "c", "tests": "c/tests"}], []) == 1
     out = capsys.readouterr().out
     assert "PASS  b (no tests collected)" in out and "FAIL  c (exit 1)" in out
+    assert out.splitlines()[-1] == "4 passed, 2 failed, 1 skipped"
+
+
+def test_pytest_closing_lines_are_counted():
+    line = "======= 1 failed, 573 passed, 1 skipped, 1 warning in 725.52s (0:12:05) ========"
+    assert cm.pytest_counts(line) == {"failed": 1, "passed": 573, "skipped": 1}
+    assert cm.pytest_counts("40 passed, 2 deselected in 29.01s") == {"passed": 40}
+    assert cm.pytest_counts("3 passed, 1 error in 2.00s") == {"passed": 3, "failed": 1}
+    assert cm.pytest_counts("tests/test_x.py::test_passed PASSED [ 50%]") == {}
+    assert cm.pytest_counts("no tests ran in 0.01s") == {}
+
+
+def test_run_entry_echoes_output_and_reads_the_closing_line(tmp_path, capsys):
+    script = tmp_path / "fake_pytest.py"
+    script.write_text("print('collected 3 items')\nprint('=== 2 passed, 1 skipped in 0.10s ===')\nraise SystemExit(0)\n")
+    code, counts = cm.run_entry([sys.executable, str(script)], tmp_path)
+    assert code == 0 and counts == {"passed": 2, "skipped": 1}
+    assert "collected 3 items" in capsys.readouterr().out
 
 
 def test_real_workspace_core_change_selects_all_packages():
