@@ -46,10 +46,10 @@ def _free_port():
         return s.getsockname()[1]
 
 
-@pytest.mark.slow
-def test_ranks_finishing_at_different_steps_do_not_hang(tmp_path, tiny_model_dir):
+def _run_two_ranks(tmp_path, script_text: str, model_dir: str) -> dict[int, dict]:
+    """Run ``script_text`` as two gloo ranks on 127.0.0.1; return each rank's ``RESULT`` json by rank."""
     script = tmp_path / "two_ranks.py"
-    script.write_text(_SCRIPT)
+    script.write_text(script_text)
     port = str(_free_port())
     procs = []
     for rank in range(2):
@@ -64,7 +64,7 @@ def test_ranks_finishing_at_different_steps_do_not_hang(tmp_path, tiny_model_dir
         )
         procs.append(
             subprocess.Popen(
-                [sys.executable, str(script), tiny_model_dir],
+                [sys.executable, str(script), model_dir],
                 env=env,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -83,5 +83,45 @@ def test_ranks_finishing_at_different_steps_do_not_hang(tmp_path, tiny_model_dir
         for p in procs:
             if p.poll() is None:
                 p.kill()
+    return results
+
+
+@pytest.mark.slow
+def test_ranks_finishing_at_different_steps_do_not_hang(tmp_path, tiny_model_dir):
+    results = _run_two_ranks(tmp_path, _SCRIPT, tiny_model_dir)
     assert results[0]["R"] == 5 and results[0]["mask"] == [[1, 0, 0, 0, 0]] * 2 and results[0]["pads"]
     assert results[1]["R"] == 5 and results[1]["mask"] == [[1] * 5, [1] * 5]
+
+
+# Inside gathered_fsdp2_params no forward may be a collective, so ranks may run different numbers of
+# forwards (agent loops decode each rank's requests independently). The root is sharded with an
+# explicit reshard_after_forward=True, as the training engine does; a collective would time out.
+_INDEPENDENT_SCRIPT = r"""
+import datetime, json, sys
+import torch, torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
+from transformers import AutoModelForCausalLM
+from verl.workers.rollout.hf_rollout import gathered_fsdp2_params
+
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=30))
+rank = dist.get_rank()
+torch.manual_seed(0)
+model = AutoModelForCausalLM.from_pretrained(sys.argv[1])
+for layer in model.model.layers:
+    fully_shard(layer, reshard_after_forward=True)
+fully_shard(model, reshard_after_forward=True)
+ids = torch.tensor([[5, 6, 7, 8]])
+with torch.no_grad(), gathered_fsdp2_params(model, reshard_after_forward=True):
+    logits = [model(input_ids=ids).logits for _ in range(1 + 3 * rank)]  # rank 0: 1 forward, rank 1: 4
+dist.barrier()  # both ranks get here only if no forward above waited for the other rank
+with torch.no_grad():
+    again = model(input_ids=ids).logits  # resharded afterwards: a normal (collective) forward works
+print("RESULT", json.dumps({"rank": rank, "same": bool(torch.allclose(logits[-1], again, atol=1e-5))}), flush=True)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_gathered_params_let_ranks_run_different_forward_counts(tmp_path, tiny_model_dir):
+    results = _run_two_ranks(tmp_path, _INDEPENDENT_SCRIPT, tiny_model_dir)
+    assert results[0]["same"] and results[1]["same"]

@@ -171,17 +171,19 @@ def gathered_fsdp2_params(module: nn.Module, reshard_after_forward: bool = True)
     if not fsdp_modules:
         yield
         return
+    # The root too: the engine passes reshard_after_forward to fully_shard explicitly, which turns off
+    # FSDP2's keep-the-root-gathered heuristic, so the root would reshard after every decode step and
+    # all-gather again on the next (a collective: ranks decoding different step counts, as agent loops
+    # do, would deadlock on it).
     for m in fsdp_modules:
-        if m is not module:  # the root keeps FSDP's own setting
-            m.set_reshard_after_forward(False, recurse=False)
+        m.set_reshard_after_forward(False, recurse=False)
         m.unshard()
     try:
         yield
     finally:
         for m in fsdp_modules:
             m.reshard()
-            if m is not module:
-                m.set_reshard_after_forward(reshard_after_forward, recurse=False)
+            m.set_reshard_after_forward(reshard_after_forward, recurse=False)
 
 
 def _as_id_list(value: Any) -> list[int]:
