@@ -145,3 +145,24 @@ def test_manager_on_tiny_model_log_probs_match_a_forward_pass(
         got = out.batch["rollout_log_probs"][i, :n_resp]
         assert torch.allclose(got[model_tok], ref[model_tok], atol=1e-4)
     assert out.batch["responses"].shape[1] <= 10
+
+
+def test_output_widths_are_the_configured_lengths_on_every_rank(tokenizer, rollout_config):
+    """Data-parallel ranks run their loops independently; their outputs must still concatenate."""
+    from verl.agent.agent_loop import AgentLoopOutput
+
+    cfg = rollout_config(prompt_length=12, response_length=20)
+    manager = AgentLoopManager(cfg, ScriptedLLMServer([], [tokenizer.eos_token_id]), tokenizer, pad_token_id=0)
+
+    def out(p, r):
+        return AgentLoopOutput(list(range(1, p + 1)), list(range(1, r + 1)), [1] * r, [0.0] * r, 1)
+
+    rank0 = manager.to_dataproto([out(3, 5), out(7, 2)])
+    rank1 = manager.to_dataproto([out(10, 17)])
+    assert rank0.batch["prompts"].shape == (2, 12) and rank0.batch["responses"].shape == (2, 20)
+    merged = DataProto.concat([rank0, rank1])
+    assert merged.batch["input_ids"].shape == (3, 32)
+    assert merged.batch["response_mask"][2].tolist() == [1] * 17 + [0] * 3
+    assert merged.batch["prompts"][0].tolist() == [0] * 9 + [1, 2, 3]  # left-padded
+    # A row longer than the configured length widens that batch instead of being cut.
+    assert manager.to_dataproto([out(3, 25)]).batch["responses"].shape == (1, 25)

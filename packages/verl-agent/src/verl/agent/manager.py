@@ -111,8 +111,11 @@ class AgentLoopManager:
     def to_dataproto(self, outputs: list[AgentLoopOutput]) -> DataProto:
         """Pad and stack loop outputs into the contract's tensors (prompts left, responses right)."""
         n = len(outputs)
-        p = max(len(o.prompt_ids) for o in outputs)
-        r = max(1, max(len(o.response_ids) for o in outputs))
+        # Fixed widths (the configured lengths, or more if a row overflows them): every data-parallel
+        # rank returns the same shapes, which DataProto.concat of the ranks' outputs needs; ranks run
+        # their loops independently, so "longest in this batch" would differ between them.
+        p = max(int(self.config.prompt_length), max(len(o.prompt_ids) for o in outputs))
+        r = max(1, int(self.config.response_length), max(len(o.response_ids) for o in outputs))
         prompts = torch.full((n, p), self.pad_token_id, dtype=torch.long)
         prompt_mask = torch.zeros((n, p), dtype=torch.long)
         responses = torch.full((n, r), self.pad_token_id, dtype=torch.long)
