@@ -258,17 +258,21 @@ class HFRollout(BaseRollout):
             top_p=float(meta_info.get("top_p", cfg.top_p)),
         )
 
-    def generate_sequences(self, prompts: DataProto) -> DataProto:
-        params = self.sampling_params(prompts.meta_info)
+    def decode_inputs(
+        self, prompts: DataProto
+    ) -> tuple[SamplingParams, list[int], list[tuple[torch.Tensor, ...]]]:
+        """Sampling parameters, stop ids, and the prompts cut into ``rollout.micro_batch_size`` pieces of
+        ``(input_ids, attention_mask, position_ids)``: what every decode loop starts from."""
         batch = prompts.batch
-        input_ids, attention_mask, position_ids = (
-            batch["input_ids"],
-            batch["attention_mask"],
-            batch["position_ids"],
-        )
-        eos = [] if self.config.ignore_eos else self.eos_token_ids
-        rows = input_ids.shape[0]
+        rows = batch["input_ids"].shape[0]
         step = int(self.config.micro_batch_size or rows) or 1
+        keys = ("input_ids", "attention_mask", "position_ids")
+        micro_batches = [tuple(batch[k][i : i + step] for k in keys) for i in range(0, rows, step)]
+        eos = [] if self.config.ignore_eos else self.eos_token_ids
+        return self.sampling_params(prompts.meta_info), eos, micro_batches
+
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        params, eos, micro_batches = self.decode_inputs(prompts)
         was_training = self.module.training
         self.module.eval()
         try:
@@ -276,15 +280,15 @@ class HFRollout(BaseRollout):
                 chunks = [
                     generate_tokens(
                         self.module,
-                        input_ids[i : i + step],
-                        attention_mask[i : i + step],
-                        position_ids[i : i + step],
+                        input_ids,
+                        attention_mask,
+                        position_ids,
                         params,
                         eos,
                         self.pad_token_id,
                         calculate_log_probs=bool(self.config.calculate_log_probs),
                     )
-                    for i in range(0, rows, step)
+                    for input_ids, attention_mask, position_ids in micro_batches
                 ]
         finally:
             self.module.train(was_training)

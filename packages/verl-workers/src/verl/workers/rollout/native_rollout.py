@@ -356,37 +356,30 @@ class NativeRollout(HFRollout):
         if reason is not None:
             warnings.warn(f"native rollout falls back to the hf decode loop: {reason}", stacklevel=2)
             return super().generate_sequences(prompts)
-        params = self.sampling_params(prompts.meta_info)
-        batch = prompts.batch
-        input_ids, attention_mask, position_ids = (
-            batch["input_ids"],
-            batch["attention_mask"],
-            batch["position_ids"],
-        )
-        eos = [] if self.config.ignore_eos else self.eos_token_ids
-        rows = input_ids.shape[0]
-        step = int(self.config.micro_batch_size or rows) or 1
+        params, eos, micro_batches = self.decode_inputs(prompts)
         with gathered_fsdp2_params(self.module, self.reshard_after_forward), torch.no_grad():
             weights = decoder_weights(self.module)  # no autograd graph over the fused copies
             chunks = [
                 native_generate(
                     self.module,
-                    input_ids[i : i + step],
-                    attention_mask[i : i + step],
-                    position_ids[i : i + step],
+                    input_ids,
+                    attention_mask,
+                    position_ids,
                     params,
                     eos,
                     self.pad_token_id,
                     calculate_log_probs=bool(self.config.calculate_log_probs),
                     weights=weights,
                 )
-                for i in range(0, rows, step)
+                for input_ids, attention_mask, position_ids in micro_batches
             ]
             del weights  # the fused copies and unsharded views must not outlive the gather
         tensors = concat_generations(chunks, self.pad_token_id)
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             # ranks decode independently; the batch keeps one R across data-parallel ranks
-            r = torch.tensor([tensors["responses"].shape[1]], dtype=torch.int64, device=input_ids.device)
+            r = torch.tensor(
+                [tensors["responses"].shape[1]], dtype=torch.int64, device=tensors["responses"].device
+            )
             dist.all_reduce(r, op=dist.ReduceOp.MAX)
             tensors = pad_responses_to(tensors, int(r.item()), self.pad_token_id)
         from verl import DataProto
