@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +24,35 @@ from verl.trainer.ppo.ray_trainer import RayPPOTrainer  # noqa: E402
 
 
 def overrides(
-    model_dir: Path, new_tokens: int, total_steps: int, out_dir: Path, lr: float = 1e-3
+    model_dir: Path,
+    new_tokens: int,
+    total_steps: int,
+    out_dir: Path,
+    lr: float = 1e-3,
+    variant: str = "after",
+    after_overrides: Sequence[str] = (),
 ) -> list[str]:
-    """The config of the anchor's settings as ``key=value`` overrides of the trainer defaults."""
+    """The config of the anchor's settings as ``key=value`` overrides of the trainer defaults.
+
+    ``variant="before"``: the config the trainer had before the performance work (``hf`` rollout,
+    an old-log-prob forward). ``variant="after"``: the same, with ``after_overrides`` (``key=value``)
+    replacing or adding keys, e.g. ``actor_rollout_ref.rollout.name=native``.
+    """
+    if variant not in ("before", "after"):
+        raise ValueError(f"overrides(variant={variant!r}): expected 'before' or 'after'")
+    base = _base_overrides(model_dir, new_tokens, total_steps, out_dir, lr)
+    if variant == "before":
+        return base
+    merged = {item.split("=", 1)[0]: item for item in base}
+    for item in after_overrides:
+        if "=" not in item:
+            raise ValueError(f"after override {item!r}: expected key=value")
+        merged[item.split("=", 1)[0]] = item
+    return list(merged.values())
+
+
+def _base_overrides(model_dir: Path, new_tokens: int, total_steps: int, out_dir: Path, lr: float) -> list[str]:
+    """The settings both variants share (the config as of commit 06aa171, before the perf work)."""
     return [
         f"data.train_files={model_dir / 'train.parquet'}",
         "data.train_batch_size=8",  # prompts per step
@@ -108,11 +134,15 @@ class BenchTrainer(RayPPOTrainer):
         return self.recorder
 
 
-def start_ray(worker_threads: int) -> None:
-    """A local Ray cluster whose workers use ``worker_threads`` torch threads (via OMP_NUM_THREADS)."""
+def start_ray(worker_threads: int, extra_env: dict[str, str] | None = None) -> None:
+    """A local Ray cluster whose workers use ``worker_threads`` torch threads (via OMP_NUM_THREADS).
+
+    ``extra_env`` goes to every worker too (the before-variant passes its ``PYTHONPATH`` so the
+    workers import the old sources).
+    """
     import ray
 
-    env = {"OMP_NUM_THREADS": str(worker_threads), "TOKENIZERS_PARALLELISM": "false"}
+    env = {"OMP_NUM_THREADS": str(worker_threads), "TOKENIZERS_PARALLELISM": "false", **(extra_env or {})}
     # address="local": always a fresh cluster of our own, never one another process started.
     ray.init(
         address="local",
@@ -124,12 +154,21 @@ def start_ray(worker_threads: int) -> None:
     )
 
 
-def build(model_dir: Path, new_tokens: int, total_steps: int, out_dir: Path) -> BenchTrainer:
+def build(
+    model_dir: Path,
+    new_tokens: int,
+    total_steps: int,
+    out_dir: Path,
+    variant: str = "after",
+    after_overrides: Sequence[str] = (),
+) -> BenchTrainer:
     """Config, trainer and initialised workers for one benchmark cell (Ray must be running)."""
     from verl.trainer.config import load_config, validate_config
     from verl.trainer.main_ppo import build_trainer
 
-    cfg = load_config(overrides(model_dir, new_tokens, total_steps, out_dir))
+    cfg = load_config(
+        overrides(model_dir, new_tokens, total_steps, out_dir, variant=variant, after_overrides=after_overrides)
+    )
     validate_config(cfg)
     trainer = build_trainer(cfg, trainer_cls=BenchTrainer)
     trainer.init_workers()
@@ -148,15 +187,16 @@ def cpu_clock_of(pids: list[int]) -> Callable[[], float]:
     return clock
 
 
-def worker_info(trainer: RayPPOTrainer) -> list[dict[str, int]]:
-    """PID and torch thread count of every actor worker process (asked inside the actor)."""
+def worker_info(trainer: RayPPOTrainer) -> list[dict[str, Any]]:
+    """PID, torch thread count and ``verl.workers`` source file of every actor worker process."""
     import ray
 
-    def probe(_self: Any) -> dict[str, int]:
+    def probe(_self: Any) -> dict[str, Any]:
         import os as _os
 
         import torch as _torch
+        import verl.workers as _workers
 
-        return {"pid": _os.getpid(), "threads": _torch.get_num_threads()}
+        return {"pid": _os.getpid(), "threads": _torch.get_num_threads(), "verl_workers_file": _workers.__file__}
 
     return ray.get([w.__ray_call__.remote(probe) for w in trainer.actor_rollout_wg.workers])
