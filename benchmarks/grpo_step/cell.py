@@ -1,14 +1,21 @@
 """One benchmark cell (one model size x one response length), in its own process.
 
-Ours runs in this process (the driver) and its Ray worker; the bare and TRL steps run in step-server
-subprocesses. After each of our steps the trainer's tracking hook runs one bare step, then one TRL
-step: A, B, C, A, B, C ... so slow phases of a shared machine hit all three alike.
+Ours runs in this process (the driver) and its Ray worker; ours_before (the trainer as of an older
+commit, ``before.py``), the bare and the TRL steps run in step-server subprocesses. After each of
+our steps the trainer's tracking hook runs one ours_before step, one bare step, then one TRL step:
+A, B, C, D, A, B, C, D ... so slow phases of a shared machine hit all of them alike.
 
-Memory: each process's peak resident set (``ru_maxrss`` for the bare/TRL servers and this driver,
-``VmHWM`` from ``/proc`` for the Ray worker). Ours = driver + actor worker; the Ray daemons (GCS,
-raylet, idle workers) are reported apart, as their current RSS at the end of the cell.
+Memory, two ways:
+- per-process peaks summed: each process's peak resident set (``ru_maxrss`` for the servers and
+  this driver, ``VmHWM`` from ``/proc`` for Ray workers); ours = driver + actor worker, ours_before =
+  its driver + its actor worker. This counts the shared-library pages both processes map twice.
+- union peak (``memory.UnionSampler``): a thread samples every ~50 ms the union resident memory of
+  each implementation's processes (private pages summed, shared file pages once per file) and keeps
+  its peak over the measured rounds.
+The Ray daemons (GCS, raylet, idle workers) of each Ray cluster are reported apart, as their current
+RSS at the end of the cell.
 
-Writes a JSON file with every step's record of all three.
+Writes a JSON file with every step's record of all of them.
 """
 
 from __future__ import annotations
@@ -23,7 +30,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import before  # noqa: E402
 import ours  # noqa: E402  (sets RAY_ENABLE_UV_RUN_RUNTIME_ENV before Ray is imported)
+from memory import UnionSampler  # noqa: E402
 from stepper import StepServer  # noqa: E402
 
 
@@ -35,12 +44,19 @@ def _vm_hwm_mib(pid: int) -> float:
     raise RuntimeError(f"/proc/{pid}/status has no VmHWM line")
 
 
-def _other_descendants_mib(exclude: set[int]) -> tuple[float, int]:
-    """Current RSS (MiB) and count of this process's descendants outside ``exclude`` (Ray's daemons)."""
+def _descendants(pid: int) -> set[int]:
+    import psutil
+
+    return {p.pid for p in psutil.Process(pid).children(recursive=True)}
+
+
+def _other_descendants_mib(exclude: set[int], root: int | None = None) -> tuple[float, int]:
+    """Current RSS (MiB) and count of ``root``'s (default: this process's) descendants outside
+    ``exclude`` (Ray's daemons)."""
     import psutil
 
     total, count = 0.0, 0
-    for p in psutil.Process().children(recursive=True):
+    for p in psutil.Process(root).children(recursive=True):
         if p.pid in exclude:
             continue
         try:
@@ -61,11 +77,38 @@ def run_cell(
     worker_threads: int,
     threads: int,
     lr: float = 1e-3,
+    before_worktree: Path | None = None,
+    after_overrides: list[str] | None = None,
+    mem_period_s: float = 0.05,
 ) -> dict:
     """Time ``warmup + steps`` alternating rounds; write and return the raw records."""
     out_json.parent.mkdir(parents=True, exist_ok=True)
     tag = out_json.stem
+    after_overrides = list(after_overrides or [])
     servers: dict[str, StepServer] = {}
+    if before_worktree is not None:  # started first: its Ray cluster's start-up is the slowest
+        servers["ours_before"] = StepServer(
+            "ours_before",
+            [
+                sys.executable,
+                str(HERE / "before.py"),
+                "--serve",
+                "--worktree",
+                str(before_worktree),
+                "--model",
+                str(model_dir),
+                "--new-tokens",
+                str(new_tokens),
+                "--steps",
+                str(warmup + steps),
+                "--worker-threads",
+                str(worker_threads),
+                "--out-dir",
+                str(out_json.with_name(f"{tag}_ours_before_out")),
+            ],
+            out_json.with_name(f"{tag}_ours_before.log"),
+            env=before.server_env(before_worktree),
+        )
     base = [
         "--model",
         str(model_dir),
@@ -94,27 +137,58 @@ def run_cell(
             out_json.with_name(f"{tag}_trl.log"),
         )
     records: dict[str, list[dict]] = {name: [] for name in servers}
+    sampler = UnionSampler(period_s=mem_period_s)
 
     def between_steps(step: int) -> None:
-        for name, server in servers.items():  # bare, then TRL
+        for name, server in servers.items():  # ours_before, bare, then TRL
             records[name].append(server.step())
         ours_s = trainer.recorder.records[-1]["wall_s"]
         others = " ".join(f"{name} {records[name][-1]['step_s']:.3f}" for name in servers)
         print(f"round {step}: ours {ours_s:.3f} {others} (s/step)", flush=True)
+        if len(trainer.recorder.records) == warmup:  # the measured rounds start now
+            sampler.measure()
 
     t0 = time.perf_counter()
     ours.start_ray(worker_threads)
     try:
-        trainer = ours.build(model_dir, new_tokens, warmup + steps, out_json.with_name(f"{tag}_ours_out"))
+        trainer = ours.build(
+            model_dir,
+            new_tokens,
+            warmup + steps,
+            out_json.with_name(f"{tag}_ours_out"),
+            variant="after",
+            after_overrides=after_overrides,
+        )
         workers = ours.worker_info(trainer)
+        sampler.add("ours", [os.getpid()] + [w["pid"] for w in workers])
+        for name, server in servers.items():
+            extra = [w["pid"] for w in server.ready["workers"]] if name == "ours_before" else []
+            sampler.add(name, [server.pid, *extra])
+        sampler.start()
+        if warmup == 0:
+            sampler.measure()
         trainer.between_steps = between_steps
         trainer.cpu_clock = ours.cpu_clock_of([w["pid"] for w in workers])  # driver + actor worker
         trainer.fit()
+        sampler.stop()
         records["ours"] = trainer.recorder.records
         worker_peak = sum(_vm_hwm_mib(w["pid"]) for w in workers)
-        exclude = {w["pid"] for w in workers} | {s.pid for s in servers.values()}
+        server_trees = {s.pid for s in servers.values()}.union(*(_descendants(s.pid) for s in servers.values()))
+        exclude = {w["pid"] for w in workers} | server_trees
         daemons_mib, n_daemons = _other_descendants_mib(exclude)
+        before_rss = None
+        if "ours_before" in servers:
+            srv = servers["ours_before"]
+            before_workers = {w["pid"] for w in srv.ready["workers"]}
+            b_mib, b_n = _other_descendants_mib(before_workers, root=srv.pid)
+            before_rss = {
+                "driver_peak_mib": _vm_hwm_mib(srv.pid),
+                "worker_peak_mib": sum(_vm_hwm_mib(p) for p in before_workers),
+                "ray_daemons_mib": b_mib,
+                "ray_daemon_processes": b_n,
+            }
     finally:
+        sampler.stop()
         import ray
 
         ray.shutdown()
@@ -129,12 +203,19 @@ def run_cell(
         "wall_s": time.perf_counter() - t0,
         "ready": {name: s.ready for name, s in servers.items()},
         "ours_workers": workers,
+        "after_overrides": after_overrides,
+        "before": {"worktree": str(before_worktree), "commit": servers["ours_before"].ready["commit"]}
+        if "ours_before" in servers
+        else None,
         "ours_rss": {
             "driver_peak_mib": driver_peak,
             "worker_peak_mib": worker_peak,
             "ray_daemons_mib": daemons_mib,
             "ray_daemon_processes": n_daemons,
         },
+        "ours_before_rss": before_rss,
+        "union_rss": sampler.result(),
+        "union_rss_errors": sampler.errors[:20],
         "records": records,
     }
     out_json.write_text(json.dumps(result, indent=1))
@@ -153,6 +234,9 @@ def main() -> None:
     ap.add_argument("--trl-python", default=None)
     ap.add_argument("--worker-threads", type=int, default=2)
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--before-worktree", default=None, help="a worktree of the old commit (before.py)")
+    ap.add_argument("--after-overrides", nargs="*", default=[], help="key=value for our (after) config")
+    ap.add_argument("--mem-period", type=float, default=0.05, help="union-memory sampling period, s")
     args = ap.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     run_cell(
@@ -164,6 +248,9 @@ def main() -> None:
         args.trl_python,
         args.worker_threads,
         args.threads,
+        before_worktree=Path(args.before_worktree) if args.before_worktree else None,
+        after_overrides=args.after_overrides,
+        mem_period_s=args.mem_period,
     )
 
 

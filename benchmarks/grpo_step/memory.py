@@ -143,7 +143,8 @@ class UnionSampler:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=10)
+        if self._thread.ident is not None:  # started
+            self._thread.join(timeout=10)
 
     def sample_group(self, g: _Group) -> tuple[int, int]:
         """(union KiB, summed VmRSS KiB) of a group now; re-reads smaps when file pages moved.
@@ -174,7 +175,8 @@ class UnionSampler:
                     try:
                         union, summed = self.sample_group(g)
                     except (FileNotFoundError, ProcessLookupError) as e:  # a process left
-                        self.errors.append(f"{name}: {e}")
+                        if len(self.errors) < 100:
+                            self.errors.append(f"{name}: {e}")
                         continue
                     if self.measuring and union > g.peak_kib:
                         g.peak_kib, g.peak_sum_rss_kib = union, summed

@@ -31,6 +31,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import assets  # noqa: E402
+import before  # noqa: E402
 import report  # noqa: E402
 
 
@@ -92,6 +93,18 @@ def main() -> None:
         default=None,
         help="matmul rate for MFU instead of the best measured one (e.g. a quiet machine's)",
     )
+    ap.add_argument(
+        "--before",
+        default=before.DEFAULT_REV,
+        help="commit whose trainer is the ours_before column (a git worktree of it); 'none': no column",
+    )
+    ap.add_argument("--before-worktree", default=str(before.DEFAULT_WORKTREE), help="where that worktree lives")
+    ap.add_argument(
+        "--after-overrides",
+        nargs="*",
+        default=[],
+        help="key=value config overrides of our (after) step only, e.g. actor_rollout_ref.rollout.name=native",
+    )
     ap.add_argument("--render", action="store_true", help="only re-render --out's saved results")
     args = ap.parse_args()
     if args.render:
@@ -102,6 +115,10 @@ def main() -> None:
             f"--trl-python {args.trl_python}: no such file (create the venv first, see README.md)"
         )
 
+    worktree = None
+    if args.before.lower() != "none":
+        worktree = before.ensure_worktree(args.before, Path(args.before_worktree))
+        print(f"ours_before: commit {args.before} in {worktree}", flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     overrides = _parse_cell_steps(args.cell_steps)
@@ -137,6 +154,10 @@ def main() -> None:
             ]
             if args.trl_python:
                 cmd += ["--trl-python", args.trl_python]
+            if worktree is not None:
+                cmd += ["--before-worktree", str(worktree)]
+            if args.after_overrides:
+                cmd += ["--after-overrides", *args.after_overrides]
             print(f"cell {size}/{length}: {args.warmup} warm-up + {steps} rounds ...", flush=True)
             log = out / f"{size}_L{length}_cell.log"
             with open(log, "w") as f:
