@@ -20,7 +20,8 @@ TRAINING_ENGINES = Registry(
     "training engine", {"fsdp2": "verl-workers", "fsdp": "verl-workers", "megatron": "verl-workers[megatron]"}
 )
 ROLLOUT_ENGINES = Registry(
-    "rollout engine", {"hf": "verl-workers", "vllm": "verl-workers[vllm]", "sglang": "verl-workers[sglang]"}
+    "rollout engine",
+    {"native": "verl-workers", "hf": "verl-workers", "vllm": "verl-workers[vllm]", "sglang": "verl-workers[sglang]"},
 )
 REWARD_MANAGERS = Registry(
     "reward manager", {n: "verl-rewards" for n in ("naive", "batch", "dapo", "prime")}

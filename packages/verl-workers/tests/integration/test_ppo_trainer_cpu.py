@@ -3,7 +3,7 @@
 GRPO (actor + rollout + reference via the KL loss) goes through ``main_ppo.run_ppo``, the user's
 path, which maps roles to worker classes found in ``verl.registries.WORKER_CLASSES``; PPO (GAE with a
 critic) builds ``RayPPOTrainer`` directly. Each runs a few steps on the built-in arithmetic task with
-the tiny Qwen2 and the ``hf`` rollout; every reported metric must be finite.
+the tiny Qwen2 (GRPO on the default ``native`` rollout, PPO on ``hf``); every reported metric must be finite.
 """
 
 import math
@@ -38,7 +38,6 @@ def _config(tmp_path, model_path, *overrides):
             f"actor_rollout_ref.model.path={model_path}",
             "actor_rollout_ref.model.enable_gradient_checkpointing=false",
             "critic.model.enable_gradient_checkpointing=false",
-            "actor_rollout_ref.rollout.name=hf",
             "actor_rollout_ref.rollout.n=2",
             "actor_rollout_ref.actor.ppo_mini_batch_size=2",
             "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
@@ -72,13 +71,16 @@ def _assert_finite(metrics):
 def test_grpo_steps_through_main_ppo(ray_cluster, tmp_path, tiny_model_dir):
     from verl.trainer.main_ppo import run_ppo
 
+    # the default (native) rollout, whose own log-probs stand in for the old-log-prob pass
     cfg = _config(
-        tmp_path, tiny_model_dir, "algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.use_kl_loss=true"
+        tmp_path, tiny_model_dir, "algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.use_kl_loss=true",
+        "actor_rollout_ref.rollout.calculate_log_probs=true", "actor_rollout_ref.actor.use_rollout_log_probs=true",
     )
     metrics = run_ppo(cfg)
     _assert_finite(metrics)
     assert metrics["training/global_step"] == 2
     assert "actor/pg_loss" in metrics and "actor/kl_loss" in metrics
+    assert "actor/entropy" in metrics  # reported by the update, as no old-log-prob pass ran
 
 
 def test_ppo_gae_with_critic_on_cpu(ray_cluster, tmp_path, tiny_model_dir):
@@ -88,7 +90,9 @@ def test_ppo_gae_with_critic_on_cpu(ray_cluster, tmp_path, tiny_model_dir):
     from verl.utils.dataset import collate_fn, create_rl_dataset
     from verl.workers.tokenizer import hf_tokenizer
 
-    cfg = _config(tmp_path, tiny_model_dir, "algorithm.adv_estimator=gae", "algorithm.lam=0.95")
+    cfg = _config(
+        tmp_path, tiny_model_dir, "algorithm.adv_estimator=gae", "algorithm.lam=0.95", "actor_rollout_ref.rollout.name=hf"
+    )
     tokenizer = hf_tokenizer(tiny_model_dir)
     mapping = {
         Role.ActorRollout: WORKER_CLASSES.get("actor_rollout_ref"),

@@ -62,7 +62,7 @@ class AgentActorRolloutRefWorker(ActorRolloutRefWorker):
         if not self.rollout.shares_trainer_weights:
             raise NotImplementedError(
                 f"agent loops run on the trainer's own module; rollout.name={self.config.rollout.name!r} keeps "
-                "its own weights (use rollout.name=hf)"
+                "its own weights (use rollout.name=native or hf)"
             )
         stops = sorted(set(self.rollout.eos_token_ids) | set(end_of_turn_token_ids(self.tokenizer)))
         self.llm_server = HFAsyncServer(

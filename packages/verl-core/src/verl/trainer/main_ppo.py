@@ -22,12 +22,27 @@ from verl.trainer.config import use_critic as _use_critic
 from verl.trainer.config import use_reference_policy as _use_ref
 
 
+def worker_threads(config: DictConfig) -> int:
+    """torch/BLAS threads per worker: on CPU the machine's cores split over the workers (the driver
+    waits while they compute); on GPU one, as the GPU does the arithmetic."""
+    if resolve_device(config) == "cuda":
+        return 1
+    n_workers = int(config.trainer.nnodes) * int(config.trainer.n_gpus_per_node)
+    return max(1, len(os.sched_getaffinity(0)) // max(n_workers, 1))
+
+
 def ray_init_kwargs(config: DictConfig) -> dict[str, Any]:
-    """``ray_kwargs.ray_init`` with CPU-friendly defaults (no dashboard, one BLAS thread per worker)."""
+    """``ray_kwargs.ray_init`` with defaults: no dashboard, ``worker_threads`` BLAS threads per worker
+    (an ``OMP_NUM_THREADS`` in ``ray_kwargs.ray_init.runtime_env.env_vars`` wins)."""
     kwargs = {k: v for k, v in OmegaConf.to_container(config.ray_kwargs.ray_init, resolve=True).items() if v is not None}
     kwargs.setdefault("include_dashboard", False)
     runtime_env = dict(kwargs.get("runtime_env") or {})
-    env_vars = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", **dict(runtime_env.get("env_vars") or {})}
+    env_vars = {
+        "OMP_NUM_THREADS": str(worker_threads(config)),
+        "TOKENIZERS_PARALLELISM": "false",
+        # Ray takes strings only; an override like env_vars.OMP_NUM_THREADS=3 arrives as an int
+        **{k: str(v) for k, v in dict(runtime_env.get("env_vars") or {}).items()},
+    }
     runtime_env["env_vars"] = env_vars
     kwargs["runtime_env"] = runtime_env
     return kwargs

@@ -51,15 +51,70 @@ def normalize_row_index(index: Any, num_rows: int) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(arr))
 
 
+def _byte_rows(t: torch.Tensor) -> np.ndarray | None:
+    """t's memory as a (rows, bytes per row) uint8 numpy view, or None when numpy cannot stand in
+    for torch on it (not a plain contiguous CPU tensor, needs grad, conj/neg bit, no elements)."""
+    if (
+        t.device.type != "cpu"
+        or t.layout != torch.strided
+        or t.requires_grad
+        or t.is_quantized
+        or t.dim() == 0
+        or t.numel() == 0
+        or t.is_conj()
+        or t.is_neg()
+        or not t.is_contiguous()
+    ):
+        return None
+    return t.view(torch.uint8).reshape(t.shape[0], -1).numpy()
+
+
+# Why row copies go through numpy: torch runs copies of this size (MiBs) as OpenMP-parallel loops,
+# one parallel region per input tensor, and on a busy machine (more runnable threads than cores)
+# every region waits for its slowest thread to be scheduled and the idle ones spin: measured 10-100x
+# slower than one thread on the project's shared 2-core VM. numpy's take / concatenate copy the same
+# bytes (one memcpy per row or per input) on the calling thread, which costs about the same on an idle
+# machine and stays that cost under load.
+
+
+def _empty_like_rows(like: torch.Tensor, rows: int) -> torch.Tensor:
+    shape = (rows, *like.shape[1:])
+    if wants_fresh_buffer(like, rows * math.prod(like.shape[1:]) * like.element_size()):
+        return empty_cpu(shape, like.dtype)
+    return torch.empty(shape, dtype=like.dtype)
+
+
 def _cat_rows(tensors: list[torch.Tensor], rows: int) -> torch.Tensor:
-    """torch.cat along dim 0, into a huge-page-advised buffer when the result is large."""
+    """torch.cat(tensors, dim=0) as a fresh tensor; one single-threaded copy per input when they
+    are plain CPU tensors of one dtype and row shape, else torch.cat itself (dtype promotion,
+    autograd, other devices, and its error messages)."""
     first = tensors[0]
-    nbytes = rows * math.prod(first.shape[1:]) * first.element_size()
-    if wants_fresh_buffer(first, nbytes) and all(
+    sources = [_byte_rows(t) for t in tensors] if rows else [None]
+    if all(src is not None for src in sources) and all(
+        t.dtype == first.dtype and t.shape[1:] == first.shape[1:] for t in tensors
+    ):
+        out = _empty_like_rows(first, rows)
+        np.concatenate(sources, axis=0, out=_byte_rows(out))
+        return out
+    if wants_fresh_buffer(first, rows * math.prod(first.shape[1:]) * first.element_size()) and all(
         t.dtype == first.dtype and t.device == first.device for t in tensors
     ):
         return torch.cat(tensors, dim=0, out=empty_cpu((rows, *first.shape[1:]), first.dtype))
     return torch.cat(tensors, dim=0)
+
+
+def _take_rows(t: torch.Tensor, index: torch.Tensor, index_np: np.ndarray | None) -> torch.Tensor:
+    """torch.index_select(t, 0, index) as a fresh tensor (index: int64, non-negative, in range;
+    index_np: the same as a numpy array when index is on the CPU)."""
+    src = _byte_rows(t) if index_np is not None and index_np.shape[0] else None
+    if src is not None:
+        out = _empty_like_rows(t, index_np.shape[0])
+        # mode="clip" skips numpy's buffered bounds check; the caller already checked the bounds
+        np.take(src, index_np, axis=0, out=_byte_rows(out), mode="clip")
+        return out
+    if wants_fresh_buffer(t, index.shape[0] * math.prod(t.shape[1:]) * t.element_size()):
+        return torch.index_select(t, 0, index, out=empty_cpu((index.shape[0], *t.shape[1:]), t.dtype))
+    return torch.index_select(t, 0, index if t.device == index.device else index.to(t.device))
 
 
 def _rebuild_tensor_batch(batch_size: tuple, keys: list, specs: list, payloads: list) -> TensorBatch:
@@ -276,14 +331,8 @@ class TensorBatch:
 
     def index_rows(self, index: torch.Tensor) -> TensorBatch:
         """Rows `index` (int64, non-negative, in range) of every tensor, as new tensors."""
-        out = {}
-        rows = index.shape[0]
-        for k, t in self._tensors.items():
-            shape = (rows, *t.shape[1:])
-            if wants_fresh_buffer(t, rows * math.prod(t.shape[1:]) * t.element_size()):
-                out[k] = torch.index_select(t, 0, index, out=empty_cpu(shape, t.dtype))
-            else:
-                out[k] = torch.index_select(t, 0, index if t.device == index.device else index.to(t.device))
+        index_np = index.numpy() if index.device.type == "cpu" else None
+        out = {k: _take_rows(t, index, index_np) for k, t in self._tensors.items()}
         return TensorBatch._trusted(out, torch.Size((index.shape[0], *self._batch_size[1:])))
 
     def split(self, sizes: int | list[int], dim: int = 0) -> list[TensorBatch]:

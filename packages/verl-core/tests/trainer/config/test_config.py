@@ -321,3 +321,16 @@ def test_checkpoint_kl_controller_and_validation_sample_checks():
     assert "kl_ctrl.type=adaptive needs target_kl > 0" in text
     assert "val_kwargs.n=0 must be >= 1" in text
     assert "trainer.resume_mode=resume_path needs trainer.resume_from_path" in text
+
+
+def test_use_rollout_log_probs_needs_the_rollout_to_compute_them():
+    with pytest.raises(ConfigError) as ei:
+        validate_config(load_config([*REQUIRED, "actor_rollout_ref.actor.use_rollout_log_probs=true"]))
+    assert "rollout.calculate_log_probs=true" in str(ei.value)
+    assert len(ei.value.problems) == 1
+    ok = load_config(
+        [*REQUIRED, "actor_rollout_ref.actor.use_rollout_log_probs=true",
+         "actor_rollout_ref.rollout.calculate_log_probs=true"]
+    )
+    validate_config(ok)
+    assert ok.actor_rollout_ref.rollout.name == "native"  # the default engine

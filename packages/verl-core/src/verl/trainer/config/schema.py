@@ -131,6 +131,8 @@ class ActorConfig:
     clip_ratio_c: float = 3.0
     loss_agg_mode: str = "token-mean"
     entropy_coeff: float = 0.0
+    # old_log_probs := the rollout's own log-probs (needs rollout.calculate_log_probs): no extra forward
+    use_rollout_log_probs: bool = False
     use_kl_loss: bool = False
     kl_loss_coef: float = 0.001
     kl_loss_type: str = "low_var_kl"
@@ -186,7 +188,7 @@ class MultiTurnConfig:
 
 @dataclass
 class RolloutConfig:
-    name: str = "hf"
+    name: str = "native"
     mode: str = "sync"  # sync | async
     temperature: float = 1.0
     top_k: int = -1

@@ -314,6 +314,12 @@ def _check_algorithm(cfg: DictConfig, problems: list[str]) -> None:
             f"algorithm.kl_ctrl.type=adaptive needs target_kl > 0 and horizon > 0, got "
             f"target_kl={algo.kl_ctrl.target_kl}, horizon={algo.kl_ctrl.horizon}"
         )
+    if actor.use_rollout_log_probs and not cfg.actor_rollout_ref.rollout.calculate_log_probs:
+        problems.append(
+            "actor_rollout_ref.actor.use_rollout_log_probs=true takes old_log_probs from the rollout, but "
+            "actor_rollout_ref.rollout.calculate_log_probs=false, so the rollout returns none; set "
+            "rollout.calculate_log_probs=true (or use_rollout_log_probs=false to recompute them)"
+        )
     val_n = cfg.actor_rollout_ref.rollout.val_kwargs.n
     if int(val_n) < 1:
         problems.append(f"actor_rollout_ref.rollout.val_kwargs.n={val_n} must be >= 1")

@@ -234,7 +234,19 @@ class RayPPOTrainer(TrainerIOMixin):
         return batch
 
     def _stage_old_log_prob(self, batch: DataProto, metrics: dict) -> DataProto:
-        """The current policy's log-probs of the sampled tokens (``old_log_probs``) and its entropy."""
+        """The current policy's log-probs of the sampled tokens (``old_log_probs``) and its entropy.
+
+        With ``actor.use_rollout_log_probs`` they are the rollout's own ``rollout_log_probs`` (computed
+        while sampling, from the same weights): no forward pass, and the update reports the entropy.
+        """
+        if self.config.actor_rollout_ref.actor.use_rollout_log_probs:
+            if "rollout_log_probs" not in batch.batch:
+                raise KeyError(
+                    "actor.use_rollout_log_probs=true but the rollout returned no 'rollout_log_probs' "
+                    f"(batch keys: {sorted(batch.batch.keys())}); the engine must honour rollout.calculate_log_probs"
+                )
+            batch.batch["old_log_probs"] = batch.batch["rollout_log_probs"]
+            return batch
         output = self.actor_rollout_wg.compute_log_prob(batch)
         if "entropys" in output.batch:
             entropys = output.batch.pop("entropys")

@@ -100,6 +100,9 @@ class DataParallelPPOActor:
         self.config = config
         self.engine = engine
         self.ppo_mini_batch_size_per_rank = ppo_mini_batch_size_per_rank
+        # The update needs token entropies for the loss (entropy_coeff != 0), or for the entropy metric
+        # when no old-log-prob pass reported it (use_rollout_log_probs); otherwise a softmax pass saved.
+        self._update_entropy = config.get("entropy_coeff", 0) != 0 or bool(config.get("use_rollout_log_probs", False))
 
     def compute_log_prob(
         self, data: DataProto, calculate_entropy: bool = False
@@ -160,8 +163,9 @@ class DataParallelPPOActor:
             metrics = {"pg_loss": float(pg_loss.detach().item())}
             # the losses name their metrics 'actor/...' (upstream); update_policy adds the prefix itself
             metrics.update({k.removeprefix("actor/"): float(v) * share for k, v in pg_metrics.items()})
-            entropy = agg_loss(out["entropys"], mask, "token-mean", info)
-            metrics["entropy"] = float(entropy.detach().item())
+            if "entropys" in out:
+                entropy = agg_loss(out["entropys"], mask, "token-mean", info)
+                metrics["entropy"] = float(entropy.detach().item())
             if cfg.entropy_coeff != 0:
                 loss = loss - cfg.entropy_coeff * agg_loss(out["entropys"], mask, mode, info)
             if cfg.use_kl_loss:
@@ -211,8 +215,8 @@ class DataParallelPPOActor:
                     max_token_len=cfg.ppo_max_token_len_per_gpu,
                 )
                 per_micro = self.engine.forward_backward(
-                    micro_batches, self._loss_fn(info), temperature=temperature, calculate_entropy=True,
-                    entropy_grad=cfg.entropy_coeff != 0,
+                    micro_batches, self._loss_fn(info), temperature=temperature,
+                    calculate_entropy=self._update_entropy, entropy_grad=cfg.entropy_coeff != 0,
                 )
                 summed = _sum_over_ranks(per_micro, self.engine.dp_size)
                 summed["grad_norm"] = self.engine.optimizer_step()
