@@ -7,7 +7,7 @@ On a CPU machine, in minutes, a tiny language model learns two-digit addition th
 2. a random-init Qwen2 (about 450k parameters) and a character tokenizer are created locally;
 3. a short SFT warm start (FSDP2 workers through the Ray single controller) teaches the answer format
    and part of the task: RL from a random model cannot find exact answers in minutes;
-4. GRPO (same workers, HF rollout, verl-rewards' exact-match ``arithmetic`` scorer) then raises the
+4. GRPO (same workers, the native rollout, whose log-probs serve as the old log-probs; verl-rewards' exact-match ``arithmetic`` scorer) then raises the
    held-out greedy exact-match accuracy, validated before RL and every few steps.
 
 Outputs (printed at the end): ``sft/`` and ``rl/`` with ``config.yaml``, ``metrics.jsonl``, TensorBoard
@@ -108,6 +108,9 @@ def rl_args(model: str, data: dict, out: Path, steps: int, workers: int) -> list
         f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={prompts * n // workers}",
         "actor_rollout_ref.actor.optim.lr=1e-4", "actor_rollout_ref.actor.optim.weight_decay=0.0",
         "actor_rollout_ref.actor.use_kl_loss=false", "actor_rollout_ref.actor.entropy_coeff=0.0",
+        # one PPO epoch over one mini-batch from the weights that sampled: the rollout's log-probs are
+        # the old log-probs, so the extra forward pass is skipped
+        "actor_rollout_ref.rollout.calculate_log_probs=true", "actor_rollout_ref.actor.use_rollout_log_probs=true",
         "trainer.device=cpu", "trainer.nnodes=1", f"trainer.n_gpus_per_node={workers}",
         f"trainer.total_training_steps={steps}", "trainer.test_freq=10", "trainer.save_freq=-1",
         "trainer.val_before_train=true", "trainer.logger=[jsonl,tensorboard]",
