@@ -334,3 +334,10 @@ def test_use_rollout_log_probs_needs_the_rollout_to_compute_them():
     )
     validate_config(ok)
     assert ok.actor_rollout_ref.rollout.name == "native"  # the default engine
+
+
+def test_async_reward_cannot_feed_dynamic_sampling():
+    with pytest.raises(ConfigError, match="launch_reward_fn_async=true scores while"):
+        validate_config(load_config([*REQUIRED, "reward.launch_reward_fn_async=true",
+                                     "algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=acc"]))
+    validate_config(load_config([*REQUIRED, "reward.launch_reward_fn_async=true"]))

@@ -101,3 +101,51 @@ def test_ppo_gae_reward_rises(ray_cluster, tmp_path):
         assert key in train[-1], key
     # The critic learns that returns grew: its mean value estimate follows the score upward.
     assert train[0]["critic/values/mean"] < 0.2 and train[-1]["critic/values/mean"] > 0.5
+
+
+class OverlapProbe(BanditTrainer):
+    """Opens ``log_prob_started`` when the old-log-prob stage begins (on the driver's main thread)."""
+
+    def _stage_old_log_prob(self, batch, metrics):
+        self.log_prob_started.set()
+        return super()._stage_old_log_prob(batch, metrics)
+
+
+def test_async_reward_overlaps_the_log_prob_passes(ray_cluster, tmp_path):
+    import threading
+
+    import pytest
+
+    started = threading.Event()
+    threads = set()
+
+    def waiting_reward(data, return_dict=False):
+        # Scoring can only finish once the log-prob stage has begun: with the reward stage run before
+        # it (launch_reward_fn_async=false) this wait would time out and fail the step.
+        threads.add(threading.current_thread().name)
+        if not started.wait(timeout=60):
+            raise TimeoutError("the old-log-prob stage did not start while the reward was being computed")
+        started.clear()
+        return bw.bandit_reward_fn(data, return_dict=return_dict)
+
+    cfg = bandit_config(tmp_path, "algorithm.adv_estimator=grpo", "trainer.total_epochs=3",
+                        "trainer.experiment_name=async", "reward.launch_reward_fn_async=true",
+                        "trainer.val_before_train=false", "trainer.test_freq=-1")
+    trainer = make_trainer(cfg, trainer_cls=OverlapProbe)
+    trainer.log_prob_started = started
+    trainer.reward_fn = waiting_reward
+    trainer.fit()
+    assert threads and all(name.startswith("reward") for name in threads)  # scored off the main thread
+    rows = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if "critic/score/mean" in r]
+    assert len(rows) == 12 and all("timing_s/reward_wait" in r and "reward_extra/acc/mean" in r for r in rows)
+    assert sum(r["critic/score/mean"] for r in rows[-3:]) / 3 > 0.6  # the scores reached the advantages
+
+    def broken_reward(data, return_dict=False):
+        raise ValueError("reward function failed on purpose")
+
+    cfg = bandit_config(tmp_path / "broken", "algorithm.adv_estimator=grpo", "trainer.total_training_steps=1",
+                        "reward.launch_reward_fn_async=true", "trainer.val_before_train=false")
+    trainer = make_trainer(cfg)
+    trainer.reward_fn = broken_reward
+    with pytest.raises(ValueError, match="failed on purpose"):
+        trainer.fit()

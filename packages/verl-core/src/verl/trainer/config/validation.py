@@ -320,6 +320,11 @@ def _check_algorithm(cfg: DictConfig, problems: list[str]) -> None:
             "actor_rollout_ref.rollout.calculate_log_probs=false, so the rollout returns none; set "
             "rollout.calculate_log_probs=true (or use_rollout_log_probs=false to recompute them)"
         )
+    if cfg.reward.launch_reward_fn_async and algo.filter_groups.enable:
+        problems.append(
+            "reward.launch_reward_fn_async=true scores while the log-probs are computed, but "
+            "algorithm.filter_groups.enable=true drops groups by score before those passes; use one of them"
+        )
     val_n = cfg.actor_rollout_ref.rollout.val_kwargs.n
     if int(val_n) < 1:
         problems.append(f"actor_rollout_ref.rollout.val_kwargs.n={val_n} must be >= 1")

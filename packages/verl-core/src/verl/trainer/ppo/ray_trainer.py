@@ -12,7 +12,9 @@ resuming live in ``verl.trainer.ppo.stages`` (mixed in here) to keep this file a
 
 from __future__ import annotations
 
+import copy
 import uuid
+from collections.abc import Callable
 from enum import Enum
 from typing import Any
 
@@ -309,18 +311,29 @@ class RayPPOTrainer(TrainerIOMixin):
 
     # ------------------------------------------------------------------------------------ one step
     def _train_step(self, batch: DataProto, metrics: dict, timing_raw: dict) -> DataProto | None:
-        """One PPO step over a prompt batch; None when the filter asks for more prompts first."""
+        """One PPO step over a prompt batch; None when the filter asks for more prompts first.
+
+        With ``reward.launch_reward_fn_async`` the reward stage runs in a driver thread while the
+        workers compute log-probs and values (they do not need the scores); the filter then runs once the
+        scores are in, after those passes, and the batch is balanced before scoring starts.
+        """
         batch.meta_info.update(global_steps=self.global_steps, temperature=self.config.actor_rollout_ref.rollout.temperature)
         with marked_timer("gen", timing_raw):
             batch = self._stage_generate(batch, metrics)
-        with marked_timer("reward", timing_raw):
-            batch = self._stage_reward(batch, metrics)
-        with marked_timer("filter", timing_raw):
-            batch = self._stage_filter(batch, metrics)
-        if batch is None:
-            return None
-        if self.config.trainer.balance_batch:
-            batch = balance_batch(batch, self.actor_rollout_wg.world_size, metrics)
+        overlap = bool(self.config.reward.launch_reward_fn_async)
+        if overlap:
+            if self.config.trainer.balance_batch:
+                batch = balance_batch(batch, self.actor_rollout_wg.world_size, metrics)
+            collect_reward = self._launch_reward(batch, metrics, timing_raw)
+        else:
+            with marked_timer("reward", timing_raw):
+                batch = self._stage_reward(batch, metrics)
+            with marked_timer("filter", timing_raw):
+                batch = self._stage_filter(batch, metrics)
+            if batch is None:
+                return None
+            if self.config.trainer.balance_batch:
+                batch = balance_batch(batch, self.actor_rollout_wg.world_size, metrics)
         batch.meta_info["global_token_num"] = batch.batch["attention_mask"].sum(-1).tolist()
         with marked_timer("old_log_prob", timing_raw):
             batch = self._stage_old_log_prob(batch, metrics)
@@ -328,6 +341,13 @@ class RayPPOTrainer(TrainerIOMixin):
             batch = self._stage_ref_log_prob(batch, metrics)
         with marked_timer("values", timing_raw):
             batch = self._stage_values(batch, metrics)
+        if overlap:
+            with marked_timer("reward_wait", timing_raw):
+                batch = collect_reward(batch)
+            with marked_timer("filter", timing_raw):
+                batch = self._stage_filter(batch, metrics)
+            if batch is None:
+                return None
         with marked_timer("adv", timing_raw):
             batch = self._stage_advantage(batch, metrics)
         with marked_timer("update_critic", timing_raw):
@@ -393,6 +413,36 @@ class RayPPOTrainer(TrainerIOMixin):
         finally:
             self.logger.finish()
         return last
+
+    def _launch_reward(self, batch: DataProto, metrics: dict, timing_raw: dict) -> Callable[[DataProto], DataProto]:
+        """Start ``_stage_reward`` in a thread on a shallow snapshot of ``batch`` (the main thread keeps
+        adding keys to the batch meanwhile); the returned function waits and adds what the stage added.
+        ``timing_s/reward`` is the scoring time itself, ``timing_s/reward_wait`` what was not hidden."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        snapshot = DataProto(
+            batch=copy.copy(batch.batch), non_tensor_batch=dict(batch.non_tensor_batch), meta_info=dict(batch.meta_info)
+        )
+        reward_metrics: dict[str, Any] = {}
+
+        def score() -> DataProto:
+            with marked_timer("reward", timing_raw):
+                return self._stage_reward(snapshot, reward_metrics)
+
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reward")
+        future = pool.submit(score)
+        pool.shutdown(wait=False)  # the thread ends with its one task
+
+        def collect(target: DataProto) -> DataProto:
+            scored = future.result()  # re-raises the reward function's error here, in the step
+            for key in scored.batch.keys() - target.batch.keys():
+                target.batch[key] = scored.batch[key]
+            for key in scored.non_tensor_batch.keys() - target.non_tensor_batch.keys():
+                target.non_tensor_batch[key] = scored.non_tensor_batch[key]
+            metrics.update(reward_metrics)
+            return target
+
+        return collect
 
     def _greedy_baseline(self, gen_batch: DataProto) -> torch.Tensor:
         """ReMax: the reward of a greedy rollout of each row, one number per row."""
