@@ -34,7 +34,9 @@ DEFAULT_WORKTREE = Path("/tmp/verl_before")
 
 
 def _git(*args: str) -> str:
-    return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True, check=True).stdout.strip()
+    return subprocess.run(
+        ["git", "-C", str(REPO), *args], capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def ensure_worktree(rev: str = DEFAULT_REV, path: Path = DEFAULT_WORKTREE) -> Path:
@@ -107,12 +109,16 @@ def serve(args: argparse.Namespace) -> None:
     sys.path.insert(0, str(HERE))
     import ours
 
-    _check_under("verl.trainer.ppo.ray_trainer", sys.modules[ours.RayPPOTrainer.__module__].__file__, worktree)
+    _check_under(
+        "verl.trainer.ppo.ray_trainer", sys.modules[ours.RayPPOTrainer.__module__].__file__, worktree
+    )
     ours.start_ray(args.worker_threads, extra_env={"PYTHONPATH": os.environ["PYTHONPATH"]})
     trainer = ours.build(Path(args.model), args.new_tokens, args.steps, Path(args.out_dir), variant="before")
     workers = ours.worker_info(trainer)
     for w in workers:
-        _check_under(f"verl.workers.__file__ in the actor worker (pid {w['pid']})", w["verl_workers_file"], worktree)
+        _check_under(
+            f"verl.workers.__file__ in the actor worker (pid {w['pid']})", w["verl_workers_file"], worktree
+        )
     head = subprocess.run(["git", "-C", str(worktree), "rev-parse", "HEAD"], capture_output=True, text=True)
     print(
         "READY "
@@ -134,7 +140,10 @@ def serve(args: argparse.Namespace) -> None:
 
     def between_steps(step: int) -> None:
         rec = trainer.recorder.records[-1]
-        print("RESULT " + json.dumps({**rec, "step_s": rec["wall_s"], "peak_rss_mib": peak_rss_mib()}), flush=True)
+        print(
+            "RESULT " + json.dumps({**rec, "step_s": rec["wall_s"], "peak_rss_mib": peak_rss_mib()}),
+            flush=True,
+        )
         _wait_for_command()
 
     trainer.between_steps = between_steps

@@ -173,7 +173,9 @@ def run_cell(
         sampler.stop()
         records["ours"] = trainer.recorder.records
         worker_peak = sum(_vm_hwm_mib(w["pid"]) for w in workers)
-        server_trees = {s.pid for s in servers.values()}.union(*(_descendants(s.pid) for s in servers.values()))
+        server_trees = {s.pid for s in servers.values()}.union(
+            *(_descendants(s.pid) for s in servers.values())
+        )
         exclude = {w["pid"] for w in workers} | server_trees
         daemons_mib, n_daemons = _other_descendants_mib(exclude)
         before_rss = None

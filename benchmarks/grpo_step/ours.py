@@ -51,7 +51,9 @@ def overrides(
     return list(merged.values())
 
 
-def _base_overrides(model_dir: Path, new_tokens: int, total_steps: int, out_dir: Path, lr: float) -> list[str]:
+def _base_overrides(
+    model_dir: Path, new_tokens: int, total_steps: int, out_dir: Path, lr: float
+) -> list[str]:
     """The settings both variants share (the config as of commit 06aa171, before the perf work)."""
     return [
         f"data.train_files={model_dir / 'train.parquet'}",
@@ -167,7 +169,9 @@ def build(
     from verl.trainer.main_ppo import build_trainer
 
     cfg = load_config(
-        overrides(model_dir, new_tokens, total_steps, out_dir, variant=variant, after_overrides=after_overrides)
+        overrides(
+            model_dir, new_tokens, total_steps, out_dir, variant=variant, after_overrides=after_overrides
+        )
     )
     validate_config(cfg)
     trainer = build_trainer(cfg, trainer_cls=BenchTrainer)
@@ -197,6 +201,10 @@ def worker_info(trainer: RayPPOTrainer) -> list[dict[str, Any]]:
         import torch as _torch
         import verl.workers as _workers
 
-        return {"pid": _os.getpid(), "threads": _torch.get_num_threads(), "verl_workers_file": _workers.__file__}
+        return {
+            "pid": _os.getpid(),
+            "threads": _torch.get_num_threads(),
+            "verl_workers_file": _workers.__file__,
+        }
 
     return ray.get([w.__ray_call__.remote(probe) for w in trainer.actor_rollout_wg.workers])

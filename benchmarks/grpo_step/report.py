@@ -81,7 +81,12 @@ def summarize(cell: dict, size: str, matmul: list[dict]) -> dict[str, Any]:
     for impl in impls:
         med = _med(step[impl])
         f = flops.step_flops(
-            model_cfg, model_cfg["vocab_size"], ROWS_PER_STEP, 4, new, old_log_prob=_does_old_log_prob(cell, impl)
+            model_cfg,
+            model_cfg["vocab_size"],
+            ROWS_PER_STEP,
+            4,
+            new,
+            old_log_prob=_does_old_log_prob(cell, impl),
         )
         row[f"{impl}_s"] = med
         row[f"{impl}_min_s"] = min(step[impl])
@@ -175,7 +180,9 @@ def _stage_tables(rows: list[dict]) -> list[str]:
         "",
         "Where our step's time goes (medians, seconds; `timing_s/<stage>` from the trainer's metrics) and the bare step's phases:",
         "",
-        "| size | new tokens | ours: " + " / ".join(shown) + " | bare: gen / reward / old_log_prob / update |",
+        "| size | new tokens | ours: "
+        + " / ".join(shown)
+        + " | bare: gen / reward / old_log_prob / update |",
         "|---|---|---|---|",
     ]
     for r in rows:

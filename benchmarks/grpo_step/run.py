@@ -9,9 +9,10 @@ completions per step of exactly 16 or 64 new tokens, temperature 1, one AdamW st
 (constant LR 1e-3, grad clip 1.0), fp32, no KL, no gradient checkpointing.
 
 Each (size, length) cell runs in its own process (``cell.py``) so that peak memory is per cell:
-our step (``RayPPOTrainer.fit`` over one ``ActorRolloutRefWorker``, FSDP2 on CPU, ``hf`` rollout),
-then one bare step (``bare.py``), then one TRL step (``trl_driver.py``, in TRL's own virtual
-environment), repeated. The first ``--warmup`` rounds are left out; the table shows medians, and
+our step (``RayPPOTrainer.fit`` over one ``ActorRolloutRefWorker``, FSDP2 on CPU, the working tree
+with ``--after-overrides``), then our step as of ``--before`` (default 06aa171, the trainer before
+issue 9's performance work, from a git worktree: ``before.py``), then one bare step (``bare.py``),
+then one TRL step (``trl_driver.py``, in TRL's own virtual environment), repeated. The first ``--warmup`` rounds are left out; the table shows medians, and
 the ratios are medians of the per-round ratios (robust to a busy machine). A 2048 x 2048 fp32 matmul
 before and after the cells gives the machine's sustained GFLOP/s, the reference for each step's
 model-FLOPs utilisation (MFU = counted matmul FLOPs of the step / step time / best matmul rate).
@@ -98,7 +99,9 @@ def main() -> None:
         default=before.DEFAULT_REV,
         help="commit whose trainer is the ours_before column (a git worktree of it); 'none': no column",
     )
-    ap.add_argument("--before-worktree", default=str(before.DEFAULT_WORKTREE), help="where that worktree lives")
+    ap.add_argument(
+        "--before-worktree", default=str(before.DEFAULT_WORKTREE), help="where that worktree lives"
+    )
     ap.add_argument(
         "--after-overrides",
         nargs="*",

@@ -1,6 +1,6 @@
 """Union resident memory (``memory.py``) on hand-written smaps text.
 
-    uv run pytest benchmarks/grpo_step/test_memory.py -q
+uv run pytest benchmarks/grpo_step/test_memory.py -q
 """
 
 import os
