@@ -10,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
 from verl import DataProto
 from verl.utils.tensor_batch import TensorBatch
 
@@ -89,7 +88,9 @@ def test_concat_equals_torch_cat():
         expected = torch.cat([p.batch[key] for p in parts], dim=0)
         assert out.batch[key].dtype == expected.dtype and torch.equal(out.batch[key], expected), key
         _assert_fresh(out.batch[key], [p.batch[key] for p in parts])
-    assert out.non_tensor_batch["uid"].tolist() == sum((p.non_tensor_batch["uid"].tolist() for p in parts), [])
+    assert out.non_tensor_batch["uid"].tolist() == sum(
+        (p.non_tensor_batch["uid"].tolist() for p in parts), []
+    )
 
 
 def test_concat_of_chunks_is_an_independent_copy():

@@ -7,22 +7,40 @@ A DataProto holds
 
 Row operations (index, slice, chunk, concat, repeat) apply to the tensors and the numpy arrays
 alike. Ray is not imported here: `DataProtoFuture.get` imports it when called.
+
+DataProtoItem / DataProtoConfig live in `verl.protocol_support` and DataProtoFuture and the
+module-level helpers (pad_dataproto_to_divisor, fold_batch_dim, collate_fn, ...) in
+`verl.protocol_future`; all are importable from here, as upstream's `verl.protocol`.
 """
 
 from __future__ import annotations
 
 import copy
-import logging
 import os
 import pickle
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from functools import partial
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import torch
 
+from verl.protocol_future import (
+    DataProtoFuture,
+    collate_fn,
+    fold_batch_dim,
+    pad_dataproto_to_divisor,
+    unfold_batch_dim,
+    unpad_dataproto,
+)
+from verl.protocol_support import (  # _padding_size_key: re-exported, as upstream's verl.protocol has it
+    DataProtoConfig,
+    DataProtoItem,
+    _padding_size_key,  # noqa: F401
+    _repeat_rows,
+    _to_tensor_batch,
+    check_consistency,
+    make_row_iterator,
+)
 from verl.utils.batch_merge import (
     as_object_array,
     list_of_dict_to_dict_of_list,
@@ -32,7 +50,6 @@ from verl.utils.batch_merge import (
     union_tensor_dict,
     union_two_dict,
 )
-from verl.utils.hugepage_alloc import empty_cpu, wants_fresh_buffer
 from verl.utils.tensor_batch import TensorBatch, normalize_row_index
 
 __all__ = [
@@ -51,107 +68,6 @@ __all__ = [
     "collate_fn",
     "list_of_dict_to_dict_of_list",
 ]
-
-logger = logging.getLogger(__name__)
-
-
-class _DataProtoConfigMeta(type):
-    """Class-level switch `DataProtoConfig.auto_padding` (True also when VERL_AUTO_PADDING is 1/true)."""
-
-    _config: dict = {}
-    auto_padding_key = "_verl_auto_padding"
-
-    @property
-    def auto_padding(cls) -> bool:
-        by_env = os.getenv("VERL_AUTO_PADDING", "FALSE").upper() in ("TRUE", "1")
-        return by_env or cls._config.get(cls.auto_padding_key, False)
-
-    @auto_padding.setter
-    def auto_padding(cls, enabled: bool) -> None:
-        if not isinstance(enabled, bool):
-            raise TypeError(f"DataProtoConfig.auto_padding must be a bool, got {enabled!r}")
-        cls._config[cls.auto_padding_key] = enabled
-
-
-class DataProtoConfig(metaclass=_DataProtoConfigMeta):
-    """Global DataProto settings; `DataProtoConfig.auto_padding = True` lets `chunk` split unevenly."""
-
-
-# Key under which dispatch passes the number of padded rows to the collect side.
-_padding_size_key = "_padding_size_key_x123d"
-
-
-# ---------------------------------------------------------------------------- module functions
-def pad_dataproto_to_divisor(data: DataProto, size_divisor: int) -> tuple[DataProto, int]:
-    """Append copies of the first rows (cycling) so len(data) divides by size_divisor.
-
-    Returns (padded, pad_size); `unpad_dataproto(result, pad_size)` undoes it."""
-    if not isinstance(data, DataProto):
-        raise TypeError(f"pad_dataproto_to_divisor expects a DataProto, got {type(data).__name__}")
-    if size_divisor <= 0:
-        raise ValueError(f"size_divisor must be positive, got {size_divisor}")
-    n = len(data)
-    if n % size_divisor == 0:
-        if n == 0:
-            logger.warning("padding an empty DataProto: nothing to pad with")
-        return data, 0
-    pad_size = size_divisor - n % size_divisor
-    if n == 0:
-        raise ValueError(f"cannot pad an empty DataProto to a multiple of {size_divisor}: no rows to copy")
-    pieces = [data]
-    remaining = pad_size
-    while remaining > 0:
-        take = min(remaining, n)
-        pieces.append(data.slice(0, take))
-        remaining -= take
-    return DataProto.concat(pieces), pad_size
-
-
-def unpad_dataproto(data: DataProto, pad_size: int) -> DataProto:
-    """Drop the last pad_size rows (the padding added by pad_dataproto_to_divisor)."""
-    return data.slice(0, len(data) - pad_size) if pad_size else data
-
-
-def fold_batch_dim(data: DataProto, new_batch_size: int) -> DataProto:
-    """[bsz, ...] -> [new_batch_size, bsz // new_batch_size, ...] for every tensor and array."""
-    n = len(data)
-    if new_batch_size <= 0 or n % new_batch_size:
-        raise ValueError(f"fold_batch_dim: {n} rows do not divide into {new_batch_size} groups")
-    tensors = {k: t.reshape(new_batch_size, n // new_batch_size, *t.shape[1:]) for k, t in data.batch.items()}
-    non_tensors = {
-        k: v.reshape(new_batch_size, n // new_batch_size, *v.shape[1:])
-        for k, v in data.non_tensor_batch.items()
-    }
-    batch = TensorBatch._trusted(tensors, torch.Size((new_batch_size,)))
-    return type(data)(batch=batch, non_tensor_batch=non_tensors, meta_info=data.meta_info)
-
-
-def unfold_batch_dim(data: DataProto, batch_dims: int = 2) -> DataProto:
-    """Merge the first batch_dims dims of every tensor and array into one batch dim."""
-    tensors = {k: t.reshape(-1, *t.shape[batch_dims:]) for k, t in data.batch.items()}
-    rows = next(iter(tensors.values())).shape[0] if tensors else 0
-    non_tensors = {k: v.reshape(rows, *v.shape[batch_dims:]) for k, v in data.non_tensor_batch.items()}
-    return type(data)(
-        batch=TensorBatch(tensors, (rows,)), non_tensor_batch=non_tensors, meta_info=data.meta_info
-    )
-
-
-def collate_fn(x: list[DataProtoItem]) -> DataProto:
-    """Stack a list of DataProtoItem (one row each) into a DataProto."""
-    batch = TensorBatch.stack([d.batch for d in x]) if x and x[0].batch is not None else None
-    non_tensor = list_of_dict_to_dict_of_list([d.non_tensor_batch for d in x])
-    non_tensor_batch = {key: as_object_array(key, values) for key, values in non_tensor.items()}
-    return DataProto(batch=batch, non_tensor_batch=non_tensor_batch)
-
-
-# ---------------------------------------------------------------------------- DataProtoItem
-@dataclass
-class DataProtoItem:
-    """One row of a DataProto: `batch` is a TensorBatch with batch_size ()."""
-
-    batch: TensorBatch | None = None
-    non_tensor_batch: dict = field(default_factory=dict)
-    meta_info: dict = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------- DataProto
@@ -259,28 +175,7 @@ class DataProto:
     # ------------------------------------------------------------------ checks and info
     def check_consistency(self) -> None:
         """Raise if any tensor or array disagrees with the batch's row count, or has the wrong type."""
-        if self.batch is not None and len(self.batch.batch_size) != 1 and self.non_tensor_batch:
-            raise ValueError(
-                f"a batch with non_tensor_batch must have one batch dim, got batch size {tuple(self.batch.batch_size)}"
-            )
-        if not isinstance(self.non_tensor_batch, dict):
-            raise TypeError(f"non_tensor_batch must be a dict, got {type(self.non_tensor_batch).__name__}")
-        if not isinstance(self.meta_info, dict):
-            raise TypeError(f"meta_info must be a dict, got {type(self.meta_info).__name__}")
-        n = pivot = None
-        if self.batch is not None:
-            n, pivot = self.batch.batch_size[0] if self.batch.batch_size else None, "batch"
-        for key, val in self.non_tensor_batch.items():
-            if not isinstance(val, np.ndarray):
-                raise TypeError(
-                    f"non_tensor_batch[{key!r}] must be a numpy array (dtype=object), got {type(val).__name__}"
-                )
-            if val.ndim == 0:
-                raise ValueError(f"non_tensor_batch[{key!r}] is a 0-d array; it needs one entry per row")
-            if n is None:
-                n, pivot = val.shape[0], f"non_tensor_batch[{key!r}]"
-            elif val.shape[0] != n:
-                raise ValueError(f"non_tensor_batch[{key!r}] has {val.shape[0]} rows but {pivot} has {n}")
+        check_consistency(self)
 
     def __len__(self) -> int:
         if self.batch is not None:
@@ -580,34 +475,7 @@ class DataProto:
     ) -> Iterator[DataProto]:
         """Yield mini-batches of mini_batch_size rows for `epochs` passes, via a torch DataLoader
         (pass e.g. dataloader_kwargs={"shuffle": True}; `seed` fixes the shuffle order)."""
-        if len(self) % mini_batch_size:
-            raise ValueError(
-                f"make_iterator: {len(self)} rows do not divide into mini-batches of {mini_batch_size}"
-            )
-        dataloader_kwargs = dict(dataloader_kwargs or {})
-        if "collate_fn" in dataloader_kwargs:
-            raise ValueError(
-                "make_iterator: collate_fn is set by DataProto and cannot be passed in dataloader_kwargs"
-            )
-        generator = torch.Generator().manual_seed(seed) if seed is not None else None
-        from torch.utils.data import DataLoader
-
-        loader = DataLoader(
-            dataset=_RowDataset(self),
-            batch_size=mini_batch_size,
-            collate_fn=_identity_collate,
-            generator=generator,
-            **dataloader_kwargs,
-        )
-        meta_info = self.meta_info
-
-        def batches():
-            for _ in range(epochs):
-                for mini_batch in loader:
-                    mini_batch.meta_info = meta_info
-                    yield mini_batch
-
-        return batches()
+        return make_row_iterator(self, mini_batch_size, epochs, seed, dataloader_kwargs)
 
     # ------------------------------------------------------------------ persistence
     def save_to_disk(self, filepath: str | os.PathLike) -> None:
@@ -627,97 +495,3 @@ class DataProto:
 
     def __setstate__(self, state) -> None:
         self.batch, self.non_tensor_batch, self.meta_info = state
-
-
-class _RowDataset:
-    """Map-style dataset over a DataProto's rows; `__getitems__` lets DataLoader fetch a whole
-    mini-batch with one index_select instead of N single-row items plus a stack."""
-
-    def __init__(self, data: DataProto):
-        self.data = data
-
-    def __len__(self) -> int:
-        return len(self.data)
-
-    def __getitem__(self, i: int) -> DataProtoItem:
-        return self.data[i]
-
-    def __getitems__(self, indices: list[int]) -> DataProto:
-        return self.data.select_idxs(indices)
-
-
-def _repeat_rows(t: torch.Tensor, times: int, interleave: bool) -> torch.Tensor:
-    """Rows a a b b (interleave) or a b a b, with one copy from a broadcast view (cheaper than
-    repeat_interleave's gather), into a huge-page-advised buffer when the result is large."""
-    n, rest = t.shape[0], t.shape[1:]
-    view = t.unsqueeze(1).expand(n, times, *rest) if interleave else t.unsqueeze(0).expand(times, n, *rest)
-    if wants_fresh_buffer(t, t.numel() * times * t.element_size()):
-        out = empty_cpu((n * times, *rest), t.dtype)
-        out.view(view.shape).copy_(view)
-        return out
-    return view.reshape(n * times, *rest)
-
-
-def _identity_collate(batch: DataProto) -> DataProto:
-    return batch
-
-
-def _to_tensor_batch(batch: Any) -> TensorBatch:
-    """Accept a tensordict.TensorDict (upstream code builds those) or a plain dict of tensors."""
-    from verl.utils.tensordict_interop import is_tensordict
-
-    if is_tensordict(batch):
-        return TensorBatch(batch.to_dict(), batch.batch_size)
-    if isinstance(batch, dict):
-        return TensorBatch(batch)
-    raise TypeError(
-        f"DataProto.batch must be a TensorBatch, TensorDict or dict of tensors, got {type(batch).__name__}"
-    )
-
-
-# ---------------------------------------------------------------------------- DataProtoFuture
-def _take_chunk(data: DataProto, i: int, chunks: int) -> DataProto:
-    return data.chunk(chunks=chunks)[i]
-
-
-@dataclass
-class DataProtoFuture:
-    """A DataProto that is still being computed: Ray object refs plus how to combine them
-    (`collect_fn`, e.g. DataProto.concat) and which part to take (`dispatch_fn`, set by `chunk`).
-
-    Passed to another worker group, each worker calls `get()` itself, so the data goes from the
-    object store to the consumer without passing through the driver."""
-
-    collect_fn: Callable
-    futures: list
-    dispatch_fn: Callable | None = None
-
-    @staticmethod
-    def concat(data: list) -> DataProtoFuture:
-        """A future for the row-wise concatenation of the DataProtos behind `data` (object refs)."""
-        return DataProtoFuture(collect_fn=DataProto.concat, futures=list(data))
-
-    def chunk(self, chunks: int) -> list[DataProtoFuture]:
-        """`chunks` futures; the i-th resolves to chunk i of this future's DataProto."""
-        return [
-            DataProtoFuture(
-                collect_fn=self.collect_fn,
-                futures=self.futures,
-                dispatch_fn=partial(_take_chunk, i=i, chunks=chunks),
-            )
-            for i in range(chunks)
-        ]
-
-    def get(self) -> DataProto:
-        import ray
-
-        outputs = ray.get(self.futures)
-        for i, out in enumerate(outputs):
-            if not isinstance(out, DataProto):
-                raise TypeError(
-                    f"DataProtoFuture: object ref {i} resolved to a {type(out).__name__}, not a DataProto"
-                )
-        result = self.collect_fn(outputs)
-        if self.dispatch_fn is not None:
-            result = self.dispatch_fn(result)
-        return result
