@@ -8,6 +8,10 @@ and round by round, the two workers time the same op back to back (alternating w
 so load drift on a shared machine hits both sides alike. The table shows each side's median and
 the median of the per-round ratios ours / upstream. Whole-process import times are measured last.
 
+Copy rows also get a "plain torch" column per interpreter: the same tensor work done with bare torch
+calls (torch.cat / torch.index_select / repeat_interleave / the random inputs alone) on the same
+tensors in the same worker, the floor a DataProto op cannot go much below.
+
 The batch mirrors ../shared/anchors/verl_anchor/bench_dataproto.py: B rows x L tokens with
 input_ids, attention_mask, responses (int64) and old_log_probs (float32) = 28 MiB at B=L=1024,
 plus two object arrays (uid strings, extra_info dicts).
@@ -97,7 +101,25 @@ def build_ops(B: int, L: int) -> dict:
     assert torch.equal(rt.batch["old_log_probs"], data.batch["old_log_probs"])
     assert list(rt.non_tensor_batch["extra_info"][:3]) == list(data.non_tensor_batch["extra_info"][:3])
 
+    # "plain torch" floors: the same tensor work done with bare torch calls on the same tensors (no
+    # DataProto, no object arrays), timed in the same worker, so readers see what the copy itself costs.
+    tensors = dict(data.batch.items())
+    chunk_parts = {k: [c.batch[k] for c in chunks8] for k in tensors}
+    idx_t = torch.from_numpy(idx)
+
+    def plain_index(index):
+        return {k: torch.index_select(t, 0, index) for k, t in tensors.items()}
+
+    floors = {
+        "build: random tensors + from_dict (anchor's from_dict row)": lambda: _inputs(B, L),
+        "concat(8 chunks)": lambda: {k: torch.cat(parts) for k, parts in chunk_parts.items()},
+        "index select data[np array of B/2 random rows]": lambda: plain_index(idx_t),
+        "index select data[python list of B/2 rows]": lambda: plain_index(torch.tensor(idx_list)),
+        "bool-mask select (B/2 rows)": lambda: plain_index(torch.from_numpy(mask).nonzero().squeeze(1)),
+        "repeat(8, interleave=True)": lambda: {k: t.repeat_interleave(8, dim=0) for k, t in tensors.items()},
+    }
     return {
+        **{f"floor: {name}": (fn, None) for name, fn in floors.items()},
         "build: random tensors + from_dict (anchor's from_dict row)": (build, None),
         "from_dict only (inputs prebuilt)": (
             lambda inp: DataProto.from_dict(tensors=inp[0], non_tensors=inp[1], meta_info={"step": 1}),
@@ -199,7 +221,13 @@ def main() -> None:
     if args.compare:
         pythons["upstream"] = args.compare
     sides = {name: Side(py, args.batch, args.seqlen) for name, py in pythons.items()}
-    ops = [op for op in sides["ours"].info["ops"] if not args.only or any(o in op for o in args.only)]
+    floors = {op for op in sides["ours"].info["ops"] if op.startswith("floor: ")}
+    ops = [
+        op
+        for op in sides["ours"].info["ops"]
+        if not op.startswith("floor: ") and (not args.only or any(o in op for o in args.only))
+    ]
+    ops += [f"floor: {op}" for op in ops if f"floor: {op}" in floors]
     times: dict[str, dict[str, list[float]]] = {name: {op: [] for op in ops} for name in sides}
     order = list(sides)
     for r in range(args.rounds):
@@ -231,12 +259,24 @@ def main() -> None:
         print(
             f"# pickle size: ours {ours['pickle_bytes'] / 2**20:.2f} MiB, upstream {up['pickle_bytes'] / 2**20:.2f} MiB\n"
         )
-        print("| op | ours | upstream verl | ours / upstream (median of per-round ratios) |")
-        print("|---|---|---|---|")
+        print(
+            "| op | ours | upstream verl | ours / upstream (median of per-round ratios) "
+            "| plain torch, our env | plain torch, upstream env |"
+        )
+        print("|---|---|---|---|---|---|")
         for op in times["ours"]:
+            if op.startswith("floor: "):
+                continue
             ratios = [a / b for a, b in zip(times["ours"][op], times["upstream"][op])]
+            floor = f"floor: {op}"
+            plain = (
+                f"{_fmt(med['ours'][floor])} | {_fmt(med['upstream'][floor])}"
+                if floor in med["ours"]
+                else " | "
+            )
             print(
-                f"| {op} | {_fmt(med['ours'][op])} | {_fmt(med['upstream'][op])} | {statistics.median(ratios):.2f} |"
+                f"| {op} | {_fmt(med['ours'][op])} | {_fmt(med['upstream'][op])} | {statistics.median(ratios):.2f} "
+                f"| {plain} |"
             )
     else:
         print(f"# pickle size: {ours['pickle_bytes'] / 2**20:.2f} MiB\n")

@@ -7,9 +7,10 @@ Rows (2 CPU-only Ray workers, RayResourcePool(use_gpu=False, max_colocate_count=
   * a no-op ONE_TO_ALL call,
   * a DP_COMPUTE_PROTO echo of a tiny batch (4 rows x 8),
   * a DP_COMPUTE_PROTO echo of ~100 MiB (two int64 tensors [6400, 1024] + a uid object array).
-Each row is the median over --reps calls after warm-up. With --compare, each round runs a fresh
-process under this interpreter and then one under PYTHON (alternating, so machine-load drift hits
-both sides alike); the table shows the median over rounds and the ratio ours / upstream.
+Each row is the median over --reps calls after warm-up. A fourth row calls the same actors' no-op
+method directly (`actor.noop.remote()` per worker + one `ray.get`): Ray's floor for the no-op row. With --compare, each round runs a fresh
+process under each interpreter (alternating which goes first, so machine-load drift hits both sides
+alike); the table shows the median over rounds and the median of the per-round ratios ours / upstream.
 The measurements mirror ../shared/anchors/verl_anchor/bench_dispatch.py.
 """
 
@@ -29,6 +30,8 @@ os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 ROWS = ("ONE_TO_ALL noop", "DP_COMPUTE_PROTO echo, tiny", "DP_COMPUTE_PROTO echo, ~100 MiB")
+# Ray's own floor for the no-op row: the same two actors' method called directly, no worker group.
+BARE_ROW = "bare Ray: actor.noop.remote() per worker + ray.get"
 
 
 def _median_time(fn, reps: int, warmup: int) -> float:
@@ -89,8 +92,14 @@ def run(workers: int, reps: int, big_mb: float) -> dict:
         assert len(out) == len(data) and torch.equal(out.batch["input_ids"], data.batch["input_ids"])
         assert list(out.non_tensor_batch["uid"]) == list(data.non_tensor_batch["uid"])
 
+    actors = wg.workers
+
+    def bare_noop():
+        return ray.get([a.noop.remote() for a in actors])
+
     rows = {
         ROWS[0]: _median_time(wg.noop, reps * 10, warmup=5),
+        BARE_ROW: _median_time(bare_noop, reps * 10, warmup=5),
         ROWS[1]: _median_time(lambda: wg.echo(tiny), reps * 5, warmup=3),
         ROWS[2]: _median_time(lambda: wg.echo(big), reps, warmup=1),
     }
@@ -152,18 +161,21 @@ def main() -> None:
     if args.compare:
         sides["upstream"] = args.compare
     results: dict[str, list[dict]] = {name: [] for name in sides}
-    for _ in range(args.rounds if args.compare else 1):
-        for name, python in sides.items():
-            results[name].append(_run_side(python, args))
+    for r in range(args.rounds if args.compare else 1):
+        # alternate which side goes first, so load drift hits both alike
+        for name in list(sides) if r % 2 == 0 else list(sides)[::-1]:
+            results[name].append(_run_side(sides[name], args))
 
+    all_rows = (*ROWS, BARE_ROW)
     med = {
-        name: {row: statistics.median(r["rows"][row] for r in runs) for row in ROWS}
+        name: {row: statistics.median(r["rows"][row] for r in runs) for row in all_rows}
         for name, runs in results.items()
     }
     info = results["ours"][0]
     print(
         f"# dispatch: {args.workers} CPU workers, big payload {info['big_rows']} rows x 1024 x 2 int64 "
-        f"= {info['big_mib']:.0f} MiB; medians over reps (and over {len(results['ours'])} round(s))"
+        f"= {info['big_mib']:.0f} MiB; medians over reps (and over {len(results['ours'])} round(s)); "
+        f"ratio = median of per-round ratios; loadavg {os.getloadavg()[0]:.2f}"
     )
     for name, runs in results.items():
         print(
@@ -174,10 +186,11 @@ def main() -> None:
     if args.compare:
         header += f" {'upstream':>12s} {'ours/upstream':>14s}"
     print(header)
-    for row in ROWS:
+    for row in all_rows:
         line = f"{row:34s} {_fmt(med['ours'][row]):>12s}"
         if args.compare:
-            line += f" {_fmt(med['upstream'][row]):>12s} {med['ours'][row] / med['upstream'][row]:14.2f}"
+            ratios = [a["rows"][row] / b["rows"][row] for a, b in zip(results["ours"], results["upstream"])]
+            line += f" {_fmt(med['upstream'][row]):>12s} {statistics.median(ratios):14.2f}"
         print(line)
 
 
