@@ -73,6 +73,8 @@ def test_one_round_of_ours_and_bare(tmp_path):
         "1",
         "--assets",
         str(tmp_path / "assets"),
+        "--before",
+        "none",
         "--out",
         str(out),
     ]
@@ -81,9 +83,10 @@ def test_one_round_of_ours_and_bare(tmp_path):
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| xs | 0.138M | 4 | 1 |")]
     assert rows, proc.stdout[-3000:]
     cells = rows[-1].split("|")[1:-1]
-    assert len(cells) == 13
-    assert cells[6].strip() == "-" and cells[8].strip() == "-"  # no TRL column without --trl-python
-    assert float(cells[4]) > 0 and float(cells[5]) > 0
+    assert len(cells) == 19
+    assert cells[5].strip() == "-" and cells[7].strip() == "-" and cells[10].strip() == "-"  # no ours_before, no TRL
+    assert float(cells[4]) > 0 and float(cells[6]) > 0
+    assert float(cells[17].split("/")[0]) > 0  # union peak of ours
     cell = json.loads((out / "xs_L4.json").read_text())
     ours, bare = cell["records"]["ours"], cell["records"]["bare"]
     assert len(ours) == 1 and len(bare) == 1
