@@ -12,9 +12,12 @@ per-sequence advantages (one mini-batch, one micro-batch, one AdamW step per upd
 (hidden 512, 8 layers, ~25M parameters, built the same way).
 
 Every (size, R, option) runs in its own fresh process, so ``ru_maxrss`` (peak resident set) is that
-option's alone. Reported per option: median seconds per ``update_policy`` after ``--warmup`` steps,
-peak RSS, and "train peak" = peak RSS minus the RSS just before the first update (what the training
-pass itself adds on top of the loaded model: activations, gradients, optimizer state, allocator slack).
+option's alone. Reported per option: median seconds per ``update_policy`` after ``--warmup`` steps, as
+process CPU time and as wall time (with one torch thread, ``--threads 1``, the two agree on an idle
+machine; on a shared one CPU time leaves out the time spent waiting for a core, so its ratios are the
+ones to read), peak RSS, and "train peak" = peak RSS minus the RSS just before the first update (what
+the training pass adds on top of the loaded model: activations, gradients, optimizer state, allocator
+slack). ``--rounds`` repeats every option in alternating order; ratios are medians of per-round ratios.
 
 An option the engine refuses (the offload flags on a CPU-only machine, see the README section) shows
 the engine's error instead of numbers. ``--bypass-cpu-offload-guard`` is a diagnostic: it disables the
@@ -175,7 +178,7 @@ def run_child(
             checkpoint_config=arc.actor.checkpoint,
         )
     except (ValueError, NotImplementedError, RuntimeError) as e:
-        return {**result, "status": "rejected", "error": f"{type(e).__name__}: {e}"}
+        return {**result, "status": "build failed", "error": f"{type(e).__name__}: {e}"}
     actor = DataParallelPPOActor(
         arc.actor, engine,
         ppo_mini_batch_size_per_rank=per_rank_size(arc.actor.ppo_mini_batch_size, arc.rollout.n, 1, "ppo_mini_batch_size"),
@@ -191,19 +194,21 @@ def run_child(
     old, _ = actor.compute_log_prob(data)
     data.batch["old_log_probs"] = old
     rss_before = _rss_mib()
-    times = []
+    times, cpu_times = [], []
     try:
         for i in range(warmup + steps):
             data.meta_info["global_steps"] = i
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             metrics = actor.update_policy(data)
             times.append(time.perf_counter() - t0)
+            cpu_times.append(time.process_time() - c0)
     except Exception as e:  # noqa: BLE001 - the benchmark reports what the engine did, whatever it was
-        return {**result, "status": "failed", "error": f"{type(e).__name__}: {str(e).splitlines()[0]}"}
+        return {**result, "status": "update failed", "error": f"{type(e).__name__}: {str(e).splitlines()[0]}"}
     opt_devices = sorted({str(v.device) for s in engine.optimizer.state.values() for v in s.values()
                           if isinstance(v, torch.Tensor) and v.dim() > 0})
     return {
         **result, "status": "ok", "step_s": statistics.median(times[warmup:]), "times": times,
+        "cpu_step_s": statistics.median(cpu_times[warmup:]), "cpu_times": cpu_times,
         "peak_rss_mib": _peak_rss_mib(), "rss_start_mib": rss_start, "rss_before_steps_mib": rss_before,
         "train_peak_mib": _peak_rss_mib() - rss_before, "optimizer_state_devices": opt_devices,
         "grad_norm": metrics["actor/grad_norm"],
@@ -245,7 +250,7 @@ def summarise(results: list[dict]) -> list[dict]:
             continue
         row = {"size": key[0], "resp_len": key[1], "option": key[2], "bypass": key[3], "status": "ok",
                "rounds": len(ok)}
-        for k in ("step_s", "peak_rss_mib", "train_peak_mib"):
+        for k in ("step_s", "cpu_step_s", "peak_rss_mib", "train_peak_mib"):
             row[k] = statistics.median(r[k] for r in ok)
             ratios = [r[k] / base[(r["round"], r["size"], r["resp_len"])][k] for r in ok
                       if (r["round"], r["size"], r["resp_len"]) in base]
@@ -256,12 +261,13 @@ def summarise(results: list[dict]) -> list[dict]:
 
 def table(rows: list[dict]) -> str:
     """Markdown table of :func:`summarise`'s rows; ratios are against ``baseline`` (same size and R)."""
-    out = ["| size | R | option | s/step | vs baseline | peak RSS MiB | vs baseline | train peak MiB | vs baseline |",
-           "|---|---|---|---|---|---|---|---|---|"]
+    out = ["| size | R | option | s/step (CPU) | vs baseline | s/step (wall) | peak RSS MiB | vs baseline "
+           "| train peak MiB | vs baseline |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         name = r["option"] + (" (guard bypassed)" if r["bypass"] else "")
         if r["status"] != "ok":
-            out.append(f"| {r['size']} | {r['resp_len']} | {name} | {r['status']}: {r['error'][:120]} | | | | | |")
+            out.append(f"| {r['size']} | {r['resp_len']} | {name} | {r['status']}: {r['error'][:110]} | | | | | | |")
             continue
 
         def ratio(key: str) -> str:
@@ -269,9 +275,9 @@ def table(rows: list[dict]) -> str:
             return "-" if v is None else f"{v:.2f}"
 
         out.append(
-            f"| {r['size']} | {r['resp_len']} | {name} | {r['step_s']:.3f} | {ratio('step_s')} | "
-            f"{r['peak_rss_mib']:.0f} | {ratio('peak_rss_mib')} | {r['train_peak_mib']:.0f} | "
-            f"{ratio('train_peak_mib')} |"
+            f"| {r['size']} | {r['resp_len']} | {name} | {r['cpu_step_s']:.3f} | {ratio('cpu_step_s')} | "
+            f"{r['step_s']:.3f} | {r['peak_rss_mib']:.0f} | {ratio('peak_rss_mib')} | "
+            f"{r['train_peak_mib']:.0f} | {ratio('train_peak_mib')} |"
         )
     return "\n".join(out)
 
@@ -291,7 +297,13 @@ def main() -> None:
                     help="diagnostic: also run the offload options with the engine's CPU guard disabled")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--json", default=None, help="also write all results to this file")
+    ap.add_argument("--render", nargs="+", default=None, metavar="JSON",
+                    help="only print the table of earlier --json files (joined)")
     args = ap.parse_args()
+
+    if args.render:
+        print(table(summarise([r for f in args.render for r in json.loads(Path(f).read_text())])))
+        return
 
     if args.child:
         r = run_child(args.sizes[0], args.lengths[0], args.options[0], args.steps, args.warmup,
@@ -313,7 +325,7 @@ def main() -> None:
                 for option, bypass in runs if rnd % 2 == 0 else runs[::-1]:
                     r = {**_spawn(args, size, resp_len, option, bypass), "round": rnd}
                     results.append(r)
-                    print(json.dumps({k: v for k, v in r.items() if k != "times"}), flush=True)
+                    print(json.dumps({k: v for k, v in r.items() if k not in ("times", "cpu_times")}), flush=True)
     print(f"# end {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average "
           f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     print(table(summarise(results)))
