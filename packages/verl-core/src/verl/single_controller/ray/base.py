@@ -245,6 +245,8 @@ class RayWorkerGroup(WorkerGroup):
         self._poll_interval_s = poll_interval_s
         self._worker_info: list[dict] = []
         self._dead: dict[int, str] = {}  # rank -> description of how it died (shared with spawned views)
+        # method name -> one Ray ActorMethod per worker; built on first call (Ray makes a new one per getattr)
+        self._method_handles: dict[str, list] = {}
         self._actor_cls_name = user_cls.__name__
         self._init_with_resource_pool(resource_pool, ray_cls_with_init, detached)
         self._bind_worker_method(user_cls)
@@ -326,16 +328,28 @@ class RayWorkerGroup(WorkerGroup):
 
         args = [prepare(a) for a in args]
         kwargs = {k: prepare(v) for k, v in kwargs.items()}
-        refs = []
-        for r in ranks:
+        handles = self._method_handles.get(method_name)
+        if handles is None:
+            handles = self._method_handles[method_name] = self._actor_methods(method_name)
+        if not kwargs:
+            refs = [handles[r].remote(*(a[r] for a in args)) for r in ranks]
+        else:
+            refs = [
+                handles[r].remote(*(a[r] for a in args), **{k: v[r] for k, v in kwargs.items()})
+                for r in ranks
+            ]
+        return refs, ranks
+
+    def _actor_methods(self, method_name: str) -> list:
+        handles = []
+        for r, worker in enumerate(self._workers):
             try:
-                method = getattr(self._workers[r], method_name)
+                handles.append(getattr(worker, method_name))
             except AttributeError:
                 raise AttributeError(
                     f"worker class {self._actor_cls_name} has no method {method_name!r} (called on worker rank {r})"
                 ) from None
-            refs.append(method.remote(*(a[r] for a in args), **{k: v[r] for k, v in kwargs.items()}))
-        return refs, ranks
+        return handles
 
     def _resolve(self, refs: list, ranks: list[int], method_name: str) -> list:
         """Wait for every result; the first failure (raise or death) is raised at once, naming the worker.
@@ -453,6 +467,7 @@ class RayWorkerGroup(WorkerGroup):
                 "_poll_interval_s",
                 "_worker_info",
                 "_dead",
+                "_method_handles",
                 "_workers",
                 "_worker_names",
                 "_master_addr",
