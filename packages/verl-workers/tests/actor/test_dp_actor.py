@@ -63,9 +63,11 @@ def test_one_update_lowers_loss_and_reports_metrics(dist_world1, tiny_model_dir,
     metrics = actor.update_policy(data)
     after = _loss_on(actor, data, cfg)
     assert after < before - 1e-3
-    for key in ("actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl", "actor/entropy", "actor/grad_norm",
-                "actor/lr"):
+    for key in ("actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl", "actor/grad_norm", "actor/lr"):
         assert key in metrics and torch.isfinite(torch.tensor(metrics[key])), key
+    # entropy_coeff=0 and the old log-probs came from a forward pass, which reports the entropy: the
+    # update skips that softmax pass
+    assert "actor/entropy" not in metrics
     # pg_loss reported is the loss of the whole mini-batch before the step
     assert abs(metrics["actor/pg_loss"] - before) < 1e-5
     assert metrics["actor/lr"] == 1e-2 and abs(metrics["actor/ppo_kl"]) < 1e-5

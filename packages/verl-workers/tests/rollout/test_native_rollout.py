@@ -197,27 +197,29 @@ def test_registered_and_generate_sequences_equals_hf(tiny_model_dir):
 
 
 def test_fsdp2_module_matches_plain_module(tiny_model_dir, tiny_tokenizer, dist_world1):
-    from verl.workers.engine import build_engine
+    # Sharded by hand: the engine trains the plain module on one CPU rank, multi-rank runs shard it so.
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import DTensor
 
     cfg = load_config(
         [
             f"actor_rollout_ref.model.path={tiny_model_dir}",
-            "actor_rollout_ref.model.model_dtype=fp32",
             "data.max_response_length=5",
             "actor_rollout_ref.rollout.calculate_log_probs=true",
         ]
     )
     arr = cfg.actor_rollout_ref
-    engine = build_engine("fsdp2", model_config=arr.model, engine_config=arr.actor.fsdp_config)
+    sharded = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    for layer in sharded.model.layers:
+        fully_shard(layer)
+    fully_shard(sharded)
     prompts = chat_prompts(tiny_tokenizer, ["12+3=", "4+4=", "9+90="], {"do_sample": False})
-    got = NativeRollout(engine.module, arr.rollout, tiny_tokenizer).generate_sequences(prompts)
+    got = NativeRollout(sharded, arr.rollout, tiny_tokenizer).generate_sequences(prompts)
     plain = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     ref = HFRollout(plain, arr.rollout, tiny_tokenizer).generate_sequences(prompts)
     assert_same_generation(dict(got.batch.items()), dict(ref.batch.items()))
-    # parameters are sharded again afterwards (the engine trains on DTensors)
-    from torch.distributed.tensor import DTensor
-
-    assert all(isinstance(p, DTensor) for p in engine.module.parameters())
+    # parameters are sharded again afterwards (training runs on the DTensors)
+    assert all(isinstance(p, DTensor) for p in sharded.parameters())
 
 
 def test_unsupported_architecture_falls_back_to_hf_loop(tiny_tokenizer):
