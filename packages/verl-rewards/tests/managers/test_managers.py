@@ -26,6 +26,9 @@ class CharTokenizer:
     def decode(self, ids, skip_special_tokens=True):
         return "".join(chr(int(i)) for i in ids if not (skip_special_tokens and int(i) == PAD))
 
+    def batch_decode(self, sequences, skip_special_tokens=True):  # as HF tokenizers have it
+        return [self.decode(ids, skip_special_tokens) for ids in sequences]
+
 
 def _encode(text):
     return [ord(c) for c in text]
