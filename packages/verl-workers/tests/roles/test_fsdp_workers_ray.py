@@ -37,6 +37,10 @@ def test_two_worker_hybrid_engine(ray_cluster, make_cfg, prompts_for, tiny_model
         r = gen.batch["responses"].shape[1]
         assert 1 <= r <= 6
 
+        # the same prompt on both ranks samples differently: each rank has its own random stream
+        twins = wg.generate_sequences(prompts_for(tok, ["5+5=", "5+5="], meta={"temperature": 1.0}))
+        assert not torch.equal(twins.batch["responses"][0], twins.batch["responses"][1])
+
         gen.meta_info["temperature"] = 1.0
         old = wg.compute_log_prob(gen)
         ref = wg.compute_ref_log_prob(gen)
