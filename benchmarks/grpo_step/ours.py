@@ -23,6 +23,16 @@ os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer  # noqa: E402
 
 
+#: What the performance work changed in this config (issue 9): the native rollout engine (the default
+#: engine now) and, one PPO epoch over one mini-batch being exactly on-policy, old log-probs taken from
+#: the rollout instead of a second forward pass.
+AFTER = (
+    "actor_rollout_ref.rollout.name=native",
+    "actor_rollout_ref.rollout.calculate_log_probs=true",
+    "actor_rollout_ref.actor.use_rollout_log_probs=true",
+)
+
+
 def overrides(
     model_dir: Path,
     new_tokens: int,
@@ -35,8 +45,9 @@ def overrides(
     """The config of the anchor's settings as ``key=value`` overrides of the trainer defaults.
 
     ``variant="before"``: the config the trainer had before the performance work (``hf`` rollout,
-    an old-log-prob forward). ``variant="after"``: the same, with ``after_overrides`` (``key=value``)
-    replacing or adding keys, e.g. ``actor_rollout_ref.rollout.name=native``.
+    an old-log-prob forward). ``variant="after"``: the same with :data:`AFTER` (the ``native`` rollout,
+    whose log-probs are the old log-probs), then ``after_overrides`` (``key=value``) replacing or
+    adding keys.
     """
     if variant not in ("before", "after"):
         raise ValueError(f"overrides(variant={variant!r}): expected 'before' or 'after'")
@@ -44,7 +55,7 @@ def overrides(
     if variant == "before":
         return base
     merged = {item.split("=", 1)[0]: item for item in base}
-    for item in after_overrides:
+    for item in (*AFTER, *after_overrides):
         if "=" not in item:
             raise ValueError(f"after override {item!r}: expected key=value")
         merged[item.split("=", 1)[0]] = item

@@ -9,8 +9,8 @@ completions per step of exactly 16 or 64 new tokens, temperature 1, one AdamW st
 (constant LR 1e-3, grad clip 1.0), fp32, no KL, no gradient checkpointing.
 
 Each (size, length) cell runs in its own process (``cell.py``) so that peak memory is per cell:
-our step (``RayPPOTrainer.fit`` over one ``ActorRolloutRefWorker``, FSDP2 on CPU, the working tree
-with ``--after-overrides``), then our step as of ``--before`` (default 06aa171, the trainer before
+our step (``RayPPOTrainer.fit`` over one ``ActorRolloutRefWorker`` on CPU, the working tree with
+``ours.AFTER`` and ``--after-overrides``), then our step as of ``--before`` (default 06aa171, the trainer before
 issue 9's performance work, from a git worktree: ``before.py``), then one bare step (``bare.py``),
 then one TRL step (``trl_driver.py``, in TRL's own virtual environment), repeated. The first ``--warmup`` rounds are left out; the table shows medians, and
 the ratios are medians of the per-round ratios (robust to a busy machine). A 2048 x 2048 fp32 matmul
@@ -106,7 +106,7 @@ def main() -> None:
         "--after-overrides",
         nargs="*",
         default=[],
-        help="key=value config overrides of our (after) step only, e.g. actor_rollout_ref.rollout.name=native",
+        help="key=value config overrides of our (after) step only, on top of ours.AFTER, e.g. actor_rollout_ref.rollout.name=hf",
     )
     ap.add_argument("--render", action="store_true", help="only re-render --out's saved results")
     args = ap.parse_args()
