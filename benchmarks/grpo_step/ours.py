@@ -22,7 +22,6 @@ os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer  # noqa: E402
 
-
 #: What the performance work changed in this config (issue 9): the native rollout engine (the default
 #: engine now) and, one PPO epoch over one mini-batch being exactly on-policy, old log-probs taken from
 #: the rollout instead of a second forward pass.
