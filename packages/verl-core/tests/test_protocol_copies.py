@@ -138,3 +138,19 @@ def test_grad_tensors_keep_autograd():
     expected[4] += 2.0
     expected[0] += 1.0
     assert torch.equal(w.grad, expected)
+
+
+@pytest.mark.parametrize("device", ["cpu", torch.device("cpu")])
+def test_to_cpu_on_cpu_data_keeps_the_same_tensors(device):
+    data = _batch(4)
+    before = {k: t for k, t in data.batch.items()}
+    assert data.to(device) is data
+    assert all(data.batch[k] is t for k, t in before.items())
+
+
+def test_to_another_device_moves_every_tensor():
+    data = _batch(4)
+    moved = data.batch.to("meta")
+    assert {t.device.type for t in moved.values()} == {"meta"}
+    assert moved.to("meta") is moved
+    assert [t.shape for t in moved.values()] == [t.shape for t in data.batch.values()]

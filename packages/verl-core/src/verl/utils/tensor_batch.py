@@ -23,6 +23,8 @@ from verl.utils.hugepage_alloc import empty_cpu, wants_fresh_buffer
 
 __all__ = ["TensorBatch", "normalize_row_index"]
 
+_CPU = torch.device("cpu")
+
 
 def normalize_row_index(index: Any, num_rows: int) -> torch.Tensor:
     """Turn a list / numpy array / tensor of row indices or a bool mask into an int64 CPU index
@@ -297,6 +299,14 @@ class TensorBatch:
 
     def to(self, device: str | torch.device, non_blocking: bool = False) -> TensorBatch:
         """This batch itself when every tensor is already on `device` (as TensorDict), else a moved copy."""
+        if device == "cpu" or (isinstance(device, torch.device) and device == _CPU):
+            # the common no-op case (`data.to("cpu")` on CPU data); Tensor.is_cpu is much cheaper
+            # than building a torch.device per tensor
+            for t in self._tensors.values():
+                if not t.is_cpu:
+                    break
+            else:
+                return self
         target = torch.device(device)
         if all(t.device == target for t in self._tensors.values()):
             return self
