@@ -7,10 +7,14 @@ Rows (2 CPU-only Ray workers, RayResourcePool(use_gpu=False, max_colocate_count=
   * a no-op ONE_TO_ALL call,
   * a DP_COMPUTE_PROTO echo of a tiny batch (4 rows x 8),
   * a DP_COMPUTE_PROTO echo of ~100 MiB (two int64 tensors [6400, 1024] + a uid object array).
-Each row is the median over --reps calls after warm-up. A fourth row calls the same actors' no-op
-method directly (`actor.noop.remote()` per worker + one `ray.get`): Ray's floor for the no-op row. With --compare, each round runs a fresh
-process under each interpreter (alternating which goes first, so machine-load drift hits both sides
-alike); the table shows the median over rounds and the median of the per-round ratios ours / upstream.
+Each row is the median over calls after warm-up (--reps x 10 for the no-op rows, x 5 for the tiny
+echo, x 1 for the big one). A fourth row calls the same actors' no-op method directly
+(`actor.noop.remote()` per worker + one `ray.get`): Ray's own floor for the no-op row.
+
+With --compare, one persistent child per interpreter starts its own Ray cluster and worker group once; then, row by row and round by round,
+the two children time the same row back to back (alternating which goes first), so load drift on a
+shared machine hits both sides alike. The table shows each side's median over rounds and the median
+of the per-round ratios ours / upstream.
 The measurements mirror ../shared/anchors/verl_anchor/bench_dispatch.py.
 """
 
@@ -44,8 +48,8 @@ def _median_time(fn, reps: int, warmup: int) -> float:
     return statistics.median(times)
 
 
-def run(workers: int, reps: int, big_mb: float) -> dict:
-    """Start Ray and a worker group in this process, time the rows, return {"rows": {row: s}, ...}."""
+def setup(workers: int, big_mb: float) -> tuple[dict, dict]:
+    """Start Ray and a worker group in this process; return ({row: (fn, reps factor, warmup)}, info)."""
     import numpy as np
     import ray
     import torch
@@ -98,48 +102,57 @@ def run(workers: int, reps: int, big_mb: float) -> dict:
         return ray.get([a.noop.remote() for a in actors])
 
     rows = {
-        ROWS[0]: _median_time(wg.noop, reps * 10, warmup=5),
-        BARE_ROW: _median_time(bare_noop, reps * 10, warmup=5),
-        ROWS[1]: _median_time(lambda: wg.echo(tiny), reps * 5, warmup=3),
-        ROWS[2]: _median_time(lambda: wg.echo(big), reps, warmup=1),
+        ROWS[0]: (wg.noop, 10, 5),
+        BARE_ROW: (bare_noop, 10, 5),
+        ROWS[1]: (lambda: wg.echo(tiny), 5, 3),
+        ROWS[2]: (lambda: wg.echo(big), 1, 1),
     }
     big_mib = sum(t.numel() * t.element_size() for t in big.batch.values()) / 2**20
+    info = {"ray_init_s": init_s, "group_start_s": start_s, "big_mib": big_mib, "big_rows": big_rows}
+    return rows, info
+
+
+def serve(workers: int, big_mb: float) -> None:
+    """Child process: set up once, then answer "<reps> <row>" lines on stdin with one JSON time each."""
+    import ray
+
+    rows, info = setup(workers, big_mb)
+    print(json.dumps(info), flush=True)
+    for line in sys.stdin:
+        reps, row = line.rstrip("\n").split(" ", 1)
+        fn, factor, warmup = rows[row]
+        print(json.dumps(_median_time(fn, int(reps) * factor, warmup)), flush=True)
     ray.shutdown()
-    return {
-        "rows": rows,
-        "ray_init_s": init_s,
-        "group_start_s": start_s,
-        "big_mib": big_mib,
-        "big_rows": big_rows,
-    }
 
 
 def _fmt(s: float) -> str:
     return f"{s * 1e3:9.2f} ms" if s < 1.0 else f"{s:9.3f} s "
 
 
-def _run_side(python: str, args) -> dict:
-    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
-        path = f.name
-    cmd = [
-        python,
-        os.path.abspath(__file__),
-        "--child",
-        path,
-        "--workers",
-        str(args.workers),
-        "--reps",
-        str(args.reps),
-        "--big-mb",
-        str(args.big_mb),
-    ]
-    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
-    # cwd outside the repo so an upstream interpreter cannot pick up this workspace's sources
-    subprocess.run(cmd, check=True, env=env, cwd=tempfile.gettempdir())
-    with open(path) as f:
-        result = json.load(f)
-    os.unlink(path)
-    return result
+class Side:
+    """A persistent child process (one interpreter, its own Ray cluster and worker group)."""
+
+    def __init__(self, python: str, args):
+        cmd = [python, os.path.abspath(__file__), "--serve", "--workers", str(args.workers)]
+        cmd += ["--big-mb", str(args.big_mb)]
+        env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+        # cwd outside the repo so an upstream interpreter cannot pick up this workspace's sources
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=tempfile.gettempdir()
+        )
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"benchmark child {python} exited during set-up (see its stderr above)")
+        self.info = json.loads(line)
+
+    def time(self, row: str, reps: int) -> float:
+        self.proc.stdin.write(f"{reps} {row}\n")
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait()
 
 
 def main() -> None:
@@ -147,49 +160,51 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--big-mb", type=float, default=100.0)
-    ap.add_argument("--rounds", type=int, default=2, help="alternating rounds with --compare")
+    ap.add_argument("--rounds", type=int, default=5, help="alternating rounds")
     ap.add_argument("--compare", metavar="PYTHON", help="interpreter with upstream verl installed")
-    ap.add_argument("--child", metavar="JSON", help=argparse.SUPPRESS)
+    ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
 
-    if args.child:
-        with open(args.child, "w") as f:
-            json.dump(run(args.workers, args.reps, args.big_mb), f)
+    if args.serve:
+        serve(args.workers, args.big_mb)
         return
 
-    sides = {"ours": sys.executable}
+    pythons = {"ours": sys.executable}
     if args.compare:
-        sides["upstream"] = args.compare
-    results: dict[str, list[dict]] = {name: [] for name in sides}
-    for r in range(args.rounds if args.compare else 1):
-        # alternate which side goes first, so load drift hits both alike
-        for name in list(sides) if r % 2 == 0 else list(sides)[::-1]:
-            results[name].append(_run_side(sides[name], args))
-
+        pythons["upstream"] = args.compare
+    sides = {name: Side(python, args) for name, python in pythons.items()}
     all_rows = (*ROWS, BARE_ROW)
-    med = {
-        name: {row: statistics.median(r["rows"][row] for r in runs) for row in all_rows}
-        for name, runs in results.items()
-    }
-    info = results["ours"][0]
+    times: dict[str, dict[str, list[float]]] = {name: {row: [] for row in all_rows} for name in sides}
+    order = list(sides)
+    for r in range(args.rounds):
+        for row in all_rows:
+            # both sides' clusters are up at once; each row runs on both back to back, alternating
+            # which goes first, so load drift on this shared machine hits both alike
+            for name in order if r % 2 == 0 else order[::-1]:
+                times[name][row].append(sides[name].time(row, args.reps))
+        print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
+    for side in sides.values():
+        side.close()
+
+    med = {name: {row: statistics.median(ts) for row, ts in per.items()} for name, per in times.items()}
+    info = sides["ours"].info
     print(
         f"# dispatch: {args.workers} CPU workers, big payload {info['big_rows']} rows x 1024 x 2 int64 "
-        f"= {info['big_mib']:.0f} MiB; medians over reps (and over {len(results['ours'])} round(s)); "
-        f"ratio = median of per-round ratios; loadavg {os.getloadavg()[0]:.2f}"
+        f"= {info['big_mib']:.0f} MiB; per row: median over {args.rounds} alternating rounds of the median "
+        f"of the reps; ratio = median of per-round ratios; loadavg {os.getloadavg()[0]:.2f}"
     )
-    for name, runs in results.items():
+    for name, side in sides.items():
         print(
-            f"# {name}: ray.init {statistics.median(r['ray_init_s'] for r in runs):.1f} s, worker group start "
-            f"{statistics.median(r['group_start_s'] for r in runs):.1f} s"
+            f"# {name}: ray.init {side.info['ray_init_s']:.1f} s, worker group start {side.info['group_start_s']:.1f} s"
         )
-    header = f"{'row':34s} {'ours':>12s}"
+    header = f"{'row':52s} {'ours':>12s}"
     if args.compare:
         header += f" {'upstream':>12s} {'ours/upstream':>14s}"
     print(header)
     for row in all_rows:
-        line = f"{row:34s} {_fmt(med['ours'][row]):>12s}"
+        line = f"{row:52s} {_fmt(med['ours'][row]):>12s}"
         if args.compare:
-            ratios = [a["rows"][row] / b["rows"][row] for a, b in zip(results["ours"], results["upstream"])]
+            ratios = [a / b for a, b in zip(times["ours"][row], times["upstream"][row])]
             line += f" {_fmt(med['upstream'][row]):>12s} {statistics.median(ratios):14.2f}"
         print(line)
 
