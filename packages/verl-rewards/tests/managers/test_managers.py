@@ -246,6 +246,20 @@ def test_load_reward_manager_from_config(tokenizer, tmp_path):
         load_reward_manager({"reward_manager": "naïve"}, tokenizer, 0)
     with pytest.raises(ValueError, match="needs reward.reward_manager=dapo"):
         load_reward_manager({"overlong_buffer": {"enable": True, "len": 2}}, tokenizer, 0)
+    with pytest.raises(TypeError, match="expects the reward config section .*got list"):
+        load_reward_manager([], tokenizer, 0)
+    # the wrapper feeds core's loader: reward_fn_key argument > section key > data_source
+    assert load_reward_manager({"reward_fn_key": "src"}, tokenizer, 0).reward_fn_key == "src"
+    assert load_reward_manager({"reward_fn_key": "src"}, tokenizer, 0, reward_fn_key="k").reward_fn_key == "k"
+    # the budget reaches dapo only with overlong shaping; naive never gets it
+    assert isinstance(load_reward_manager({}, tokenizer, 0, max_resp_len=12), NaiveRewardManager)
+    # verl.rewards registers the judge hook with core's loader (no request is made while building)
+    from verl.rewards import load_reward_manager as public_loader
+    from verl.rewards.models.judge import RuleAndJudgeScorer
+
+    judge = {"enable": True, "backend": "openai", "url": "http://127.0.0.1:9/v1", "model": "m"}
+    mgr = public_loader({"reward_kwargs": {"judge": judge}}, tokenizer, 0)
+    assert public_loader is load_reward_manager and isinstance(mgr.compute_score, RuleAndJudgeScorer)
 
 
 def test_load_reward_manager_with_the_core_config_schema(tokenizer):
