@@ -1,8 +1,9 @@
 """Row copies (concat, index select, bool mask) must equal plain torch.cat / torch.index_select.
 
-The CPU fast paths copy bytes through numpy; these tests compare them with torch's own ops over
-dtypes, row shapes and index kinds, and check the outputs are fresh memory (independent of the
-inputs), so a later in-place write cannot leak between DataProtos.
+Row copies take one of two kernels (numpy on the calling thread when the CPUs are busy, torch's
+when one is idle); every test here runs under both (the `copy_kernel` fixture forces the choice),
+compares with torch's own ops over dtypes, row shapes and index kinds, and checks the outputs are
+fresh memory (independent of the inputs), so a later in-place write cannot leak between DataProtos.
 """
 
 from __future__ import annotations
@@ -11,7 +12,17 @@ import numpy as np
 import pytest
 import torch
 from verl import DataProto
+from verl.utils import tensor_batch
 from verl.utils.tensor_batch import TensorBatch
+
+
+@pytest.fixture(autouse=True, params=["numpy", "torch"])
+def copy_kernel(request, monkeypatch):
+    """Force the copy kernel choice, for every size (the real choice reads /proc/loadavg)."""
+    monkeypatch.setattr(tensor_batch, "_PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(tensor_batch, "_idle_cpu_for_torch_threads", lambda: request.param == "torch")
+    return request.param
+
 
 DTYPES = [
     torch.bool,
@@ -154,3 +165,29 @@ def test_to_another_device_moves_every_tensor():
     assert {t.device.type for t in moved.values()} == {"meta"}
     assert moved.to("meta") is moved
     assert [t.shape for t in moved.values()] == [t.shape for t in data.batch.values()]
+
+
+def test_forced_kernel_is_the_one_used(copy_kernel, monkeypatch):
+    calls = []
+    real_take, real_concatenate = np.take, np.concatenate
+    monkeypatch.setattr(np, "take", lambda *a, **k: calls.append("take") or real_take(*a, **k))
+    monkeypatch.setattr(np, "concatenate", lambda *a, **k: calls.append("cat") or real_concatenate(*a, **k))
+    data = _batch(8)
+    data.select(non_tensor_batch_keys=[])[[3, 1]]
+    DataProto.concat([data.select(non_tensor_batch_keys=[])] * 2)
+    expected = ["take"] * len(data.batch.keys()) + ["cat"] * len(data.batch.keys())
+    assert calls == (expected if copy_kernel == "numpy" else [])
+
+
+def test_idle_cpu_check_reads_a_bool_and_respects_one_thread():
+    previous = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        # the real function (the autouse fixture replaced the module attribute)
+        assert _REAL_IDLE_CHECK() is False
+    finally:
+        torch.set_num_threads(previous)
+    assert isinstance(_REAL_IDLE_CHECK(), bool)
+
+
+_REAL_IDLE_CHECK = tensor_batch._idle_cpu_for_torch_threads

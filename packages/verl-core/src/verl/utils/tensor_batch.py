@@ -12,6 +12,7 @@ pickles with one memcpy per tensor and Ray can ship the buffers out of band.
 from __future__ import annotations
 
 import math
+import os
 import pickle
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -71,12 +72,40 @@ def _byte_rows(t: torch.Tensor) -> np.ndarray | None:
     return t.view(torch.uint8).reshape(t.shape[0], -1).numpy()
 
 
-# Why row copies go through numpy: torch runs copies of this size (MiBs) as OpenMP-parallel loops,
-# one parallel region per input tensor, and on a busy machine (more runnable threads than cores)
-# every region waits for its slowest thread to be scheduled and the idle ones spin: measured 10-100x
-# slower than one thread on the project's shared 2-core VM. numpy's take / concatenate copy the same
-# bytes (one memcpy per row or per input) on the calling thread, which costs about the same on an idle
-# machine and stays that cost under load.
+# Which kernel copies the rows. torch's cat / index_select run an OpenMP-parallel region per tensor
+# (per input, for cat), and each region waits for all its threads. With an idle core that is the
+# fastest copy (about 2x one thread on the project's VM). With every core busy (other processes
+# runnable, as on the shared 2-core VM), each region waits for a descheduled thread: measured 10-100x
+# slower than one thread. numpy's take / concatenate copy the same bytes on the calling thread (one
+# memcpy per row or per input), which keeps that cost under load. So: torch when, right now, fewer
+# tasks are runnable than there are CPUs (Linux's /proc/loadavg 4th field, a ~2 us read); numpy
+# otherwise. Both give identical, fresh tensors (tests run both paths).
+_PARALLEL_MIN_BYTES = 1 << 20  # below this one thread is as fast, and the check is not worth it
+_loadavg_fd: int | None = None
+
+
+def _idle_cpu_for_torch_threads() -> bool:
+    """Whether torch's intra-op threads would find idle CPUs now (False off Linux or with 1 thread)."""
+    global _loadavg_fd
+    if torch.get_num_threads() < 2:
+        return False
+    if _loadavg_fd is None:
+        try:
+            _loadavg_fd = os.open("/proc/loadavg", os.O_RDONLY)
+        except OSError:  # not Linux: always take the single-threaded copy
+            _loadavg_fd = -1
+    if _loadavg_fd < 0:
+        return False
+    try:
+        # "0.52 0.58 0.59 2/345 12345": the running count includes this thread
+        running = int(os.pread(_loadavg_fd, 128, 0).split()[3].split(b"/")[0])
+    except (OSError, ValueError, IndexError):
+        return False
+    return running < (os.cpu_count() or 1)
+
+
+def _use_torch_kernels(nbytes: int) -> bool:
+    return nbytes >= _PARALLEL_MIN_BYTES and _idle_cpu_for_torch_threads()
 
 
 def _empty_like_rows(like: torch.Tensor, rows: int) -> torch.Tensor:
@@ -86,12 +115,12 @@ def _empty_like_rows(like: torch.Tensor, rows: int) -> torch.Tensor:
     return torch.empty(shape, dtype=like.dtype)
 
 
-def _cat_rows(tensors: list[torch.Tensor], rows: int) -> torch.Tensor:
-    """torch.cat(tensors, dim=0) as a fresh tensor; one single-threaded copy per input when they
-    are plain CPU tensors of one dtype and row shape, else torch.cat itself (dtype promotion,
-    autograd, other devices, and its error messages)."""
+def _cat_rows(tensors: list[torch.Tensor], rows: int, serial: bool = True) -> torch.Tensor:
+    """torch.cat(tensors, dim=0) as a fresh tensor. serial=True: one single-threaded copy per input
+    when they are plain CPU tensors of one dtype and row shape; torch.cat itself otherwise (and for
+    dtype promotion, autograd, other devices, and its error messages)."""
     first = tensors[0]
-    sources = [_byte_rows(t) for t in tensors] if rows else [None]
+    sources = [_byte_rows(t) for t in tensors] if rows and serial else [None]
     if all(src is not None for src in sources) and all(
         t.dtype == first.dtype and t.shape[1:] == first.shape[1:] for t in tensors
     ):
@@ -107,7 +136,7 @@ def _cat_rows(tensors: list[torch.Tensor], rows: int) -> torch.Tensor:
 
 def _take_rows(t: torch.Tensor, index: torch.Tensor, index_np: np.ndarray | None) -> torch.Tensor:
     """torch.index_select(t, 0, index) as a fresh tensor (index: int64, non-negative, in range;
-    index_np: the same as a numpy array when index is on the CPU)."""
+    index_np: the same as a numpy array for the single-threaded copy, None for torch's kernel)."""
     src = _byte_rows(t) if index_np is not None and index_np.shape[0] else None
     if src is not None:
         out = _empty_like_rows(t, index_np.shape[0])
@@ -341,7 +370,10 @@ class TensorBatch:
 
     def index_rows(self, index: torch.Tensor) -> TensorBatch:
         """Rows `index` (int64, non-negative, in range) of every tensor, as new tensors."""
-        index_np = index.numpy() if index.device.type == "cpu" else None
+        rows = index.shape[0]
+        nbytes = sum(rows * math.prod(t.shape[1:]) * t.element_size() for t in self._tensors.values())
+        serial = index.device.type == "cpu" and not _use_torch_kernels(nbytes)
+        index_np = index.numpy() if serial else None
         out = {k: _take_rows(t, index, index_np) for k, t in self._tensors.items()}
         return TensorBatch._trusted(out, torch.Size((index.shape[0], *self._batch_size[1:])))
 
@@ -380,7 +412,9 @@ class TensorBatch:
                     f"batch {i} has batch size {tuple(b.batch_size)}, batch 0 {tuple(first.batch_size)}"
                 )
         rows = sum(b.batch_size[0] for b in batches)
-        out = {k: _cat_rows([b._tensors[k] for b in batches], rows) for k in keys}
+        nbytes = sum(rows * math.prod(t.shape[1:]) * t.element_size() for t in first.values())
+        serial = not _use_torch_kernels(nbytes)
+        out = {k: _cat_rows([b._tensors[k] for b in batches], rows, serial) for k in keys}
         return TensorBatch._trusted(out, torch.Size((rows, *first.batch_size[1:])))
 
     @staticmethod
