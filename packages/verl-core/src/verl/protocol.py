@@ -338,7 +338,8 @@ class DataProto:
             raise ValueError(f"union: the DataProtos have {len(self)} and {len(other)} rows")
         if self.batch is None:
             self.batch = other.batch
-        elif other.batch is not None:
+        elif other.batch is not None and not self.batch._add_disjoint(other.batch):
+            # shared keys (must hold equal tensors) or a size mismatch: the checked merge
             self.batch = union_tensor_dict(self.batch, other.batch)
         self.non_tensor_batch = union_numpy_dict(self.non_tensor_batch, other.non_tensor_batch)
         self.meta_info = union_two_dict(self.meta_info, other.meta_info)

@@ -273,6 +273,15 @@ class TensorBatch:
     def __delitem__(self, key: str) -> None:
         del self._tensors[key]
 
+    def _add_disjoint(self, other: TensorBatch) -> bool:
+        """Add other's tensors in place, unchecked, if the two batches have the same batch size and
+        no common key (other's tensors were checked against that size already); False otherwise,
+        leaving self as it was."""
+        if other._batch_size != self._batch_size or not self._tensors.keys().isdisjoint(other._tensors):
+            return False
+        self._tensors.update(other._tensors)
+        return True
+
     def set(self, key: str, value: torch.Tensor) -> TensorBatch:
         self[key] = value
         return self
