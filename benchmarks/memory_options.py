@@ -256,7 +256,8 @@ def summarise(results: list[dict]) -> list[dict]:
                       if (r["round"], r["size"], r["resp_len"]) in base]
             row[k + "_ratio"] = statistics.median(ratios) if ratios else None
         out.append(row)
-    return out
+    order = {name: i for i, name in enumerate([*assets.SIZES, *EXTRA_SIZES])}
+    return sorted(out, key=lambda r: (order.get(r["size"], len(order)), r["resp_len"]))  # stable: options keep order
 
 
 def table(rows: list[dict]) -> str:
@@ -267,7 +268,7 @@ def table(rows: list[dict]) -> str:
     for r in rows:
         name = r["option"] + (" (guard bypassed)" if r["bypass"] else "")
         if r["status"] != "ok":
-            out.append(f"| {r['size']} | {r['resp_len']} | {name} | {r['status']}: {r['error'][:110]} | | | | | | |")
+            out.append(f"| {r['size']} | {r['resp_len']} | {name} | {r['status']}: {r['error'][:72]}... | | | | | | |")
             continue
 
         def ratio(key: str) -> str:
@@ -302,7 +303,10 @@ def main() -> None:
     args = ap.parse_args()
 
     if args.render:
-        print(table(summarise([r for f in args.render for r in json.loads(Path(f).read_text())])))
+        # rounds of different files are different rounds
+        joined = [{**r, "round": f"{i}:{r['round']}"} for i, f in enumerate(args.render)
+                  for r in json.loads(Path(f).read_text())]
+        print(table(summarise(joined)))
         return
 
     if args.child:
