@@ -9,7 +9,7 @@ arguments ``init_model`` gives it (FSDP2, world size 1 on gloo); ``DataParallelP
 trains on a synthetic GRPO batch of 64 rows x (4 prompt + R response) tokens with random
 per-sequence advantages (one mini-batch, one micro-batch, one AdamW step per update, as in
 ``benchmarks/grpo_step``). Models: ``benchmarks/grpo_step/assets.py`` (``xs``, ``s``) plus ``m``
-(hidden 512, 8 layers, ~25M parameters, built the same way).
+(hidden 512, 8 layers, 33.6M parameters, built the same way; about a minute per option).
 
 Every (size, R, option) runs in its own fresh process, so ``ru_maxrss`` (peak resident set) is that
 option's alone. Reported per option: median seconds per ``update_policy`` after ``--warmup`` steps, as
@@ -57,10 +57,15 @@ OPTIONS: dict[str, list[str]] = {
     ],
 }
 
-#: a size above the GRPO benchmark's: ~25M parameters (about 6x ``s``)
+#: a size above the GRPO benchmark's: 33.6M parameters (8x ``s``)
 EXTRA_SIZES: dict[str, dict[str, int]] = {
-    "m": dict(hidden_size=512, num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=8,
-              intermediate_size=2048),
+    "m": dict(
+        hidden_size=512,
+        num_hidden_layers=8,
+        num_attention_heads=8,
+        num_key_value_heads=8,
+        intermediate_size=2048,
+    ),
 }
 
 
@@ -142,8 +147,9 @@ def run_child(
     size: str, resp_len: int, option: str, steps: int, warmup: int, root: Path, bypass: bool, threads: int
 ) -> dict:
     """Build the engine and actor as the worker does and time ``update_policy`` (in this process)."""
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), RANK="0", WORLD_SIZE="1",
-                      LOCAL_RANK="0")
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0"
+    )
     import torch
 
     if threads > 0:
@@ -164,8 +170,13 @@ def run_child(
         fsdp_engine._check_offload_flags = lambda engine_config, device: None
     arc = cfg.actor_rollout_ref
     rss_start = _rss_mib()
-    result: dict = {"size": size, "resp_len": resp_len, "option": option, "bypass": bypass,
-                    "threads": torch.get_num_threads()}
+    result: dict = {
+        "size": size,
+        "resp_len": resp_len,
+        "option": option,
+        "bypass": bypass,
+        "threads": torch.get_num_threads(),
+    }
     try:
         engine = build_engine(
             arc.actor.strategy,
@@ -180,8 +191,11 @@ def run_child(
     except (ValueError, NotImplementedError, RuntimeError) as e:
         return {**result, "status": "build failed", "error": f"{type(e).__name__}: {e}"}
     actor = DataParallelPPOActor(
-        arc.actor, engine,
-        ppo_mini_batch_size_per_rank=per_rank_size(arc.actor.ppo_mini_batch_size, arc.rollout.n, 1, "ppo_mini_batch_size"),
+        arc.actor,
+        engine,
+        ppo_mini_batch_size_per_rank=per_rank_size(
+            arc.actor.ppo_mini_batch_size, arc.rollout.n, 1, "ppo_mini_batch_size"
+        ),
     )
     # What the flags turned into inside the module (read back, not assumed from the config).
     params = list(engine.module.parameters())
@@ -204,29 +218,64 @@ def run_child(
             cpu_times.append(time.process_time() - c0)
     except Exception as e:  # noqa: BLE001 - the benchmark reports what the engine did, whatever it was
         return {**result, "status": "update failed", "error": f"{type(e).__name__}: {str(e).splitlines()[0]}"}
-    opt_devices = sorted({str(v.device) for s in engine.optimizer.state.values() for v in s.values()
-                          if isinstance(v, torch.Tensor) and v.dim() > 0})
+    opt_devices = sorted(
+        {
+            str(v.device)
+            for s in engine.optimizer.state.values()
+            for v in s.values()
+            if isinstance(v, torch.Tensor) and v.dim() > 0
+        }
+    )
     return {
-        **result, "status": "ok", "step_s": statistics.median(times[warmup:]), "times": times,
-        "cpu_step_s": statistics.median(cpu_times[warmup:]), "cpu_times": cpu_times,
-        "peak_rss_mib": _peak_rss_mib(), "rss_start_mib": rss_start, "rss_before_steps_mib": rss_before,
-        "train_peak_mib": _peak_rss_mib() - rss_before, "optimizer_state_devices": opt_devices,
+        **result,
+        "status": "ok",
+        "step_s": statistics.median(times[warmup:]),
+        "times": times,
+        "cpu_step_s": statistics.median(cpu_times[warmup:]),
+        "cpu_times": cpu_times,
+        "peak_rss_mib": _peak_rss_mib(),
+        "rss_start_mib": rss_start,
+        "rss_before_steps_mib": rss_before,
+        "train_peak_mib": _peak_rss_mib() - rss_before,
+        "optimizer_state_devices": opt_devices,
         "grad_norm": metrics["actor/grad_norm"],
     }
 
 
 def _spawn(args: argparse.Namespace, size: str, resp_len: int, option: str, bypass: bool) -> dict:
-    cmd = [sys.executable, __file__, "--child", "--sizes", size, "--lengths", str(resp_len),
-           "--options", option, "--steps", str(args.steps), "--warmup", str(args.warmup),
-           "--assets", args.assets, "--threads", str(args.threads)]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        "--sizes",
+        size,
+        "--lengths",
+        str(resp_len),
+        "--options",
+        option,
+        "--steps",
+        str(args.steps),
+        "--warmup",
+        str(args.warmup),
+        "--assets",
+        args.assets,
+        "--threads",
+        str(args.threads),
+    ]
     if bypass:
         cmd.append("--bypass-cpu-offload-guard")
     proc = subprocess.run(cmd, capture_output=True, text=True)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
         tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-        return {"size": size, "resp_len": resp_len, "option": option, "bypass": bypass,
-                "status": "crashed", "error": f"exit {proc.returncode}: {tail}"}
+        return {
+            "size": size,
+            "resp_len": resp_len,
+            "option": option,
+            "bypass": bypass,
+            "status": "crashed",
+            "error": f"exit {proc.returncode}: {tail}",
+        }
     return json.loads(lines[-1])
 
 
@@ -237,8 +286,11 @@ def _key(r: dict) -> tuple:
 def summarise(results: list[dict]) -> list[dict]:
     """One row per (size, R, option, bypass): medians over rounds of the child's numbers and of the
     per-round ratios to that round's ``baseline`` (so load drift between rounds cancels)."""
-    base = {(r["round"], r["size"], r["resp_len"]): r for r in results
-            if r["option"] == "baseline" and r["status"] == "ok"}
+    base = {
+        (r["round"], r["size"], r["resp_len"]): r
+        for r in results
+        if r["option"] == "baseline" and r["status"] == "ok"
+    }
     rows: dict[tuple, list[dict]] = {}
     for r in results:
         rows.setdefault(_key(r), []).append(r)
@@ -248,31 +300,46 @@ def summarise(results: list[dict]) -> list[dict]:
         if not ok:
             out.append({**runs[0], "rounds": len(runs)})
             continue
-        row = {"size": key[0], "resp_len": key[1], "option": key[2], "bypass": key[3], "status": "ok",
-               "rounds": len(ok)}
+        row = {
+            "size": key[0],
+            "resp_len": key[1],
+            "option": key[2],
+            "bypass": key[3],
+            "status": "ok",
+            "rounds": len(ok),
+        }
         for k in ("step_s", "cpu_step_s", "peak_rss_mib", "train_peak_mib"):
             row[k] = statistics.median(r[k] for r in ok)
-            ratios = [r[k] / base[(r["round"], r["size"], r["resp_len"])][k] for r in ok
-                      if (r["round"], r["size"], r["resp_len"]) in base]
+            ratios = [
+                r[k] / base[(r["round"], r["size"], r["resp_len"])][k]
+                for r in ok
+                if (r["round"], r["size"], r["resp_len"]) in base
+            ]
             row[k + "_ratio"] = statistics.median(ratios) if ratios else None
         out.append(row)
     order = {name: i for i, name in enumerate([*assets.SIZES, *EXTRA_SIZES])}
-    return sorted(out, key=lambda r: (order.get(r["size"], len(order)), r["resp_len"]))  # stable: options keep order
+    return sorted(
+        out, key=lambda r: (order.get(r["size"], len(order)), r["resp_len"])
+    )  # stable: options keep order
 
 
 def table(rows: list[dict]) -> str:
     """Markdown table of :func:`summarise`'s rows; ratios are against ``baseline`` (same size and R)."""
-    out = ["| size | R | option | s/step (CPU) | vs baseline | s/step (wall) | peak RSS MiB | vs baseline "
-           "| train peak MiB | vs baseline |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+    out = [
+        "| size | R | option | s/step (CPU) | vs baseline | s/step (wall) | peak RSS MiB | vs baseline "
+        "| train peak MiB | vs baseline |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         name = r["option"] + (" (guard bypassed)" if r["bypass"] else "")
         if r["status"] != "ok":
-            out.append(f"| {r['size']} | {r['resp_len']} | {name} | {r['status']}: {r['error'][:72]}... | | | | | | |")
+            out.append(
+                f"| {r['size']} | {r['resp_len']} | {name} | {r['status']}: {r['error'][:72]}... | | | | | | |"
+            )
             continue
 
-        def ratio(key: str) -> str:
-            v = r[key + "_ratio"]
+        def ratio(key: str, row: dict = r) -> str:
+            v = row[key + "_ratio"]
             return "-" if v is None else f"{v:.2f}"
 
         out.append(
@@ -290,35 +357,61 @@ def main() -> None:
     ap.add_argument("--options", nargs="+", default=list(OPTIONS), choices=list(OPTIONS))
     ap.add_argument("--steps", type=int, default=4, help="timed update_policy calls per option")
     ap.add_argument("--warmup", type=int, default=1, help="untimed update_policy calls first")
-    ap.add_argument("--rounds", type=int, default=1,
-                    help="repeat every option this often, order reversed every other round")
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="repeat every option this often, order reversed every other round",
+    )
     ap.add_argument("--threads", type=int, default=1, help="torch threads per child (0: torch's default)")
     ap.add_argument("--assets", default="/tmp/grpo_step_assets", help="where model folders are built")
-    ap.add_argument("--bypass-cpu-offload-guard", action="store_true",
-                    help="diagnostic: also run the offload options with the engine's CPU guard disabled")
+    ap.add_argument(
+        "--bypass-cpu-offload-guard",
+        action="store_true",
+        help="diagnostic: also run the offload options with the engine's CPU guard disabled",
+    )
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--json", default=None, help="also write all results to this file")
-    ap.add_argument("--render", nargs="+", default=None, metavar="JSON",
-                    help="only print the table of earlier --json files (joined)")
+    ap.add_argument(
+        "--render",
+        nargs="+",
+        default=None,
+        metavar="JSON",
+        help="only print the table of earlier --json files (joined)",
+    )
     args = ap.parse_args()
 
     if args.render:
         # rounds of different files are different rounds
-        joined = [{**r, "round": f"{i}:{r['round']}"} for i, f in enumerate(args.render)
-                  for r in json.loads(Path(f).read_text())]
+        joined = [
+            {**r, "round": f"{i}:{r['round']}"}
+            for i, f in enumerate(args.render)
+            for r in json.loads(Path(f).read_text())
+        ]
         print(table(summarise(joined)))
         return
 
     if args.child:
-        r = run_child(args.sizes[0], args.lengths[0], args.options[0], args.steps, args.warmup,
-                      Path(args.assets), args.bypass_cpu_offload_guard, args.threads)
+        r = run_child(
+            args.sizes[0],
+            args.lengths[0],
+            args.options[0],
+            args.steps,
+            args.warmup,
+            Path(args.assets),
+            args.bypass_cpu_offload_guard,
+            args.threads,
+        )
         print(json.dumps(r))
         return
 
     for size in args.sizes:  # build once, before any timed child
         ensure_model(size, Path(args.assets))
-    print(f"# start {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average "
-          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
+    print(
+        f"# start {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average "
+        f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}",
+        flush=True,
+    )
     results = []
     for size in args.sizes:
         for resp_len in args.lengths:
@@ -329,9 +422,14 @@ def main() -> None:
                 for option, bypass in runs if rnd % 2 == 0 else runs[::-1]:
                     r = {**_spawn(args, size, resp_len, option, bypass), "round": rnd}
                     results.append(r)
-                    print(json.dumps({k: v for k, v in r.items() if k not in ("times", "cpu_times")}), flush=True)
-    print(f"# end {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average "
-          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+                    print(
+                        json.dumps({k: v for k, v in r.items() if k not in ("times", "cpu_times")}),
+                        flush=True,
+                    )
+    print(
+        f"# end {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average "
+        f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}"
+    )
     print(table(summarise(results)))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
