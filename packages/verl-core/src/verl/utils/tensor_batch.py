@@ -77,9 +77,10 @@ def _byte_rows(t: torch.Tensor) -> np.ndarray | None:
 # fastest copy (about 2x one thread on the project's VM). With every core busy (other processes
 # runnable, as on the shared 2-core VM), each region waits for a descheduled thread: measured 10-100x
 # slower than one thread. numpy's take / concatenate copy the same bytes on the calling thread (one
-# memcpy per row or per input), which keeps that cost under load. So: torch when, right now, fewer
-# tasks are runnable than there are CPUs (Linux's /proc/loadavg 4th field, a ~2 us read); numpy
-# otherwise. Both give identical, fresh tensors (tests run both paths).
+# memcpy per row or per input), which keeps that cost under load. So: torch when, right now, no more
+# tasks are runnable than there are CPUs (Linux's /proc/loadavg 4th field, a ~2 us read; measured: with
+# one other runnable task torch still wins, with two or more numpy does); numpy otherwise. Both give
+# identical, fresh tensors (tests run both paths).
 _PARALLEL_MIN_BYTES = 1 << 20  # below this one thread is as fast, and the check is not worth it
 _loadavg_fd: int | None = None
 
@@ -101,7 +102,7 @@ def _idle_cpu_for_torch_threads() -> bool:
         running = int(os.pread(_loadavg_fd, 128, 0).split()[3].split(b"/")[0])
     except (OSError, ValueError, IndexError):
         return False
-    return running < (os.cpu_count() or 1)
+    return running <= (os.cpu_count() or 1)
 
 
 def _use_torch_kernels(nbytes: int) -> bool:
