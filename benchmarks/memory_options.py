@@ -19,9 +19,9 @@ ones to read), peak RSS, and "train peak" = peak RSS minus the RSS just before t
 the training pass adds on top of the loaded model: activations, gradients, optimizer state, allocator
 slack). ``--rounds`` repeats every option in alternating order; ratios are medians of per-round ratios.
 
-An option the engine refuses (the offload flags on a CPU-only machine, see the README section) shows
-the engine's error instead of numbers. ``--bypass-cpu-offload-guard`` is a diagnostic: it disables the
-engine's guard in the child process only, to show what the flags would do if it were not there.
+An option the config check and the engine refuse (the offload flags on a CPU-only machine, see the
+README section) shows the error instead of numbers. ``--bypass-cpu-offload-guard`` is a diagnostic: it
+disables both guards in the child process only, to show what the flags would do if they were not there.
 """
 
 from __future__ import annotations
@@ -161,13 +161,15 @@ def run_child(
     from verl.workers.fsdp_workers import init_distributed, per_rank_size
 
     model_dir = ensure_model(size, root)
+    if bypass:  # both guards: the config check (before Ray would start) and the engine's own
+        import verl.trainer.config.validation as validation
+        import verl.workers.engine.fsdp as fsdp_engine
+
+        validation._check_offload_on_cpu = lambda cfg, problems: None
+        fsdp_engine._check_offload_flags = lambda engine_config, device: None
     cfg = load_config(overrides(model_dir, resp_len, option))
     validate_config(cfg)
     init_distributed()
-    if bypass:
-        import verl.workers.engine.fsdp as fsdp_engine
-
-        fsdp_engine._check_offload_flags = lambda engine_config, device: None
     arc = cfg.actor_rollout_ref
     rss_start = _rss_mib()
     result: dict = {

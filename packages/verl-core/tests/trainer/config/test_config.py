@@ -341,3 +341,15 @@ def test_async_reward_cannot_feed_dynamic_sampling():
         validate_config(load_config([*REQUIRED, "reward.launch_reward_fn_async=true",
                                      "algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=acc"]))
     validate_config(load_config([*REQUIRED, "reward.launch_reward_fn_async=true"]))
+
+
+def test_offload_flags_are_rejected_before_workers_start_on_cpu():
+    with pytest.raises(ConfigError) as ei:
+        validate_config(load_config([*REQUIRED, "trainer.device=cpu",
+                                     "actor_rollout_ref.actor.fsdp_config.param_offload=true",
+                                     "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true",
+                                     "actor_rollout_ref.ref.fsdp_config.offload_policy=true"]))
+    problems = ei.value.problems
+    assert len(problems) == 2
+    assert "actor_rollout_ref.actor.fsdp_config.param_offload/optimizer_offload=true means nothing on CPU" in problems[0]
+    assert problems[1].startswith("actor_rollout_ref.ref.fsdp_config.offload_policy=true")

@@ -363,6 +363,7 @@ def _check_trainer(cfg: DictConfig, problems: list[str]) -> None:
             problems.append(f"trainer.{key}={value} must be >= 1 (or null to keep every checkpoint)")
     if trainer.critic_warmup < 0:
         problems.append(f"trainer.critic_warmup={trainer.critic_warmup} must be >= 0")
+    _check_offload_on_cpu(cfg, problems)
     if trainer.device == "cuda":
         import torch
 
@@ -370,3 +371,32 @@ def _check_trainer(cfg: DictConfig, problems: list[str]) -> None:
             problems.append(
                 "trainer.device=cuda but no CUDA device is visible; use trainer.device=cpu (or auto)"
             )
+
+
+_OFFLOAD_FLAGS = ("param_offload", "optimizer_offload", "offload_policy")
+
+
+def _check_offload_on_cpu(cfg: DictConfig, problems: list[str]) -> None:
+    """Offload moves state from the GPU to host memory; on CPU it already lives there. The engine
+    rejects the flags too, but only inside a started worker: say it before Ray starts."""
+    if any(bool(section[flag]) for section in _fsdp_sections(cfg).values() for flag in _OFFLOAD_FLAGS):
+        if resolve_device(cfg) != "cpu":
+            return
+        for where, section in _fsdp_sections(cfg).items():
+            on = [flag for flag in _OFFLOAD_FLAGS if bool(section[flag])]
+            if on:
+                problems.append(
+                    f"{where}.{'/'.join(on)}=true means nothing on CPU (parameters and optimizer state "
+                    f"already live in host memory); set them to false for trainer.device=cpu"
+                )
+
+
+def _fsdp_sections(cfg: DictConfig) -> dict[str, DictConfig]:
+    arr = cfg.actor_rollout_ref
+    sections = {
+        "actor_rollout_ref.actor.fsdp_config": arr.actor.fsdp_config,
+        "actor_rollout_ref.ref.fsdp_config": arr.ref.fsdp_config,
+    }
+    if use_critic(cfg):
+        sections["critic.model.fsdp_config"] = cfg.critic.model.fsdp_config
+    return sections

@@ -206,6 +206,10 @@ class _FSDPEngineBase(BaseEngine):
 
     # ------------------------------------------------------------------ optimizer offload (GPU)
     def _move_optimizer_state(self, device: torch.device) -> None:
+        if bool(self.engine_config.param_offload) or bool(self.engine_config.offload_policy):
+            # FSDP's CPU offload keeps the parameter shards, and so the optimizer step and its state, in
+            # host memory already; moving the state to the GPU for the step would mix devices.
+            return
         for state in self.optimizer.state.values():
             for k, v in state.items():
                 if isinstance(v, torch.Tensor) and v.dim() > 0:
