@@ -121,3 +121,46 @@ def test_ppo_gae_with_critic_on_cpu(ray_cluster, tmp_path, tiny_model_dir):
     _assert_finite(metrics)
     assert metrics["training/global_step"] == 2
     assert "critic/vf_loss" in metrics and "actor/pg_loss" in metrics
+
+
+@pytest.fixture
+def in_process_worker_env():
+    """The local backend makes this pytest process a rank-0 worker (rendezvous env, gloo group): undo it."""
+    import os
+
+    import torch.distributed as dist
+
+    keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+    saved = {k: os.environ.get(k) for k in keys}
+    yield
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def test_local_backend_runs_the_worker_in_this_process(ray_cluster, in_process_worker_env, tmp_path, tiny_model_dir):
+    """trainer.worker_backend=local: the same worker class in the driver's process, no Ray worker; its
+    greedy validation equals the Ray backend's (same weights), and GRPO trains through it."""
+    from verl.trainer.main_ppo import build_trainer, run_ppo
+    from verl.workers.fsdp_workers import ActorRolloutRefWorker
+
+    val_only = ("trainer.val_before_train=true", "trainer.val_only=true", "algorithm.adv_estimator=grpo")
+    on_ray = run_ppo(_config(tmp_path / "ray", tiny_model_dir, *val_only))
+    cfg = _config(tmp_path / "local", tiny_model_dir, *val_only, "trainer.worker_backend=local")
+    trainer = build_trainer(cfg)
+    trainer.init_workers()
+    assert type(trainer.actor_rollout_wg.worker) is ActorRolloutRefWorker  # an object here, not an actor
+    in_process = trainer.fit()
+    val_keys = [k for k in on_ray if k.startswith("val/")]
+    assert val_keys and {k: in_process[k] for k in val_keys} == {k: on_ray[k] for k in val_keys}
+
+    cfg = _config(tmp_path / "train", tiny_model_dir, "algorithm.adv_estimator=grpo", "trainer.worker_backend=local",
+                  "actor_rollout_ref.rollout.calculate_log_probs=true",
+                  "actor_rollout_ref.actor.use_rollout_log_probs=true")
+    metrics = run_ppo(cfg)
+    _assert_finite(metrics)
+    assert metrics["training/global_step"] == 2 and "actor/pg_loss" in metrics

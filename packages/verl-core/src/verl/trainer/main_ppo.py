@@ -74,7 +74,7 @@ def build_resource_pool_manager(config: DictConfig, mapping: dict):
     n_workers = int(t.nnodes) * int(t.n_gpus_per_node)
     use_gpu = resolve_device(config) == "cuda"
     cpus = 1.0
-    if not use_gpu:
+    if not use_gpu and t.worker_backend == "ray":
         # CPU workers share the cluster's CPUs; fractional so a 2-core machine can host 2+ workers.
         cpus = min(1.0, float(ray.cluster_resources().get("CPU", 1)) / max(n_workers, 1))
     spec = {"global_pool": [int(t.n_gpus_per_node)] * int(t.nnodes)}
@@ -119,7 +119,9 @@ def run_ppo(config: DictConfig, **build_kwargs: Any) -> dict[str, float]:
 
     from verl.utils.checkpoint import atomic_write_text
 
-    if not ray.is_initialized():
+    if config.trainer.worker_backend == "local":
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # what ray_init_kwargs gives Ray workers
+    elif not ray.is_initialized():
         ray.init(**ray_init_kwargs(config))
     out_dir = config.trainer.default_local_dir
     os.makedirs(out_dir, exist_ok=True)

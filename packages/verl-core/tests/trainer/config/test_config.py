@@ -353,3 +353,13 @@ def test_offload_flags_are_rejected_before_workers_start_on_cpu():
     assert len(problems) == 2
     assert "actor_rollout_ref.actor.fsdp_config.param_offload/optimizer_offload=true means nothing on CPU" in problems[0]
     assert problems[1].startswith("actor_rollout_ref.ref.fsdp_config.offload_policy=true")
+
+
+def test_local_worker_backend_takes_one_worker():
+    with pytest.raises(ConfigError, match=r"worker_backend=local runs one worker .*n_gpus_per_node=1\*2=2"):
+        validate_config(load_config([*REQUIRED, "trainer.worker_backend=local", "trainer.n_gpus_per_node=2",
+                                     "actor_rollout_ref.rollout.n=2", "data.train_batch_size=8",
+                                     "actor_rollout_ref.actor.ppo_mini_batch_size=8"]))
+    with pytest.raises(ConfigError, match="trainer.worker_backend='thread' is not one of: ray, local"):
+        validate_config(load_config([*REQUIRED, "trainer.worker_backend=thread"]))
+    validate_config(load_config([*REQUIRED, "trainer.worker_backend=local", "trainer.n_gpus_per_node=1"]))

@@ -373,6 +373,8 @@ class TrainerConfig:
     max_actor_ckpt_to_keep: int | None = None
     max_critic_ckpt_to_keep: int | None = None
     balance_batch: bool = True
+    # ray: worker processes under the Ray single controller; local: the one worker in the driver's process
+    worker_backend: str = "ray"
     log_val_generations: int = 0
     rollout_data_dir: str | None = None
     validation_data_dir: str | None = None

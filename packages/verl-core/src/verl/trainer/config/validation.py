@@ -26,6 +26,7 @@ KL_TYPES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "full")
 LR_SCHEDULERS = ("constant", "cosine")
 DEVICES = ("auto", "cpu", "cuda")
 RESUME_MODES = ("auto", "disable", "resume_path")
+WORKER_BACKENDS = ("ray", "local")
 LOGGERS = ("console", "jsonl", "tensorboard", "swanlab", "wandb", "mlflow")
 KL_CTRL_TYPES = ("fixed", "adaptive")
 ROLLOUT_MODES = ("sync", "async")
@@ -112,6 +113,7 @@ def _check_choices(cfg: DictConfig, problems: list[str]) -> None:
     _one_of(problems, "actor_rollout_ref.rollout.mode", arr.rollout.mode, ROLLOUT_MODES)
     _one_of(problems, "trainer.device", cfg.trainer.device, DEVICES)
     _one_of(problems, "trainer.resume_mode", cfg.trainer.resume_mode, RESUME_MODES)
+    _one_of(problems, "trainer.worker_backend", cfg.trainer.worker_backend, WORKER_BACKENDS)
     for name in cfg.trainer.logger:
         _one_of(problems, "trainer.logger entry", name, LOGGERS)
     if use_critic(cfg):
@@ -364,6 +366,12 @@ def _check_trainer(cfg: DictConfig, problems: list[str]) -> None:
     if trainer.critic_warmup < 0:
         problems.append(f"trainer.critic_warmup={trainer.critic_warmup} must be >= 0")
     _check_offload_on_cpu(cfg, problems)
+    if trainer.worker_backend == "local" and world_size(cfg) != 1:
+        problems.append(
+            f"trainer.worker_backend=local runs one worker in the driver's process, but "
+            f"trainer.nnodes*n_gpus_per_node={trainer.nnodes}*{trainer.n_gpus_per_node}={world_size(cfg)}; "
+            "set both to 1 or use trainer.worker_backend=ray"
+        )
     if trainer.device == "cuda":
         import torch
 

@@ -147,31 +147,32 @@ class RayPPOTrainer(TrainerIOMixin):
 
     # ------------------------------------------------------------------------------------- workers
     def init_workers(self) -> None:
-        """Create the resource pools, one colocated worker group per pool, and call ``init_model``."""
-        rpm = self.resource_pool_manager
-        rpm.create_resource_pool()
-        pool_to_classes: dict[Any, dict[str, RayClassWithInitArgs]] = {}
+        """Create one worker group per role (colocated per resource pool) and call ``init_model``.
 
-        def add(which: Role, **kwargs: Any) -> None:
-            pool = rpm.get_resource_pool(which)
-            cia = RayClassWithInitArgs(cls=self.role_worker_mapping[which], **kwargs)
-            pool_to_classes.setdefault(pool, {})[str(which)] = cia
-
+        ``trainer.worker_backend=ray`` (default): Ray worker processes in placement groups.
+        ``local``: the single worker in this process (``verl.single_controller.local``).
+        """
         cfg = self.config
         steps = self.total_training_steps
-        add(self.actor_role, config=cfg.actor_rollout_ref, role=str(self.actor_role), total_training_steps=steps)
+        roles: dict[Role, dict[str, Any]] = {
+            self.actor_role: dict(config=cfg.actor_rollout_ref, role=str(self.actor_role), total_training_steps=steps)
+        }
         if self.use_critic:
-            add(Role.Critic, config=cfg.critic, total_training_steps=steps)
+            roles[Role.Critic] = dict(config=cfg.critic, total_training_steps=steps)
         if self.use_reference_policy and not self.ref_in_actor:
-            add(Role.RefPolicy, config=cfg.actor_rollout_ref, role=str(Role.RefPolicy))
+            roles[Role.RefPolicy] = dict(config=cfg.actor_rollout_ref, role=str(Role.RefPolicy))
         if self.use_rm:
-            add(Role.RewardModel, config=cfg.reward.reward_model)
+            roles[Role.RewardModel] = dict(config=cfg.reward.reward_model)
+        if cfg.trainer.worker_backend == "local":
+            from verl.single_controller.base.worker_group import ClassWithInitArgs
+            from verl.single_controller.local import LocalWorkerGroup
 
-        all_wg: dict[str, Any] = {}
-        for pool, class_dict in pool_to_classes.items():
-            worker_dict_cls = create_colocated_worker_cls(class_dict=class_dict)
-            wg_dict = self.ray_worker_group_cls(resource_pool=pool, ray_cls_with_init=worker_dict_cls)
-            all_wg.update(wg_dict.spawn(prefix_set=class_dict.keys()))
+            all_wg: dict[str, Any] = {
+                str(role): LocalWorkerGroup(ClassWithInitArgs(self.role_worker_mapping[role], **kwargs))
+                for role, kwargs in roles.items()
+            }
+        else:
+            all_wg = self._spawn_ray_worker_groups(roles)
 
         # Actor last: a real rollout engine sizes its cache from the memory the others left.
         if self.use_critic:
@@ -187,6 +188,21 @@ class RayPPOTrainer(TrainerIOMixin):
         self.actor_rollout_wg.init_model()
         if self.ref_in_actor:
             self.ref_policy_wg = self.actor_rollout_wg
+
+    def _spawn_ray_worker_groups(self, roles: dict[Role, dict[str, Any]]) -> dict[str, Any]:
+        """The resource pools, then one Ray worker group per pool holding its roles (colocated)."""
+        rpm = self.resource_pool_manager
+        rpm.create_resource_pool()
+        pool_to_classes: dict[Any, dict[str, RayClassWithInitArgs]] = {}
+        for role, kwargs in roles.items():
+            cia = RayClassWithInitArgs(cls=self.role_worker_mapping[role], **kwargs)
+            pool_to_classes.setdefault(rpm.get_resource_pool(role), {})[str(role)] = cia
+        all_wg: dict[str, Any] = {}
+        for pool, class_dict in pool_to_classes.items():
+            worker_dict_cls = create_colocated_worker_cls(class_dict=class_dict)
+            wg_dict = self.ray_worker_group_cls(resource_pool=pool, ray_cls_with_init=worker_dict_cls)
+            all_wg.update(wg_dict.spawn(prefix_set=class_dict.keys()))
+        return all_wg
 
     @property
     def n_workers(self) -> int:
@@ -359,7 +375,7 @@ class RayPPOTrainer(TrainerIOMixin):
     def shutdown(self) -> None:
         """Free this run's Ray resources: removing the pools' placement groups ends the worker processes
         scheduled in them, so the next run in the same Ray session gets its CPUs/GPUs back."""
-        for pool in self.resource_pool_manager.resource_pool_dict.values():
+        for pool in self.resource_pool_manager.resource_pool_dict.values():  # none with the local backend
             pool.remove()
 
     def fit(self) -> dict[str, float]:
