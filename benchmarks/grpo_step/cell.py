@@ -149,7 +149,14 @@ def run_cell(
             sampler.measure()
 
     t0 = time.perf_counter()
-    ours.start_ray(worker_threads)
+    # trainer.worker_backend=local: the worker is this process (no Ray cluster, no worker pids)
+    in_process = "trainer.worker_backend=local" in after_overrides
+    if in_process:
+        import torch
+
+        torch.set_num_threads(worker_threads)
+    else:
+        ours.start_ray(worker_threads)
     try:
         trainer = ours.build(
             model_dir,
@@ -159,7 +166,7 @@ def run_cell(
             variant="after",
             after_overrides=after_overrides,
         )
-        workers = ours.worker_info(trainer)
+        workers = [] if in_process else ours.worker_info(trainer)
         sampler.add("ours", [os.getpid()] + [w["pid"] for w in workers])
         for name, server in servers.items():
             extra = [w["pid"] for w in server.ready["workers"]] if name == "ours_before" else []
