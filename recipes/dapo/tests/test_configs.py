@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 from verl.protocol import DataProto
-from verl.trainer.config import load_config, validate_config
+from verl.trainer.config import ConfigError, load_config, validate_config
 from verl_recipe_dapo.main_dapo import (
     CPU_CONFIG,
     PAPER_CONFIG,
@@ -34,7 +34,11 @@ def test_paper_config_holds_the_papers_setting():
 
 
 def test_paper_config_validates_apart_from_the_missing_gpu():
-    validate_config(_paper("trainer.device=cpu"))  # sizes divide over 16 x 8 workers etc.
+    # On this CPU machine the only problems are the GPU-only offload flags; sizes divide over 16 x 8
+    # workers etc.
+    with pytest.raises(ConfigError) as ei:
+        validate_config(_paper("trainer.device=cpu"))
+    assert ei.value.problems and all("means nothing on CPU" in p for p in ei.value.problems), ei.value.problems
 
 
 def test_no_config_flag_means_the_cpu_default():
