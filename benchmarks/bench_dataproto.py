@@ -28,6 +28,8 @@ import subprocess
 import sys
 import time
 
+from alternating import alternate  # benchmarks/ is the script's folder, first on sys.path
+
 
 def _timeit(fn, reps: int, setup=None, warmup: int = 1) -> float:
     """Median seconds of fn() (or fn(setup()) when setup is given; setup is not timed)."""
@@ -228,15 +230,7 @@ def main() -> None:
         if not op.startswith("floor: ") and (not args.only or any(o in op for o in args.only))
     ]
     ops += [f"floor: {op}" for op in ops if f"floor: {op}" in floors]
-    times: dict[str, dict[str, list[float]]] = {name: {op: [] for op in ops} for name in sides}
-    order = list(sides)
-    for r in range(args.rounds):
-        for op in ops:
-            # the two sides run back to back on every op, in alternating order, so load drift on
-            # this shared machine hits both alike; ratios are taken per round
-            for name in order if r % 2 == 0 else order[::-1]:
-                times[name][op].append(sides[name].time(op, args.reps))
-        print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
+    times = alternate(sides, ops, args.rounds, args.reps)
     for side in sides.values():
         side.close()
     for stmt in ("import verl", "from verl import DataProto") if args.import_reps else ():

@@ -29,6 +29,8 @@ import sys
 import tempfile
 import time
 
+from alternating import alternate  # benchmarks/ is the script's folder, first on sys.path
+
 # Driver started by `uv run`: keep Ray from rebuilding the project environment for every worker.
 os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -173,16 +175,9 @@ def main() -> None:
     if args.compare:
         pythons["upstream"] = args.compare
     sides = {name: Side(python, args) for name, python in pythons.items()}
-    all_rows = (*ROWS, BARE_ROW)
-    times: dict[str, dict[str, list[float]]] = {name: {row: [] for row in all_rows} for name in sides}
-    order = list(sides)
-    for r in range(args.rounds):
-        for row in all_rows:
-            # both sides' clusters are up at once; each row runs on both back to back, alternating
-            # which goes first, so load drift on this shared machine hits both alike
-            for name in order if r % 2 == 0 else order[::-1]:
-                times[name][row].append(sides[name].time(row, args.reps))
-        print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
+    # both sides' clusters are up at once; each row runs on both back to back, alternating who goes first
+    all_rows = [*ROWS, BARE_ROW]
+    times = alternate(sides, all_rows, args.rounds, args.reps)
     for side in sides.values():
         side.close()
 
