@@ -28,7 +28,9 @@ def worker_threads(config: DictConfig) -> int:
     if resolve_device(config) == "cuda":
         return 1
     n_workers = int(config.trainer.nnodes) * int(config.trainer.n_gpus_per_node)
-    return max(1, len(os.sched_getaffinity(0)) // max(n_workers, 1))
+    # the CPUs this process may use (a container's or taskset's share); macOS has no affinity call
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // max(n_workers, 1))
 
 
 def ray_init_kwargs(config: DictConfig) -> dict[str, Any]:
