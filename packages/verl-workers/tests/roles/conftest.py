@@ -1,9 +1,8 @@
 """Helpers for the role tests: a small trainer config over the tiny model and a prompt batch."""
 
 import pytest
-import torch
-from verl import DataProto
 from verl.trainer.config import load_config
+from verl.workers.engine.testing import chat_prompt_batch as make_prompts
 
 
 def make_config(model_path, *overrides):
@@ -27,27 +26,6 @@ def make_config(model_path, *overrides):
             *overrides,
         ]
     )
-
-
-def make_prompts(tokenizer, texts, n=1, meta=None):
-    """Left-padded chat prompts as the RL dataset gives them, repeated n times (interleaved)."""
-    enc = [
-        tokenizer.apply_chat_template(
-            [{"role": "user", "content": t}], add_generation_prompt=True, tokenize=True, return_dict=False
-        )
-        for t in texts
-    ]
-    p = max(len(e) for e in enc)
-    ids = torch.full((len(enc), p), tokenizer.pad_token_id, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for i, e in enumerate(enc):
-        ids[i, p - len(e) :] = torch.tensor(e)
-        mask[i, p - len(e) :] = 1
-    pos = (mask.cumsum(-1) - 1).clamp(min=0)
-    data = DataProto.from_dict(
-        tensors={"input_ids": ids, "attention_mask": mask, "position_ids": pos}, meta_info=dict(meta or {})
-    )
-    return data.repeat(n, interleave=True) if n > 1 else data
 
 
 @pytest.fixture

@@ -2,21 +2,14 @@
 
 import pytest
 import torch
+from verl.workers.engine.testing import random_left_padded
 from verl.workers.rollout.hf_rollout import SamplingParams, filter_logits, generate_tokens
 
 PAD, EOS = 0, 1
 
 
 def left_padded_prompts(lengths, vocab=48, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    p = max(lengths)
-    ids = torch.full((len(lengths), p), PAD, dtype=torch.long)
-    mask = torch.zeros((len(lengths), p), dtype=torch.long)
-    for i, n in enumerate(lengths):
-        ids[i, p - n :] = torch.randint(2, vocab, (n,), generator=g)
-        mask[i, p - n :] = 1
-    pos = (mask.cumsum(-1) - 1).clamp(min=0)
-    return ids, mask, pos
+    return random_left_padded(lengths, vocab, seed=seed, pad_id=PAD)
 
 
 def full_forward_logits(model, input_ids, attention_mask, position_ids):

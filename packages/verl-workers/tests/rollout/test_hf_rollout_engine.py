@@ -3,9 +3,9 @@
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
-from verl import DataProto
 from verl.registries import ROLLOUT_ENGINES
 from verl.trainer.config import load_config
+from verl.workers.engine.testing import chat_prompt_batch as prompt_batch
 from verl.workers.rollout import HFRollout
 from verl.workers.rollout.base import build_rollout
 
@@ -13,25 +13,6 @@ from verl.workers.rollout.base import build_rollout
 def rollout_config(*overrides):
     cfg = load_config(["data.max_response_length=6", *overrides])
     return cfg.actor_rollout_ref.rollout
-
-
-def prompt_batch(tokenizer, texts, meta=None):
-    enc = [
-        tokenizer.apply_chat_template(
-            [{"role": "user", "content": t}], add_generation_prompt=True, tokenize=True, return_dict=False
-        )
-        for t in texts
-    ]
-    p = max(len(e) for e in enc)
-    ids = torch.full((len(enc), p), tokenizer.pad_token_id, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for i, e in enumerate(enc):
-        ids[i, p - len(e) :] = torch.tensor(e)
-        mask[i, p - len(e) :] = 1
-    pos = (mask.cumsum(-1) - 1).clamp(min=0)
-    return DataProto.from_dict(
-        tensors={"input_ids": ids, "attention_mask": mask, "position_ids": pos}, meta_info=meta or {}
-    )
 
 
 @pytest.fixture

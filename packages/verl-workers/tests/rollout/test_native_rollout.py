@@ -9,9 +9,10 @@ import warnings
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Qwen2Config, Qwen3Config
-from verl import DataProto
 from verl.registries import ROLLOUT_ENGINES
 from verl.trainer.config import load_config
+from verl.workers.engine.testing import chat_prompt_batch as chat_prompts
+from verl.workers.engine.testing import random_left_padded
 from verl.workers.rollout import native_rollout
 from verl.workers.rollout.hf_rollout import HFRollout, SamplingParams, filter_logits, generate_tokens
 from verl.workers.rollout.native_rollout import NativeRollout, native_generate, sample_next
@@ -50,14 +51,7 @@ def make_model(kind: str, seed: int = 0):
 
 
 def left_padded(lengths, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    p = max(lengths)
-    ids = torch.full((len(lengths), p), PAD, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for i, n in enumerate(lengths):
-        ids[i, p - n :] = torch.randint(2, VOCAB, (n,), generator=g)
-        mask[i, p - n :] = 1
-    return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
+    return random_left_padded(lengths, VOCAB, seed=seed, pad_id=PAD)
 
 
 def assert_same_generation(a, b, atol=1e-5):
@@ -161,25 +155,6 @@ def test_two_token_continuations_follow_the_model_distribution():
 
 def rollout_config(*overrides):
     return load_config(["data.max_response_length=6", *overrides]).actor_rollout_ref.rollout
-
-
-def chat_prompts(tok, texts, meta=None):
-    enc = [
-        tok.apply_chat_template(
-            [{"role": "user", "content": t}], add_generation_prompt=True, tokenize=True, return_dict=False
-        )
-        for t in texts
-    ]
-    p = max(len(e) for e in enc)
-    ids = torch.full((len(enc), p), tok.pad_token_id, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for i, e in enumerate(enc):
-        ids[i, p - len(e) :] = torch.tensor(e)
-        mask[i, p - len(e) :] = 1
-    pos = (mask.cumsum(-1) - 1).clamp(min=0)
-    return DataProto.from_dict(
-        tensors={"input_ids": ids, "attention_mask": mask, "position_ids": pos}, meta_info=meta or {}
-    )
 
 
 def test_registered_and_generate_sequences_equals_hf(tiny_model_dir):

@@ -1,7 +1,8 @@
 """Helpers for tests of verl-workers and packages that build on it (no pytest dependency).
 
 ``make_rl_batch`` builds a ``DataProto`` shaped like a rollout output (docs/contracts.md);
-``run_gloo`` runs a function on N spawned CPU processes joined in one gloo group.
+``left_pad`` / ``random_left_padded`` / ``chat_prompt_batch`` build prompts as the RL dataset gives
+them (left-padded); ``run_gloo`` runs a function on N spawned CPU processes joined in one gloo group.
 """
 
 from __future__ import annotations
@@ -45,6 +46,42 @@ def make_rl_batch(n: int = 8, prompt_len: int = 6, response_len: int = 5, vocab:
         "returns": torch.randn(shape, generator=g),
     }
     return DataProto.from_dict(tensors=batch, meta_info={"temperature": 1.0})
+
+
+def left_pad(rows: list[list[int]], pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``input_ids``, ``attention_mask``, ``position_ids`` [B, longest row] of left-padded ``rows``."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, r in enumerate(rows):
+        if len(r):
+            ids[i, width - len(r):] = torch.as_tensor(r, dtype=torch.long)
+            mask[i, width - len(r):] = 1
+    return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
+
+
+def random_left_padded(lengths: list[int], vocab: int, seed: int = 0, pad_id: int = 0):
+    """``left_pad`` of random token rows of the given lengths (ids 2..vocab-1: never pad 0 or EOS 1)."""
+    g = torch.Generator().manual_seed(seed)
+    return left_pad([torch.randint(2, vocab, (n,), generator=g) for n in lengths], pad_id)
+
+
+def chat_prompt_batch(tokenizer, texts: list[str], meta: dict | None = None, *, n: int = 1):
+    """One user turn per text through the chat template with the generation prompt, left-padded, as a
+    ``DataProto`` (meta_info ``meta``), repeated ``n`` times (interleaved) as the trainer does."""
+    from verl import DataProto
+
+    encoded = [
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": t}], add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+        for t in texts
+    ]
+    ids, mask, pos = left_pad(encoded, tokenizer.pad_token_id)
+    data = DataProto.from_dict(
+        tensors={"input_ids": ids, "attention_mask": mask, "position_ids": pos}, meta_info=dict(meta or {})
+    )
+    return data.repeat(n, interleave=True) if n > 1 else data
 
 
 def _gloo_entry(rank: int, payload: bytes, world_size: int, store: str) -> None:
