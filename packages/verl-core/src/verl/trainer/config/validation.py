@@ -387,16 +387,18 @@ _OFFLOAD_FLAGS = ("param_offload", "optimizer_offload", "offload_policy")
 def _check_offload_on_cpu(cfg: DictConfig, problems: list[str]) -> None:
     """Offload moves state from the GPU to host memory; on CPU it already lives there. The engine
     rejects the flags too, but only inside a started worker: say it before Ray starts."""
-    if any(bool(section[flag]) for section in _fsdp_sections(cfg).values() for flag in _OFFLOAD_FLAGS):
-        if resolve_device(cfg) != "cpu":
-            return
-        for where, section in _fsdp_sections(cfg).items():
-            on = [flag for flag in _OFFLOAD_FLAGS if bool(section[flag])]
-            if on:
-                problems.append(
-                    f"{where}.{'/'.join(on)}=true means nothing on CPU (parameters and optimizer state "
-                    f"already live in host memory); set them to false for trainer.device=cpu"
-                )
+    flagged = {}
+    for where, section in _fsdp_sections(cfg).items():
+        on = [flag for flag in _OFFLOAD_FLAGS if bool(section[flag])]
+        if on:
+            flagged[where] = on
+    if not flagged or resolve_device(cfg) != "cpu":  # resolve_device may import torch: only when needed
+        return
+    for where, on in flagged.items():
+        problems.append(
+            f"{where}.{'/'.join(on)}=true means nothing on CPU (parameters and optimizer state "
+            f"already live in host memory); set them to false for trainer.device=cpu"
+        )
 
 
 def _fsdp_sections(cfg: DictConfig) -> dict[str, DictConfig]:

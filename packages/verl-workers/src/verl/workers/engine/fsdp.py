@@ -205,8 +205,13 @@ class _FSDPEngineBase(BaseEngine):
         return float(self.optimizer.param_groups[0]["lr"])
 
     # ------------------------------------------------------------------ optimizer offload (GPU)
+    @property
+    def _params_on_host(self) -> bool:
+        """FSDP's CPU offload is on: parameter shards (and the optimizer step) live in host memory."""
+        return bool(self.engine_config.param_offload) or bool(self.engine_config.offload_policy)
+
     def _move_optimizer_state(self, device: torch.device) -> None:
-        if bool(self.engine_config.param_offload) or bool(self.engine_config.offload_policy):
+        if self._params_on_host:
             # FSDP's CPU offload keeps the parameter shards, and so the optimizer step and its state, in
             # host memory already; moving the state to the GPU for the step would mix devices.
             return
@@ -275,7 +280,7 @@ class FSDP2Engine(_FSDPEngineBase):
             mesh = init_device_mesh(
                 self.device.type, (self._world // fsdp_size, fsdp_size), mesh_dim_names=("ddp", "fsdp")
             )
-        offload = bool(self.engine_config.param_offload) or bool(self.engine_config.offload_policy)
+        offload = self._params_on_host
         kwargs = dict(
             mesh=mesh,
             reshard_after_forward=bool(self.engine_config.reshard_after_forward),
@@ -312,7 +317,7 @@ class FSDPEngine(_FSDPEngineBase):
                 f"fsdp_config.fsdp_size={fsdp_size} < {self._world} workers (HSDP) is supported by strategy "
                 f"'fsdp2' only; use actor.strategy=fsdp2 or fsdp_size=-1"
             )
-        offload = bool(self.engine_config.param_offload) or bool(self.engine_config.offload_policy)
+        offload = self._params_on_host
         policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls=_layer_classes(model))
         return FSDP(
             model,
