@@ -153,6 +153,7 @@ class ActorRolloutRefWorker(Worker):
                 module=self.actor_engine.module,
                 config=cfg.rollout,
                 tokenizer=self.tokenizer,
+                model_config=cfg.model,
                 reshard_after_forward=bool(cfg.actor.fsdp_config.reshard_after_forward),
             )
         if self._is_ref:

@@ -47,6 +47,9 @@ def _byte_level(ch: str) -> str:
 SIZES: dict[str, dict[str, int]] = {
     "xs": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                intermediate_size=128),
+    # head_dim 32 (xs has 16): the smallest head size vLLM-CPU's attention kernels accept
+    "xs32": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                 intermediate_size=128),
     "s": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
               intermediate_size=512),
 }
@@ -93,8 +96,9 @@ def build_char_tokenizer(out_dir: str | os.PathLike | None = None):
     return tok
 
 
-def tiny_qwen2_config(size: str = "xs", vocab_size: int | None = None):
-    """The ``Qwen2Config`` for a tiny size ("xs" or "s") over the character vocabulary."""
+def tiny_qwen2_config(size: str = "xs", vocab_size: int | None = None, tied: bool = True):
+    """The ``Qwen2Config`` for a tiny size (see :data:`SIZES`) over the character vocabulary;
+    ``tied``: the LM head shares the embedding matrix."""
     from transformers import Qwen2Config
 
     if size not in SIZES:
@@ -103,7 +107,7 @@ def tiny_qwen2_config(size: str = "xs", vocab_size: int | None = None):
     return Qwen2Config(
         vocab_size=n_vocab,
         max_position_embeddings=1024,
-        tie_word_embeddings=True,
+        tie_word_embeddings=tied,
         pad_token_id=0,
         eos_token_id=1,
         bos_token_id=None,
@@ -114,7 +118,9 @@ def tiny_qwen2_config(size: str = "xs", vocab_size: int | None = None):
     )
 
 
-def build_tiny_qwen2(out_dir: str | os.PathLike, size: str = "xs", seed: int = 0, value_head: bool = False):
+def build_tiny_qwen2(
+    out_dir: str | os.PathLike, size: str = "xs", seed: int = 0, value_head: bool = False, tied: bool = True
+):
     """Random-init a tiny ``Qwen2ForCausalLM`` and save it (plus the char tokenizer) to ``out_dir``.
 
     With ``value_head=True`` the saved model is a ``Qwen2ForTokenClassification`` with one label (a
@@ -126,7 +132,7 @@ def build_tiny_qwen2(out_dir: str | os.PathLike, size: str = "xs", seed: int = 0
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tok = build_char_tokenizer(out)
-    config = tiny_qwen2_config(size, vocab_size=len(tok))
+    config = tiny_qwen2_config(size, vocab_size=len(tok), tied=tied)
     torch.manual_seed(seed)
     if value_head:
         config.num_labels = 1

@@ -195,6 +195,7 @@ class RolloutConfig:
     top_p: float = 1.0
     do_sample: bool = True
     n: int = 5
+    seed: int = 42  # rollout engines with their own sampler (vllm, sglang): engine seed = seed + rank
     ignore_eos: bool = False
     prompt_length: int = _ref("data.max_prompt_length")
     response_length: int = _ref("data.max_response_length")
@@ -209,6 +210,8 @@ class RolloutConfig:
     max_num_batched_tokens: int = 8192
     max_model_len: int | None = None
     max_num_seqs: int = 1024
+    enable_chunked_prefill: bool = True
+    enable_prefix_caching: bool = True
     enforce_eager: bool = True
     free_cache_engine: bool = True
     load_format: str = "dummy"

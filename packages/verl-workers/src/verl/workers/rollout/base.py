@@ -9,8 +9,9 @@ worker does not special-case engines:
 
 - engines that run the trainer's own module in-process (``hf``) keep a reference to ``module`` and
   see every optimizer step without any copy;
-- engines that hold their own copy of the weights (vLLM, SGLang: later, behind extras) ignore
-  ``module`` and receive weights through :meth:`BaseRollout.update_weights`, which
+- engines that hold their own copy of the weights (``vllm``, ``sglang``, behind the extras of the
+  same names) keep ``module`` only for its config and receive weights through
+  :meth:`BaseRollout.load_weight_buckets` / :meth:`BaseRollout.update_weights`, which
   :mod:`verl.workers.rollout.weight_sync` feeds in buckets.
 """
 
@@ -25,6 +26,7 @@ from verl.registries import ROLLOUT_ENGINES
 
 if TYPE_CHECKING:
     from verl import DataProto
+    from verl.workers.rollout.weight_sync import WeightBucket
 
 
 class BaseRollout(ABC):
@@ -48,6 +50,25 @@ class BaseRollout(ABC):
             raise NotImplementedError(
                 f"{type(self).__name__} holds its own weights but does not implement update_weights"
             )
+
+    def load_weight_buckets(self, buckets: Iterable[WeightBucket]) -> int:
+        """Take a whole weight sync as buckets (see :mod:`verl.workers.rollout.weight_sync`); returns
+        the number of tensors loaded.
+
+        By default the buckets are reassembled here and handed to :meth:`update_weights` bucket by
+        bucket; engines in another process (vLLM) override this to move the raw buckets instead.
+        """
+        from verl.workers.rollout.weight_sync import WeightBucketReceiver
+
+        receiver = WeightBucketReceiver()
+        loaded = 0
+        for bucket in buckets:
+            ready = receiver.receive(bucket)
+            if ready:
+                self.update_weights(ready)
+                loaded += len(ready)
+        receiver.finish()
+        return loaded
 
     def resume(self) -> None:
         """Re-acquire device memory before generation (no-op unless the engine offloads)."""

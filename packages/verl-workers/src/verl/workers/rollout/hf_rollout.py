@@ -194,6 +194,48 @@ def _as_id_list(value: Any) -> list[int]:
     return [int(v) for v in value]
 
 
+def stop_and_pad_ids(module: nn.Module, tokenizer: Any, engine: str) -> tuple[list[int], int]:
+    """The ids that end a response (generation config EOS plus the tokenizer's) and the pad id."""
+    gen_cfg = module.generation_config
+    eos = _as_id_list(gen_cfg.eos_token_id) if gen_cfg is not None else []
+    if tokenizer is not None and tokenizer.eos_token_id is not None:
+        eos = sorted(set(eos) | {int(tokenizer.eos_token_id)})
+    if not eos:
+        eos = _as_id_list(module.config.eos_token_id)
+    if not eos:
+        raise ValueError(
+            f"{engine} needs an EOS token id: set eos_token_id in the model's generation_config/config "
+            "or pass a tokenizer with eos_token"
+        )
+    pad = tokenizer.pad_token_id if tokenizer is not None else None
+    if pad is None:
+        pad = module.config.pad_token_id
+    return eos, int(pad) if pad is not None else eos[0]
+
+
+def sampling_params_for(cfg: Any, meta_info: dict[str, Any]) -> SamplingParams:
+    """The sampling settings for one call from ``actor_rollout_ref.rollout`` (``cfg``): config, then
+    ``meta_info`` overrides, then greedy / ``val_kwargs`` when ``meta_info["validate"]``."""
+    length = int(meta_info.get("response_length", cfg.response_length))
+    temperature = float(meta_info.get("temperature", cfg.temperature))
+    if meta_info.get("validate", False):
+        val = cfg.val_kwargs
+        return SamplingParams(
+            response_length=length,
+            do_sample=bool(meta_info.get("do_sample", val.do_sample)),
+            temperature=float(val.temperature) if val.temperature > 0 else temperature,
+            top_k=int(val.top_k),
+            top_p=float(val.top_p),
+        )
+    return SamplingParams(
+        response_length=length,
+        do_sample=bool(meta_info.get("do_sample", cfg.do_sample)),
+        temperature=temperature,
+        top_k=int(meta_info.get("top_k", cfg.top_k)),
+        top_p=float(meta_info.get("top_p", cfg.top_p)),
+    )
+
+
 @register_rollout("hf")
 class HFRollout(BaseRollout):
     """Rollout on the trainer's own HF causal LM (``module`` is used as-is, never copied).
@@ -219,44 +261,11 @@ class HFRollout(BaseRollout):
         self.config = config
         # the training engine's FSDP2 setting, restored after each generation (see gathered_fsdp2_params)
         self.reshard_after_forward = reshard_after_forward
-        gen_cfg = module.generation_config
-        eos = _as_id_list(gen_cfg.eos_token_id) if gen_cfg is not None else []
-        if tokenizer is not None and tokenizer.eos_token_id is not None:
-            eos = sorted(set(eos) | {int(tokenizer.eos_token_id)})
-        if not eos:
-            eos = _as_id_list(module.config.eos_token_id)
-        if not eos:
-            raise ValueError(
-                "HFRollout needs an EOS token id: set eos_token_id in the model's generation_config/config "
-                "or pass a tokenizer with eos_token"
-            )
-        self.eos_token_ids = eos
-        pad = tokenizer.pad_token_id if tokenizer is not None else None
-        if pad is None:
-            pad = module.config.pad_token_id
-        self.pad_token_id = int(pad) if pad is not None else eos[0]
+        self.eos_token_ids, self.pad_token_id = stop_and_pad_ids(module, tokenizer, type(self).__name__)
 
     def sampling_params(self, meta_info: dict[str, Any]) -> SamplingParams:
-        """The sampling settings for one call: config, then meta_info overrides, then greedy/val."""
-        cfg = self.config
-        length = int(meta_info.get("response_length", cfg.response_length))
-        temperature = float(meta_info.get("temperature", cfg.temperature))
-        if meta_info.get("validate", False):
-            val = cfg.val_kwargs
-            return SamplingParams(
-                response_length=length,
-                do_sample=bool(meta_info.get("do_sample", val.do_sample)),
-                temperature=float(val.temperature) if val.temperature > 0 else temperature,
-                top_k=int(val.top_k),
-                top_p=float(val.top_p),
-            )
-        return SamplingParams(
-            response_length=length,
-            do_sample=bool(meta_info.get("do_sample", cfg.do_sample)),
-            temperature=temperature,
-            top_k=int(meta_info.get("top_k", cfg.top_k)),
-            top_p=float(meta_info.get("top_p", cfg.top_p)),
-        )
+        """The sampling settings for one call (see :func:`sampling_params_for`)."""
+        return sampling_params_for(self.config, meta_info)
 
     def decode_inputs(
         self, prompts: DataProto

@@ -10,12 +10,13 @@ receiver.
 The seam has three parts, all CPU-testable:
 
 - :func:`iter_weight_buckets` (trainer side) packs ``(name, tensor)`` pairs into :class:`WeightBucket`;
-- a transport moves buckets (in-process here; CUDA IPC / NCCL broadcast for the GPU engines later,
-  which only need to move ``bucket.buffer`` and the picklable ``bucket.metas``);
+- a transport moves buckets: in-process by default; the vLLM engine sends ``bucket.buffer`` as bytes
+  and ``bucket.metas`` as plain lists to its worker process (``collective_rpc``), which reassembles
+  them with the same receiver (CUDA IPC / NCCL broadcast would move the same two things);
 - :class:`WeightBucketReceiver` (engine side) turns buckets back into ``(name, tensor)`` pairs, which
   the engine loads with :meth:`verl.workers.rollout.base.BaseRollout.update_weights`.
 
-:func:`sync_weights` wires the three for an engine in the same process.
+:func:`sync_weights` streams buckets into an engine's :meth:`BaseRollout.load_weight_buckets`.
 """
 
 from __future__ import annotations
@@ -193,16 +194,15 @@ class SyncStats:
 def sync_weights(
     named_tensors: Iterable[tuple[str, torch.Tensor]], rollout, bucket_size_bytes: int = 512 << 20
 ) -> SyncStats:
-    """Stream weights into ``rollout.update_weights`` bucket by bucket (in-process transport)."""
-    receiver = WeightBucketReceiver()
+    """Stream weights into ``rollout`` bucket by bucket (:meth:`BaseRollout.load_weight_buckets`)."""
     stats = SyncStats()
-    for bucket in iter_weight_buckets(named_tensors, bucket_size_bytes):
-        stats.num_buckets += 1
-        stats.total_bytes += bucket.buffer.numel()
-        stats.max_bucket_bytes = max(stats.max_bucket_bytes, bucket.buffer.numel())
-        ready = receiver.receive(bucket)
-        stats.num_tensors += len(ready)
-        if ready:
-            rollout.update_weights(ready)
-    receiver.finish()
+
+    def counted(buckets: Iterable[WeightBucket]) -> Iterator[WeightBucket]:
+        for bucket in buckets:
+            stats.num_buckets += 1
+            stats.total_bytes += bucket.buffer.numel()
+            stats.max_bucket_bytes = max(stats.max_bucket_bytes, bucket.buffer.numel())
+            yield bucket
+
+    stats.num_tensors = rollout.load_weight_buckets(counted(iter_weight_buckets(named_tensors, bucket_size_bytes)))
     return stats

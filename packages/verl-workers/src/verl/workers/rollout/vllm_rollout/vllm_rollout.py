@@ -1,0 +1,176 @@
+"""``rollout.name=vllm``: sampling through vLLM, colocated with the FSDP actor (hybrid engine).
+
+Each training rank owns one engine (data parallel; ``tensor_model_parallel_size=1``) built from the
+actor's model path: with upstream's default ``load_format=dummy`` vLLM starts from random weights and
+the first generation after construction syncs the actor's weights (the worker's version counter
+starts one behind). Weights then move after every actor update through
+:func:`verl.workers.rollout.weight_sync.sync_weights`: buckets of the full state dict, sent to the
+engine's worker as bytes (:mod:`.worker_extension`), never through disk.
+
+Memory on GPU (``free_cache_engine``, vLLM sleep mode): after init and after each generation the engine
+sleeps (level 1: weights to host memory, KV cache freed) so training has the device; a weight sync
+wakes the weights only, generation wakes the KV cache too. vLLM has no sleep mode on CPU, where these
+calls are skipped (its CPU worker would only log a warning).
+
+Outputs follow docs/contracts.md; ``rollout_log_probs`` come from vLLM's sampler in the mode that
+equals ``log_softmax(logits / temperature)`` at the sampled token (see :mod:`.translate`).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from verl.workers.rollout.base import BaseRollout, register_rollout
+from verl.workers.rollout.hf_rollout import sampling_params_for, stop_and_pad_ids
+from verl.workers.rollout.native_rollout import pad_responses_to
+from verl.workers.rollout.vllm_rollout import translate
+from verl.workers.rollout.vllm_rollout.worker_extension import metas_to_wire
+
+if TYPE_CHECKING:
+    from verl import DataProto
+    from verl.workers.rollout.weight_sync import WeightBucket
+
+
+def _rank() -> int:
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+@register_rollout("vllm")
+class VLLMRollout(BaseRollout):
+    """vLLM engine with its own weights. ``config`` is ``actor_rollout_ref.rollout``; ``model_config``
+    is ``actor_rollout_ref.model`` (path, trust_remote_code); ``module`` is the actor's module, read
+    for its generation config and device only."""
+
+    shares_trainer_weights = False
+
+    def __init__(self, module: nn.Module, config: Any, tokenizer: Any = None, *, model_config: Any = None, **_: Any):
+        if model_config is None:
+            raise ValueError("VLLMRollout needs model_config (actor_rollout_ref.model) for the model path")
+        translate.check_config(config)
+        self.config = config
+        self.eos_token_ids, self.pad_token_id = stop_and_pad_ids(module, tokenizer, "VLLMRollout")
+        self.device_type = next(module.parameters()).device.type
+        self.seed = int(config.seed) + _rank()
+        self.engine_kwargs = translate.engine_kwargs(
+            config,
+            model_config.path,
+            trust_remote_code=bool(model_config.trust_remote_code),
+            device_type=self.device_type,
+            seed=self.seed,
+        )
+        self.logprobs_mode = self.engine_kwargs["logprobs_mode"]
+        from verl.workers.rollout.vllm_rollout.engines import AsyncEngine, SyncEngine
+
+        self.engine = (AsyncEngine if config.mode == "async" else SyncEngine)(self.engine_kwargs)
+        self.sleep_mode = bool(self.engine_kwargs["enable_sleep_mode"])
+        self._awake = {"weights", "kv_cache"}
+        self._warned: set[str] = set()
+        self.release()  # training runs first: give the device back until the first generation
+
+    # ------------------------------------------------------------------ memory (GPU sleep mode)
+    def _wake(self, tags: list[str]) -> None:
+        missing = [t for t in tags if t not in self._awake]
+        if self.sleep_mode and missing:
+            self.engine.wake_up(missing)
+            self._awake.update(missing)
+
+    def resume(self) -> None:
+        self._wake(["weights", "kv_cache"])
+
+    def release(self) -> None:
+        if self.sleep_mode and self._awake:
+            self.engine.sleep(level=1)
+            self._awake.clear()
+
+    # ------------------------------------------------------------------ weights
+    def load_weight_buckets(self, buckets: Iterable[WeightBucket]) -> int:
+        """Send each bucket's bytes and metadata to the engine's worker, which loads whole layers."""
+        self._wake(["weights"])
+        self.engine.collective_rpc("verl_begin_weight_update")
+        for bucket in buckets:
+            self.engine.collective_rpc(
+                "verl_receive_bucket", (bucket.buffer.numpy().tobytes(), metas_to_wire(bucket.metas))
+            )
+        loaded = self.engine.collective_rpc("verl_finish_weight_update")[0]
+        self.engine.reset_prefix_cache()  # cached KV blocks were computed with the old weights
+        return int(loaded)
+
+    def update_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Load ``(name, tensor)`` pairs (one bucket holding them all)."""
+        from verl.workers.rollout.weight_sync import iter_weight_buckets
+
+        weights = list(weights)
+        size = sum(t.numel() * t.element_size() + 16 for _, t in weights) + 16
+        self.load_weight_buckets(iter_weight_buckets(weights, size))
+
+    # ------------------------------------------------------------------ sampling
+    def vllm_sampling_params(self, params: Any, log_probs: bool) -> Any:
+        from vllm import SamplingParams
+
+        return SamplingParams(
+            **translate.sampling_kwargs(
+                params, self.eos_token_ids, ignore_eos=bool(self.config.ignore_eos), log_probs=log_probs
+            )
+        )
+
+    def wants_log_probs(self, params: Any, validate: bool) -> bool:
+        """Whether this call returns ``rollout_log_probs``; an error when they are needed for training
+        but vLLM cannot report the contract's values for these sampling settings."""
+        if not self.config.calculate_log_probs:
+            return False
+        reason = translate.log_probs_unavailable(params, self.logprobs_mode)
+        if reason is None:
+            return True
+        if validate:
+            # validation never uses them; say once that these batches carry none
+            if reason not in self._warned:
+                self._warned.add(reason)
+                warnings.warn(f"vllm rollout: validation batches carry no rollout_log_probs ({reason})", stacklevel=3)
+            return False
+        raise ValueError(
+            f"rollout.calculate_log_probs=true, but vLLM cannot report log_softmax(logits / temperature) for "
+            f"{reason}; use temperature=1 or sample without top-k/top-p, or calculate_log_probs=false"
+        )
+
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        batch = prompts.batch
+        params = sampling_params_for(self.config, prompts.meta_info)
+        log_probs = self.wants_log_probs(params, bool(prompts.meta_info.get("validate", False)))
+        input_ids, attention_mask, position_ids = (
+            batch["input_ids"], batch["attention_mask"], batch["position_ids"]
+        )
+        outputs = self.engine.generate(
+            translate.prompt_rows(input_ids, attention_mask), self.vllm_sampling_params(params, log_probs), log_probs
+        )
+        tensors = translate.assemble_batch(
+            input_ids, attention_mask, position_ids, outputs, self.pad_token_id, log_probs
+        )
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            # engines decode independently; the batch keeps one R across data-parallel ranks
+            r = torch.tensor(
+                [tensors["responses"].shape[1]], dtype=torch.int64, device=tensors["responses"].device
+            )
+            dist.all_reduce(r, op=dist.ReduceOp.MAX)
+            tensors = pad_responses_to(tensors, int(r.item()), self.pad_token_id)
+        from verl import DataProto
+
+        return DataProto.from_dict(tensors=tensors)
+
+    # ------------------------------------------------------------------ async (agent loops)
+    async def agenerate(
+        self, prompt_ids: list[int], params: Any, request_id: str, log_probs: bool = True
+    ) -> translate.RowOutput:
+        """One token-in / token-out request through the async engine (``rollout.mode=async``)."""
+        if self.config.mode != "async":
+            raise RuntimeError(
+                "token-in/token-out requests for agent loops need the async engine: set rollout.mode=async"
+            )
+        return await self.engine.agenerate(prompt_ids, self.vllm_sampling_params(params, log_probs), log_probs, request_id)
+
+    def shutdown(self) -> None:
+        self.engine.shutdown()
