@@ -2,7 +2,9 @@
 
 `AgentActorRolloutRefWorker` is verl-workers' ``ActorRolloutRefWorker`` whose
 ``generate_sequences`` runs `AgentLoopManager` over an `HFAsyncServer` on the actor's live module
-(same process, same weights: every actor update is seen by the next rollout). The trainer's
+(same process, same weights: every actor update is seen by the next rollout), or with
+``rollout.name=vllm`` (``mode=async``) over a `VLLMAsyncServer`, whose engine gets the actor's weights
+through the weight sync before each rollout after an update. The trainer's
 generate stage uses it unchanged: map ``Role.ActorRollout`` to this class.
 
 Each rank runs its own rows' loops; ranks make different numbers of model calls, so the decode loop
@@ -59,15 +61,20 @@ class AgentActorRolloutRefWorker(ActorRolloutRefWorker):
         super().init_model()
         if not self._is_rollout:
             return
-        if not self.rollout.shares_trainer_weights:
-            raise NotImplementedError(
-                f"agent loops run on the trainer's own module; rollout.name={self.config.rollout.name!r} keeps "
-                "its own weights (use rollout.name=native or hf)"
-            )
         stops = sorted(set(self.rollout.eos_token_ids) | set(end_of_turn_token_ids(self.tokenizer)))
-        self.llm_server = HFAsyncServer(
-            self.actor_engine.module, stops, self.rollout.pad_token_id, sync_group=_own_rank_group()
-        )
+        if self.config.rollout.name == "vllm":
+            from verl.agent.vllm_server import VLLMAsyncServer  # vLLM's async engine (own weights)
+
+            self.llm_server = VLLMAsyncServer(self.rollout, stops)
+        elif not self.rollout.shares_trainer_weights:
+            raise NotImplementedError(
+                f"agent loops run on the trainer's own module or on vLLM; rollout.name={self.config.rollout.name!r} "
+                "keeps its own weights (use rollout.name=native, hf or vllm)"
+            )
+        else:
+            self.llm_server = HFAsyncServer(
+                self.actor_engine.module, stops, self.rollout.pad_token_id, sync_group=_own_rank_group()
+            )
         self.agent_manager = AgentLoopManager(
             self.config.rollout,
             self.llm_server,
@@ -83,6 +90,13 @@ class AgentActorRolloutRefWorker(ActorRolloutRefWorker):
             raise RuntimeError(f"generate_sequences needs a rollout; this worker's role is {self.role!r}")
         from verl.workers.rollout.hf_rollout import gathered_fsdp2_params
 
+        if not self.rollout.shares_trainer_weights:  # vllm: push the actor's latest weights, no gather
+            self._sync_rollout_weights()
+            self.rollout.resume()
+            try:
+                return self.agent_manager.generate_sequences(prompts)
+            finally:
+                self.rollout.release()
         self.rollout.resume()
         try:
             with gathered_fsdp2_params(self.actor_engine.module, self.rollout.reshard_after_forward):

@@ -163,14 +163,25 @@ class VLLMRollout(BaseRollout):
 
     # ------------------------------------------------------------------ async (agent loops)
     async def agenerate(
-        self, prompt_ids: list[int], params: Any, request_id: str, log_probs: bool = True
+        self, prompt_ids: list[int], params: Any, request_id: str, stop_token_ids: list[int] | None = None
     ) -> translate.RowOutput:
-        """One token-in / token-out request through the async engine (``rollout.mode=async``)."""
+        """One token-in / token-out request with log-probs through the async engine (``rollout.mode=async``);
+        ``params`` is a :class:`~verl.workers.rollout.hf_rollout.SamplingParams`; ``stop_token_ids``
+        replace the EOS ids (agent loops also stop at the chat template's end of turn)."""
         if self.config.mode != "async":
-            raise RuntimeError(
-                "token-in/token-out requests for agent loops need the async engine: set rollout.mode=async"
-            )
-        return await self.engine.agenerate(prompt_ids, self.vllm_sampling_params(params, log_probs), log_probs, request_id)
+            raise RuntimeError("token-in/token-out requests need the async engine: set rollout.mode=async")
+        reason = translate.log_probs_unavailable(params, self.logprobs_mode)
+        if reason is not None:
+            raise ValueError(f"request {request_id}: vLLM cannot report the sampling log-probs for {reason}")
+        from vllm import SamplingParams
+
+        kwargs = translate.sampling_kwargs(
+            params,
+            self.eos_token_ids if stop_token_ids is None else stop_token_ids,
+            ignore_eos=bool(self.config.ignore_eos),
+            log_probs=True,
+        )
+        return await self.engine.agenerate(prompt_ids, SamplingParams(**kwargs), True, request_id)
 
     def shutdown(self) -> None:
         self.engine.shutdown()
