@@ -62,5 +62,5 @@ def pytest_collection_modifyitems(config, items):
         return
     skip = pytest.mark.skip(reason="needs vLLM: run envs/vllm-cpu/run-tests")
     for item in items:
-        if "vllm" in item.keywords:
+        if item.get_closest_marker("vllm") is not None:
             item.add_marker(skip)
