@@ -24,6 +24,17 @@ Measured 2026-11-22 00:08 UTC on the shared 2-core VM (load average 3-9), ``OMP_
 | s | 16 | 3655 | 3710 | 0.272 | 0.258 | 1.05x |
 | s | 64 | 4075 | 4339 | 0.835 | 0.730 | 1.22x |
 
+``--vllm``, run once on 2026-11-24 04:55 UTC while the shared machine was heavily loaded (load average
+~20; a proof that the row works, not a measurement to quote), ``OMP_NUM_THREADS=1``, ``--sizes xs32 s
+--reps 3`` (vllm/native time > 1: vLLM slower; sync = bucketed weight sync into the engine):
+
+| size | new tokens | vllm tok/s | native tok/s | vllm s | native s | vllm/native time | vllm sync s |
+|---|---|---|---|---|---|---|---|
+| xs32 | 16 | 1833 | 12043 | 0.501 | 0.078 | 6.43x | 0.038 |
+| xs32 | 64 | 3350 | 18259 | 0.843 | 0.163 | 3.63x | 0.069 |
+| s | 16 | 591 | 698 | 1.596 | 1.355 | 0.91x | 0.241 |
+| s | 64 | 2674 | 1844 | 1.210 | 1.679 | 0.91x | 0.043 |
+
 On ``s`` the step is matmul-bound (the linear layers run at the machine's matmul rate), so what
 is left to save is the framework overhead ``xs`` shows.
 """
