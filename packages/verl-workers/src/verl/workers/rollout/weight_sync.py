@@ -204,5 +204,7 @@ def sync_weights(
             stats.max_bucket_bytes = max(stats.max_bucket_bytes, bucket.buffer.numel())
             yield bucket
 
-    stats.num_tensors = rollout.load_weight_buckets(counted(iter_weight_buckets(named_tensors, bucket_size_bytes)))
+    stats.num_tensors = rollout.load_weight_buckets(
+        counted(iter_weight_buckets(named_tensors, bucket_size_bytes))
+    )
     return stats

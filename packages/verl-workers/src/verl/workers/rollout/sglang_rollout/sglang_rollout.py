@@ -60,12 +60,18 @@ def check_config(config: Any) -> None:
             f"rollout.tensor_model_parallel_size={config.tensor_model_parallel_size}: one engine per training rank; set 1"
         )
     if config.micro_batch_size is not None:
-        problems.append(f"rollout.micro_batch_size={config.micro_batch_size} is for the hf/native loops; set null")
+        problems.append(
+            f"rollout.micro_batch_size={config.micro_batch_size} is for the hf/native loops; set null"
+        )
     if config.mode != "sync":
-        problems.append(f"rollout.mode={config.mode!r}: the sglang rollout is written for the offline engine (sync)")
+        problems.append(
+            f"rollout.mode={config.mode!r}: the sglang rollout is written for the offline engine (sync)"
+        )
     for key in (config.engine_kwargs or {}).get("sglang") or {}:
         if key in OWNED_KEYS:
-            problems.append(f"rollout.engine_kwargs.sglang.{key} is set by {OWNED_KEYS[key]}; set that instead")
+            problems.append(
+                f"rollout.engine_kwargs.sglang.{key} is set by {OWNED_KEYS[key]}; set that instead"
+            )
     if config.calculate_log_probs and (
         float(config.temperature) != 1.0 or int(config.top_k) > 0 or float(config.top_p) < 1.0
     ):
@@ -137,7 +143,9 @@ class SGLangRollout(BaseRollout):
 
     shares_trainer_weights = False
 
-    def __init__(self, module: nn.Module, config: Any, tokenizer: Any = None, *, model_config: Any = None, **_: Any):
+    def __init__(
+        self, module: nn.Module, config: Any, tokenizer: Any = None, *, model_config: Any = None, **_: Any
+    ):
         if model_config is None:
             raise ValueError("SGLangRollout needs model_config (actor_rollout_ref.model) for the model path")
         self.device_type = next(module.parameters()).device.type
@@ -146,7 +154,10 @@ class SGLangRollout(BaseRollout):
         self.eos_token_ids, self.pad_token_id = stop_and_pad_ids(module, tokenizer, "SGLangRollout")
         rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
         self.engine_kwargs = engine_kwargs(
-            config, model_config.path, trust_remote_code=bool(model_config.trust_remote_code), seed=int(config.seed) + rank
+            config,
+            model_config.path,
+            trust_remote_code=bool(model_config.trust_remote_code),
+            seed=int(config.seed) + rank,
         )
         self.engine = self._make_engine(self.engine_kwargs)
         self.memory_saver = bool(self.engine_kwargs["enable_memory_saver"])
@@ -162,7 +173,9 @@ class SGLangRollout(BaseRollout):
         try:
             import sglang
         except ImportError as e:
-            raise ImportError("rollout.name=sglang needs SGLang: pip install 'verl-workers[sglang]' (GPU)") from e
+            raise ImportError(
+                "rollout.name=sglang needs SGLang: pip install 'verl-workers[sglang]' (GPU)"
+            ) from e
         return sglang.Engine(**kwargs)
 
     def _resume(self, tags: list[str]) -> None:
@@ -212,12 +225,18 @@ class SGLangRollout(BaseRollout):
         ids, mask, pos = batch["input_ids"], batch["attention_mask"], batch["position_ids"]
         outs = self.engine.generate(
             input_ids=prompt_rows(ids, mask),
-            sampling_params=sampling_params(params, self.eos_token_ids, ignore_eos=bool(self.config.ignore_eos)),
+            sampling_params=sampling_params(
+                params, self.eos_token_ids, ignore_eos=bool(self.config.ignore_eos)
+            ),
             return_logprob=log_probs,
         )
-        tensors = assemble_batch(ids, mask, pos, [row_output(o, log_probs) for o in outs], self.pad_token_id, log_probs)
+        tensors = assemble_batch(
+            ids, mask, pos, [row_output(o, log_probs) for o in outs], self.pad_token_id, log_probs
+        )
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-            r = torch.tensor([tensors["responses"].shape[1]], dtype=torch.int64, device=tensors["responses"].device)
+            r = torch.tensor(
+                [tensors["responses"].shape[1]], dtype=torch.int64, device=tensors["responses"].device
+            )
             dist.all_reduce(r, op=dist.ReduceOp.MAX)
             tensors = pad_responses_to(tensors, int(r.item()), self.pad_token_id)
         from verl import DataProto

@@ -65,9 +65,7 @@ class SyncEngine:
             self.llm = vllm.LLM(**kwargs)
 
     def generate(self, prompts: Sequence[list[int]], params: Any, with_log_probs: bool) -> list[RowOutput]:
-        outs = self.llm.generate(
-            [{"prompt_token_ids": list(p)} for p in prompts], params, use_tqdm=False
-        )
+        outs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts], params, use_tqdm=False)
         return [_row_output(o.outputs[0], with_log_probs) for o in outs]
 
     def collective_rpc(self, method: str, args: tuple = ()) -> list[Any]:

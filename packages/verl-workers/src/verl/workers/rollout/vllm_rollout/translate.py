@@ -76,8 +76,10 @@ def check_config(config: Any) -> None:
             "vLLM schedules its own batches (rollout.max_num_seqs, rollout.max_num_batched_tokens): set it to null"
         )
     if config.mode not in ("sync", "async"):
-        problems.append(f"rollout.mode={config.mode!r}: the vllm rollout runs 'sync' (LLM) or 'async' (AsyncLLM)")
-    for key in (config.engine_kwargs or {}):
+        problems.append(
+            f"rollout.mode={config.mode!r}: the vllm rollout runs 'sync' (LLM) or 'async' (AsyncLLM)"
+        )
+    for key in config.engine_kwargs or {}:
         if key not in ENGINE_KWARGS_SECTIONS:
             problems.append(
                 f"rollout.engine_kwargs.{key}: not read by any engine; vLLM options go under "
@@ -86,7 +88,11 @@ def check_config(config: Any) -> None:
     for key in vllm_section(config):
         if key in OWNED_KEYS:
             problems.append(f"rollout.engine_kwargs.vllm.{key} is set by {OWNED_KEYS[key]}; set that instead")
-    if config.calculate_log_probs and float(config.temperature) != 1.0 and _filters(config.top_k, config.top_p):
+    if (
+        config.calculate_log_probs
+        and float(config.temperature) != 1.0
+        and _filters(config.top_k, config.top_p)
+    ):
         problems.append(
             f"rollout.calculate_log_probs=true with temperature={config.temperature}, top_k={config.top_k}, "
             f"top_p={config.top_p}: vLLM reports log-probs either before temperature or after temperature AND "
@@ -108,7 +114,9 @@ def log_probs_unavailable(params: SamplingParams, mode: str) -> str | None:
     t = float(params.temperature)
     if not params.do_sample:
         # vLLM's greedy path never applies a temperature, in either mode
-        return None if t == 1.0 else f"greedy decoding with temperature={t} (vLLM reports log_softmax(logits))"
+        return (
+            None if t == 1.0 else f"greedy decoding with temperature={t} (vLLM reports log_softmax(logits))"
+        )
     if mode == LOGPROBS_RAW:
         return None if t == 1.0 else f"temperature={t} with an engine reporting raw log-probs"
     if _filters(params.top_k, params.top_p):

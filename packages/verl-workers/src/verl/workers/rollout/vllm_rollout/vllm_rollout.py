@@ -48,7 +48,9 @@ class VLLMRollout(BaseRollout):
 
     shares_trainer_weights = False
 
-    def __init__(self, module: nn.Module, config: Any, tokenizer: Any = None, *, model_config: Any = None, **_: Any):
+    def __init__(
+        self, module: nn.Module, config: Any, tokenizer: Any = None, *, model_config: Any = None, **_: Any
+    ):
         if model_config is None:
             raise ValueError("VLLMRollout needs model_config (actor_rollout_ref.model) for the model path")
         translate.check_config(config)
@@ -130,7 +132,9 @@ class VLLMRollout(BaseRollout):
             # validation never uses them; say once that these batches carry none
             if reason not in self._warned:
                 self._warned.add(reason)
-                warnings.warn(f"vllm rollout: validation batches carry no rollout_log_probs ({reason})", stacklevel=3)
+                warnings.warn(
+                    f"vllm rollout: validation batches carry no rollout_log_probs ({reason})", stacklevel=3
+                )
             return False
         raise ValueError(
             f"rollout.calculate_log_probs=true, but vLLM cannot report log_softmax(logits / temperature) for "
@@ -142,10 +146,14 @@ class VLLMRollout(BaseRollout):
         params = sampling_params_for(self.config, prompts.meta_info)
         log_probs = self.wants_log_probs(params, bool(prompts.meta_info.get("validate", False)))
         input_ids, attention_mask, position_ids = (
-            batch["input_ids"], batch["attention_mask"], batch["position_ids"]
+            batch["input_ids"],
+            batch["attention_mask"],
+            batch["position_ids"],
         )
         outputs = self.engine.generate(
-            translate.prompt_rows(input_ids, attention_mask), self.vllm_sampling_params(params, log_probs), log_probs
+            translate.prompt_rows(input_ids, attention_mask),
+            self.vllm_sampling_params(params, log_probs),
+            log_probs,
         )
         tensors = translate.assemble_batch(
             input_ids, attention_mask, position_ids, outputs, self.pad_token_id, log_probs

@@ -25,8 +25,15 @@ from verl.workers.rollout.weight_sync import TensorChunkMeta, WeightBucket, Weig
 def metas_to_wire(metas: list[TensorChunkMeta]) -> list[list[Any]]:
     """Chunk metadata as msgpack-safe lists (dtype by name)."""
     return [
-        [m.name, str(m.dtype).removeprefix("torch."), list(m.shape), m.offset, m.nbytes, m.chunk_offset,
-         m.total_nbytes]
+        [
+            m.name,
+            str(m.dtype).removeprefix("torch."),
+            list(m.shape),
+            m.offset,
+            m.nbytes,
+            m.chunk_offset,
+            m.total_nbytes,
+        ]
         for m in metas
     ]
 
