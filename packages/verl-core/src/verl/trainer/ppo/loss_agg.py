@@ -144,16 +144,15 @@ def agg_loss(
         seq_count = global_batch_info.global_seq_count
         scale = global_batch_info.loss_scale_factor
     else:
-        if dp_size > 1:
-            needed = batch_num_tokens if loss_agg_mode == "token-mean" else global_batch_size
-            if loss_agg_mode != "token-sum" and needed is None:
-                name = "batch_num_tokens" if loss_agg_mode == "token-mean" else "global_batch_size"
-                raise ValueError(f"agg_loss: loss_agg_mode={loss_agg_mode!r} with dp_size={dp_size} needs {name} "
-                                 f"(the count over the whole global batch)")
-        local = GlobalBatchInfo.from_mask(loss_mask) if batch_num_tokens is None or global_batch_size is None else None
-        token_count = batch_num_tokens if batch_num_tokens is not None else local.global_token_count
-        seq_count = global_batch_size if global_batch_size is not None else local.global_seq_count
-        scale = loss_scale_factor
+        if dp_size > 1 and loss_agg_mode != "token-sum":
+            name = "batch_num_tokens" if loss_agg_mode == "token-mean" else "global_batch_size"
+            if (batch_num_tokens if name == "batch_num_tokens" else global_batch_size) is None:
+                raise ValueError(
+                    f"agg_loss: loss_agg_mode={loss_agg_mode!r} with dp_size={dp_size} needs {name} "
+                    f"(the count over the whole global batch)"
+                )
+        # None: count this mask (in _aggregate)
+        token_count, seq_count, scale = batch_num_tokens, global_batch_size, loss_scale_factor
     return _aggregate(loss_mat, loss_mask, loss_agg_mode, token_count, seq_count, scale) * int(dp_size)
 
 
@@ -166,23 +165,24 @@ def _aggregate(
     loss_mat: torch.Tensor,
     loss_mask: torch.Tensor,
     loss_agg_mode: str,
-    token_count: float | torch.Tensor,
-    seq_count: float | torch.Tensor,
+    token_count: float | torch.Tensor | None,
+    seq_count: float | torch.Tensor | None,
     scale: float | None,
 ) -> torch.Tensor:
+    """The one computation behind both spellings; a None count is taken from ``loss_mask``."""
     mask = loss_mask.to(loss_mat.dtype)
     masked = loss_mat * mask
     if loss_agg_mode == "token-sum":
         return masked.sum()
     if loss_agg_mode == "token-mean":
-        return masked.sum() / _at_least_one(token_count)
+        return masked.sum() / _at_least_one(mask.sum() if token_count is None else token_count)
     seq_sums = masked.sum(dim=-1)
-    seq_count = _at_least_one(seq_count)
+    tokens_per_seq = mask.sum(dim=-1)
+    seq_count = _at_least_one((tokens_per_seq > 0).sum() if seq_count is None else seq_count)
     if loss_agg_mode == "seq-mean-token-sum":
         return seq_sums.sum() / seq_count
     if loss_agg_mode == "seq-mean-token-mean":
-        seq_means = seq_sums / mask.sum(dim=-1).clamp(min=1)
-        return seq_means.sum() / seq_count
+        return (seq_sums / tokens_per_seq.clamp(min=1)).sum() / seq_count
     # seq-mean-token-sum-norm
     scale = scale if scale is not None else loss_mask.shape[-1]
     return seq_sums.sum() / (seq_count * scale)
