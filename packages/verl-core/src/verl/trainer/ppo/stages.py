@@ -253,10 +253,8 @@ class TrainerIOMixin:
 
 def _extend_infos(infos: dict[str, list], rows_before: int, batch_infos: dict[str, list], rows: int) -> None:
     """Append one batch's per-sample values; a key missing on either side is filled with None (skipped
-    by the metrics), so every list stays aligned with the samples."""
+    by the metrics), so every list stays aligned with the samples (compute_reward checked the lengths)."""
     for key, values in batch_infos.items():
-        if len(values) != rows:
-            raise ValueError(f"the reward function returned {len(values)} values of {key!r} for {rows} samples")
         if key not in infos:
             infos[key] = [None] * rows_before
         infos[key].extend(values)
