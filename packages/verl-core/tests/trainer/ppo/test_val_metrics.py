@@ -154,3 +154,16 @@ def test_misaligned_inputs_are_refused():
         process_validation_metrics(["s", "s"], ["u"], {"r": [1, 2]})
     with pytest.raises(ValueError, match=r"infos_dict\['r'\] has 1 values for 2 samples"):
         process_validation_metrics(["s", "s"], ["u", "u"], {"r": [1]})
+
+
+def test_validation_infos_stay_aligned_when_a_batch_lacks_a_key():
+    from collections import defaultdict
+
+    from verl.trainer.ppo.stages import _extend_infos
+
+    infos = defaultdict(list)
+    _extend_infos(infos, 0, {"reward": [1.0, 0.0], "acc": [1.0, 0.0]}, 2)
+    _extend_infos(infos, 2, {"reward": [1.0], "pred": ["x"]}, 1)
+    assert dict(infos) == {"reward": [1.0, 0.0, 1.0], "acc": [1.0, 0.0, None], "pred": [None, None, "x"]}
+    out = process_validation_metrics(["s"] * 3, ["u"] * 3, infos)["s"]
+    assert out["acc"]["mean@2"] == pytest.approx(0.5) and out["reward"]["mean@3"] == pytest.approx(2 / 3)
