@@ -409,3 +409,26 @@ def test_num_batch_dims_and_dict_batch():
         DataProto.from_dict({"a": torch.zeros(2, 3)}, {"s": ["x", "y"]}, num_batch_dims=2)
     e = DataProto(batch={"x": torch.arange(3)})
     assert e.batch.batch_size == torch.Size([3]) and len(e) == 3
+
+
+def test_unfold_column_chunks_by_hand():
+    """Upstream's semantics: split_keys' second dim cut into n_split rows each; other keys repeated."""
+    data = DataProto.from_dict(
+        tensors={"a": torch.arange(12).reshape(2, 6), "b": torch.tensor([10, 20])},
+        non_tensors={"u": np.array(["x", "y"], dtype=object), "g": np.arange(8).reshape(2, 4)},
+        meta_info={"m": 1},
+    )
+    out = data.unfold_column_chunks(2, split_keys=["a", "g"])
+    assert out.batch["a"].tolist() == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9, 10, 11]]
+    assert out.batch["b"].tolist() == [10, 10, 20, 20] and tuple(out.batch.batch_size) == (4,)
+    assert out.non_tensor_batch["u"].tolist() == ["x", "x", "y", "y"]
+    assert out.non_tensor_batch["g"].tolist() == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert out.meta_info == {"m": 1} and len(out) == 4
+    every = data.unfold_column_chunks(3)  # no split_keys: every key repeated (upstream's doc)
+    assert every.batch["a"].shape == (6, 6) and every.non_tensor_batch["u"].tolist() == ["x"] * 3 + ["y"] * 3
+    with pytest.raises(ValueError, match=r"'a' has shape \(2, 6\).*n_split=4"):
+        data.unfold_column_chunks(4, split_keys=["a"])
+    with pytest.raises(ValueError, match="'b' has shape"):
+        data.unfold_column_chunks(2, split_keys=["b"])
+    with pytest.raises(KeyError, match=r"split_keys \['zz'\] not in the data"):
+        data.unfold_column_chunks(2, split_keys=["zz"])

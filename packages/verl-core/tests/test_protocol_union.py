@@ -47,3 +47,36 @@ def test_union_size_mismatch_raises_and_leaves_self_alone():
     with pytest.raises(ValueError):
         a.union(b)
     assert list(a.batch.keys()) == ["x"]
+
+
+def _self_referencing(tag: str) -> np.ndarray:
+    arr = np.empty(2, dtype=object)
+    arr[0] = arr  # the array holds itself
+    arr[1] = tag
+    return arr
+
+
+def test_union_numpy_dict_terminates_on_self_referencing_object_arrays():
+    """Regression: comparing two distinct self-referencing arrays recursed until RecursionError."""
+    from verl.protocol import union_numpy_dict
+
+    a, b = _self_referencing("x"), _self_referencing("x")
+    merged = union_numpy_dict({"k": a}, {"k": b})  # same structure, same leaf: equal
+    assert merged["k"] is b
+    with pytest.raises(ValueError, match="'k' holds different values"):
+        union_numpy_dict({"k": a}, {"k": _self_referencing("y")})
+    # the same through DataProto.union, and for a cycle through two arrays and through a list
+    p, q = DataProto(non_tensor_batch={"k": a}), DataProto(non_tensor_batch={"k": b})
+    assert p.union(q).non_tensor_batch["k"] is b
+    m, n = np.empty(1, dtype=object), np.empty(1, dtype=object)
+    m[0], n[0] = n, m
+    union_numpy_dict({"k": m}, {"k": n})
+    l1, l2 = [1], [1]
+    l1.append(l1)
+    l2.append(l2)
+    x, y = np.empty(1, dtype=object), np.empty(1, dtype=object)
+    x[0], y[0] = l1, l2
+    union_numpy_dict({"k": x}, {"k": y})
+    l2[0] = 2
+    with pytest.raises(ValueError, match="different values"):
+        union_numpy_dict({"k": x}, {"k": y})

@@ -30,6 +30,7 @@ from verl.protocol_future import (
     fold_batch_dim,
     pad_dataproto_to_divisor,
     unfold_batch_dim,
+    unfold_column_chunks,
     unpad_dataproto,
 )
 from verl.protocol_support import (  # _padding_size_key: re-exported, as upstream's verl.protocol has it
@@ -449,6 +450,10 @@ class DataProto:
             else:
                 non_tensor[key] = np.tile(val, (repeat_times,) + (1,) * (val.ndim - 1))
         return type(self)._trusted(batch, non_tensor, self.meta_info)
+
+    def unfold_column_chunks(self, n_split: int, split_keys: list[str] | None = None) -> DataProto:
+        """Cut the second dim of ``split_keys`` into ``n_split`` rows each; repeat the other keys."""
+        return unfold_column_chunks(self, n_split, split_keys)
 
     def sample_level_repeat(self, repeat_times: list[int] | tuple | np.ndarray | torch.Tensor) -> DataProto:
         """Repeat row i repeat_times[i] times (rows stay in order; 0 drops the row)."""

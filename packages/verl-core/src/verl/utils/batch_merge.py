@@ -27,7 +27,16 @@ __all__ = [
 
 
 def values_equal(a: Any, b: Any) -> bool:
-    """True when `a` and `b` hold the same value; NaN equals NaN (as pandas' `equals` does)."""
+    """True when `a` and `b` hold the same value; NaN equals NaN (as pandas' `equals` does).
+
+    Containers that contain themselves (an object array holding itself, a list appending itself)
+    compare structurally: a pair already being compared further up is taken as equal, so the
+    comparison ends instead of recursing forever.
+    """
+    return _values_equal(a, b, set())
+
+
+def _values_equal(a: Any, b: Any, active: set[tuple[int, int]]) -> bool:
     if a is b:
         return True
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
@@ -42,20 +51,32 @@ def values_equal(a: Any, b: Any) -> bool:
         if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)) or a.shape != b.shape:
             return False
         if a.dtype == object or b.dtype == object:
-            return all(values_equal(x, y) for x, y in zip(a.ravel(), b.ravel()))
+            return _equal_members(a, b, zip(a.ravel(), b.ravel()), active)
         if np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.complexfloating):
             return bool(np.array_equal(a, b, equal_nan=True))
         return bool(np.array_equal(a, b))
     if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
         return True
     if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(values_equal(v, b[k]) for k, v in a.items())
+        return a.keys() == b.keys() and _equal_members(a, b, ((v, b[k]) for k, v in a.items()), active)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return type(a) is type(b) and len(a) == len(b) and all(values_equal(x, y) for x, y in zip(a, b))
+        return type(a) is type(b) and len(a) == len(b) and _equal_members(a, b, zip(a, b), active)
     try:
         return bool(a == b)
     except (TypeError, ValueError):  # objects whose == is elementwise or undefined
         return False
+
+
+def _equal_members(a: Any, b: Any, pairs: Any, active: set[tuple[int, int]]) -> bool:
+    """Compare the members of containers `a` and `b`; `active` holds the pairs being compared above."""
+    key = (id(a), id(b))
+    if key in active:
+        return True  # a cycle: equal unless some other member differs
+    active.add(key)
+    try:
+        return all(_values_equal(x, y, active) for x, y in pairs)
+    finally:
+        active.discard(key)
 
 
 def union_two_dict(dict1: dict, dict2: dict) -> dict:

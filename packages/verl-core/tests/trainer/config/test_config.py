@@ -363,3 +363,13 @@ def test_local_worker_backend_takes_one_worker():
     with pytest.raises(ConfigError, match="trainer.worker_backend='thread' is not one of: ray, local"):
         validate_config(load_config([*REQUIRED, "trainer.worker_backend=thread"]))
     validate_config(load_config([*REQUIRED, "trainer.worker_backend=local", "trainer.n_gpus_per_node=1"]))
+
+
+def test_dro_needs_a_positive_beta_before_workers_start():
+    assert load_config(REQUIRED).actor_rollout_ref.actor.policy_loss.dro_beta is None  # upstream default
+    for beta in ("null", "0", "-1.5"):
+        problems = _problems(["actor_rollout_ref.actor.policy_loss.loss_mode=dro",
+                              f"actor_rollout_ref.actor.policy_loss.dro_beta={beta}"])
+        assert len(problems) == 1 and "loss_mode=dro needs policy_loss.dro_beta > 0" in problems[0], problems
+    validate_config(load_config(REQUIRED + ["actor_rollout_ref.actor.policy_loss.loss_mode=dro",
+                                            "actor_rollout_ref.actor.policy_loss.dro_beta=0.1"]))

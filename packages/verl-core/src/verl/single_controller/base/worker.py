@@ -2,7 +2,8 @@
 
 A worker learns its place in the group from the torch.distributed rendezvous environment that the
 worker group sets before the process starts: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
-``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``. Rank 0 picks the master address and a free
+``LOCAL_WORLD_SIZE`` (Ray's groups also set upstream's ``RAY_LOCAL_WORLD_SIZE``), ``MASTER_ADDR``,
+``MASTER_PORT``. Rank 0 picks the master address and a free
 port when none is given, so ``torch.distributed.init_process_group(backend)`` with the default
 ``env://`` init works in every worker (gloo on CPU, nccl on GPU).
 """
@@ -37,12 +38,15 @@ class Worker:
     ``torch.distributed.init_process_group(backend="gloo" | "nccl")``.
     """
 
+    #: where a role worker inside a fused worker finds its sibling roles (``{role: worker}``)
+    fused_worker_attr_name = "fused_worker_dict"
+
     def __init__(self, cuda_visible_devices: str | None = None):
         env = os.environ
         self._rank = int(env.get("RANK", 0))
         self._world_size = int(env.get("WORLD_SIZE", 1))
         self._local_rank = int(env.get("LOCAL_RANK", 0))
-        self._local_world_size = int(env.get("LOCAL_WORLD_SIZE", 1))
+        self._local_world_size = int(env.get("LOCAL_WORLD_SIZE", env.get("RAY_LOCAL_WORLD_SIZE", 1)))
         if self._rank == 0 and not env.get("MASTER_ADDR"):
             # Rank 0 hosts the rendezvous; the group hands this address to the other ranks.
             env["MASTER_ADDR"] = get_node_ip()
@@ -59,6 +63,8 @@ class Worker:
         # mesh name -> this worker's data-parallel rank / whether its output is collected
         self._dispatch_dp_rank: dict[str, int] = {}
         self._collect_dp_rank: dict[str, bool] = {}
+        # filled by a fused worker (``create_colocated_worker_raw_cls``) with every role in this process
+        self.fused_worker_dict: dict[str, Worker] = {}
         if env.get("VERL_RAY_TENSOR_TRANSPORT") == "1":
             # Set by RayWorkerGroup: send results back through Ray's object store without extra copies.
             from verl.single_controller.ray.transport import install_tensor_transport
@@ -80,6 +86,10 @@ class Worker:
     def get_master_addr_port(self) -> tuple[str | None, str | None]:
         """The torch.distributed rendezvous address and port of this group."""
         return self._master_addr, self._master_port
+
+    def get_fused_worker_by_name(self, worker_name: str) -> Worker | None:
+        """The role worker ``worker_name`` sharing this process (fused workers), else None."""
+        return self.fused_worker_dict.get(worker_name)
 
     def get_cuda_visible_devices(self) -> str | None:
         return self._cuda_visible_devices

@@ -7,6 +7,8 @@ from verl.single_controller.ray.base import (
     WorkerDiedError,
     WorkerError,
     create_colocated_worker_cls,
+    create_colocated_worker_cls_fused,
+    create_colocated_worker_raw_cls,
 )
 from verl.single_controller.ray.resource_pool_manager import ResourcePoolManager
 
@@ -18,4 +20,6 @@ __all__ = [
     "WorkerDiedError",
     "WorkerError",
     "create_colocated_worker_cls",
+    "create_colocated_worker_cls_fused",
+    "create_colocated_worker_raw_cls",
 ]

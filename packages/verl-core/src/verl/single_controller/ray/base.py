@@ -7,7 +7,6 @@ registered worker method onto itself and turns Ray's failures into errors that n
 
 from __future__ import annotations
 
-import inspect
 import uuid
 from typing import Any
 
@@ -19,7 +18,8 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from verl.protocol import DataProto
 from verl.single_controller.base import ClassWithInitArgs, ResourcePool, Worker, WorkerGroup
-from verl.single_controller.base.decorator import MAGIC_ATTR, registered_methods
+from verl.single_controller.base.colocation import FusedWorker, create_colocated_worker_raw_cls
+from verl.single_controller.base.decorator import registered_methods
 from verl.single_controller.base.worker import get_free_port
 from verl.single_controller.ray.transport import install_tensor_transport
 
@@ -30,9 +30,18 @@ __all__ = [
     "WorkerError",
     "WorkerDiedError",
     "create_colocated_worker_cls",
+    "create_colocated_worker_cls_fused",
+    "create_colocated_worker_raw_cls",
 ]
 
 PLACEMENT_GROUP_TIMEOUT_S = 120.0
+
+#: set by RayWorkerGroup in every worker; ``worker_env`` may not override them (upstream's protected set
+#: plus the keys only we set)
+PROTECTED_WORKER_ENV = (
+    "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "RAY_LOCAL_WORLD_SIZE", "MASTER_ADDR",
+    "MASTER_PORT", "WG_PREFIX", "WG_BACKEND", "VERL_RAY_TENSOR_TRANSPORT",
+)
 
 
 class WorkerError(RuntimeError):
@@ -214,7 +223,11 @@ class RayWorkerGroup(WorkerGroup):
 
     ``RayWorkerGroup(resource_pool, RayClassWithInitArgs(cls=MyWorker, ...))`` starts
     ``resource_pool.world_size`` actors, gives each ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``/
-    ``MASTER_ADDR``/``MASTER_PORT`` and binds every ``@register``-ed method of ``MyWorker`` onto the group.
+    ``LOCAL_WORLD_SIZE`` (and upstream's ``RAY_LOCAL_WORLD_SIZE``)/``MASTER_ADDR``/``MASTER_PORT`` and
+    binds every ``@register``-ed method of ``MyWorker`` onto the group.
+
+    ``worker_env={"NAME": "value"}`` adds environment variables to every worker process; overriding
+    one the group sets itself (`PROTECTED_WORKER_ENV`) is a ValueError, as upstream.
     """
 
     def __init__(
@@ -225,9 +238,11 @@ class RayWorkerGroup(WorkerGroup):
         name_prefix: str | None = None,
         detached: bool = False,
         poll_interval_s: float = 0.5,
+        worker_env: dict[str, str] | None = None,
         **kwargs: Any,
     ):
         super().__init__(resource_pool=resource_pool, **kwargs)
+        self.customized_worker_env = _check_worker_env(worker_env)
         if ray_cls_with_init is None:
             raise ValueError(
                 "RayWorkerGroup needs ray_cls_with_init=RayClassWithInitArgs(cls=YourWorker, ...)"
@@ -269,10 +284,12 @@ class RayWorkerGroup(WorkerGroup):
                     "WORLD_SIZE": str(world_size),
                     "LOCAL_RANK": str(local_rank),
                     "LOCAL_WORLD_SIZE": str(local_world),
+                    "RAY_LOCAL_WORLD_SIZE": str(local_world),
                     "WG_PREFIX": self.name_prefix,
                     "WG_BACKEND": "ray",
                     "VERL_RAY_TENSOR_TRANSPORT": "1",
                     **master,
+                    **self.customized_worker_env,  # checked: never one of the keys above
                 }
                 name = f"{self.name_prefix}{self._actor_cls_name}_{pg_idx}:{local_rank}"
                 actor = cia(
@@ -452,7 +469,13 @@ class RayWorkerGroup(WorkerGroup):
 
         A view shares the actors and binds the role's methods under their own names.
         """
-        roles = self.ray_cls_with_init.user_cls.__verl_roles__
+        user_cls = self.ray_cls_with_init.user_cls
+        if not issubclass(user_cls, FusedWorker):
+            raise TypeError(
+                f"spawn/fuse need a group of colocated roles (create_colocated_worker_cls); "
+                f"this group runs {user_cls.__name__}"
+            )
+        roles = user_cls.raw_cls_dict
         views = {}
         for role in prefix_set:
             if role not in roles:
@@ -464,6 +487,7 @@ class RayWorkerGroup(WorkerGroup):
                 "ray_cls_with_init",
                 "resource_pool",
                 "name_prefix",
+                "customized_worker_env",
                 "_poll_interval_s",
                 "_worker_info",
                 "_dead",
@@ -482,57 +506,48 @@ class RayWorkerGroup(WorkerGroup):
             views[role] = view
         return views
 
+    def fuse(self, prefix_set) -> None:
+        """Attach a per-role view of this colocated group as an attribute per role (upstream's API):
+        after ``wg.fuse(["actor", "critic"])``, ``wg.actor.update_policy(data)`` runs the actor role."""
+        views = self.spawn(prefix_set)
+        for role in views:
+            if role in dir(type(self)) or role in self._method_attrs:
+                raise ValueError(f"cannot fuse role {role!r}: the worker group already has an attribute of that name")
+        for role, view in views.items():
+            setattr(self, role, view)
+
+
+def _check_worker_env(worker_env: dict[str, str] | None) -> dict[str, str]:
+    env = dict(worker_env or {})
+    taken = sorted(set(env) & set(PROTECTED_WORKER_ENV))
+    if taken:
+        raise ValueError(
+            f"worker_env cannot override {taken}: the worker group sets them for torch.distributed and its own "
+            f"bookkeeping (protected: {', '.join(PROTECTED_WORKER_ENV)})"
+        )
+    bad = {k: v for k, v in env.items() if not (isinstance(k, str) and isinstance(v, str))}
+    if bad:
+        raise ValueError(f"worker_env must map str to str (environment variables), got {bad!r}")
+    return env
+
 
 # ---------------------------------------------------------------------------------------------------
-# Colocation: several roles in one process
-
-
-def _delegate(role: str, name: str, attrs: dict, is_async: bool):
-    if is_async:
-
-        async def method(self, *args, **kwargs):
-            return await getattr(self.worker_dict[role], name)(*args, **kwargs)
-
-    else:
-
-        def method(self, *args, **kwargs):
-            return getattr(self.worker_dict[role], name)(*args, **kwargs)
-
-    method.__name__ = f"{role}_{name}"
-    # The role's own method already resolves futures; the group needs the dispatch settings.
-    setattr(method, MAGIC_ATTR, dict(attrs))
-    return method
+# Colocation: several roles in one process (the fused class lives in base.colocation)
 
 
 def create_colocated_worker_cls(class_dict: dict[str, RayClassWithInitArgs]) -> RayClassWithInitArgs:
     """One worker class running every role of ``class_dict`` in the same process.
 
     Role ``r``'s registered method ``m`` becomes ``r_m`` on the combined class; build a
-    ``RayWorkerGroup`` from the result and call ``spawn(prefix_set=class_dict.keys())`` for per-role views.
+    ``RayWorkerGroup`` from the result and call ``spawn(prefix_set=class_dict.keys())`` for per-role
+    views, or ``fuse(prefix_set)`` to reach them as ``group.<role>``. The roles' Ray options merge.
     """
-    roles: dict[str, type] = {}
-    init_args: dict[str, tuple[tuple, dict]] = {}
-    options: dict[str, Any] = {}
-    for role, cia in class_dict.items():
-        user_cls = cia.user_cls
-        if not issubclass(user_cls, Worker):
-            raise TypeError(f"role {role!r}: {user_cls!r} must subclass verl.single_controller.base.Worker")
-        roles[role] = user_cls
-        init_args[role] = (cia.args, cia.kwargs)
-        options.update(cia._options)
-
-    def __init__(self):
-        Worker.__init__(self)
-        self.worker_dict = {
-            role: cls(*init_args[role][0], **init_args[role][1]) for role, cls in roles.items()
-        }
-
-    namespace: dict[str, Any] = {"__init__": __init__, "__verl_roles__": roles}
-    for role, user_cls in roles.items():
-        for name, attrs in registered_methods(user_cls).items():
-            func = inspect.getattr_static(user_cls, name)
-            namespace[f"{role}_{name}"] = _delegate(role, name, attrs, inspect.iscoroutinefunction(func))
-    worker_dict_cls = type("WorkerDict_" + "_".join(roles), (Worker,), namespace)
-    cia = RayClassWithInitArgs(cls=worker_dict_cls)
-    cia.update_options(options)
+    cia = RayClassWithInitArgs(cls=create_colocated_worker_raw_cls(class_dict))
+    for role_cia in class_dict.values():
+        cia.update_options(role_cia._options)
     return cia
+
+
+def create_colocated_worker_cls_fused(class_dict: dict[str, RayClassWithInitArgs]) -> RayClassWithInitArgs:
+    """Upstream's name for the fused-worker variant; here it is the one colocated class above."""
+    return create_colocated_worker_cls(class_dict)

@@ -114,6 +114,7 @@ class PolicyLossConfig:
     clip_cov_ub: float = 5.0
     kl_cov_ratio: float = 0.0002
     ppo_kl_coef: float = 0.1
+    dro_beta: float | None = None  # loss_mode=dro: weight of the quadratic log-ratio penalty (> 0)
 
 
 @dataclass

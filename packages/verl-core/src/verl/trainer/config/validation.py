@@ -31,7 +31,7 @@ LOGGERS = ("console", "jsonl", "tensorboard", "swanlab", "wandb", "mlflow")
 KL_CTRL_TYPES = ("fixed", "adaptive")
 ROLLOUT_MODES = ("sync", "async")
 # Estimators whose baseline is the group of n samples: with n == 1 every advantage is 0.
-GROUP_ESTIMATORS = ("grpo", "rloo", "grpo_passk", "opo", "gpg")
+GROUP_ESTIMATORS = ("grpo", "grpo_vectorized", "rloo", "rloo_vectorized", "grpo_passk", "opo", "gpg")
 
 
 # ------------------------------------------------------------------------------- derived (read-only)
@@ -269,6 +269,12 @@ def _check_algorithm(cfg: DictConfig, problems: list[str]) -> None:
         actor.policy_loss.loss_mode,
         "get_policy_loss_fn",
     )
+    dro_beta = actor.policy_loss.dro_beta
+    if actor.policy_loss.loss_mode == "dro" and (dro_beta is None or float(dro_beta) <= 0):
+        problems.append(
+            f"actor_rollout_ref.actor.policy_loss.loss_mode=dro needs policy_loss.dro_beta > 0 (the weight of "
+            f"its quadratic log-ratio penalty), got {dro_beta}"
+        )
     if est == "gae" and cfg.critic.enable is False:
         problems.append(
             "algorithm.adv_estimator=gae needs a value function, but critic.enable=false; "

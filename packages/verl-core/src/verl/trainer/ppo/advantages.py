@@ -47,6 +47,8 @@ class AdvantageEstimator(StrEnum):
     OPO = "opo"
     GRPO_PASSK = "grpo_passk"
     GPG = "gpg"
+    RLOO_VECTORIZED = "rloo_vectorized"
+    GRPO_VECTORIZED = "grpo_vectorized"
 
 
 ADV_ESTIMATOR_REGISTRY: Registry[Callable[..., tuple[torch.Tensor, torch.Tensor]]] = Registry(
@@ -64,7 +66,8 @@ def register_adv_est(name: str | AdvantageEstimator) -> Callable:
 
 
 def get_adv_estimator_fn(name: str | AdvantageEstimator) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
-    """The estimator registered under ``name``; unknown names raise KeyError listing the known ones."""
+    """The estimator registered under ``name``; an unknown name raises `UnknownNameError` (a ValueError,
+    as upstream, and a KeyError) listing the known ones."""
     return ADV_ESTIMATOR_REGISTRY.get(_key(name))
 
 
@@ -250,6 +253,40 @@ def compute_rloo_outcome_advantage(
     return adv, adv
 
 
+@register_adv_est(AdvantageEstimator.GRPO_VECTORIZED)
+def compute_grpo_vectorized_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Sequence | np.ndarray | None = None,
+    epsilon: float = 1e-6,
+    norm_adv_by_std_in_grpo: bool | None = None,
+    config: Any = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Upstream's name for the group-vectorised GRPO. Our ``grpo`` is already computed with scatter
+    adds over all groups at once (no per-group Python loop), so this is the same computation."""
+    return compute_grpo_outcome_advantage(
+        token_level_rewards=token_level_rewards, response_mask=response_mask, index=index, epsilon=epsilon,
+        norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo, config=config,
+    )
+
+
+@register_adv_est(AdvantageEstimator.RLOO_VECTORIZED)
+def compute_rloo_vectorized_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Sequence | np.ndarray | None = None,
+    epsilon: float = 1e-6,
+    config: Any = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Upstream's name for the group-vectorised RLOO; the same computation as our (vectorised) ``rloo``."""
+    return compute_rloo_outcome_advantage(
+        token_level_rewards=token_level_rewards, response_mask=response_mask, index=index, epsilon=epsilon,
+        config=config,
+    )
+
+
 @register_adv_est(AdvantageEstimator.OPO)
 @torch.no_grad()
 def compute_opo_outcome_advantage(
@@ -305,18 +342,24 @@ def compute_reinforce_plus_plus_outcome_advantage(
     gamma: float | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """REINFORCE++: discounted return G_t = r_t + gamma * G_{t+1} per token (the running return restarts
-    after a masked token), advantages = returns whitened over the batch's valid tokens."""
+    """REINFORCE++: discounted return G_t = r_t + gamma * G_next per valid token, advantages = returns
+    whitened over the batch's valid tokens.
+
+    G_next is the return of the next *valid* token: a masked span inside a multi-turn response (a tool's
+    output, an observation) is skipped, so a later turn's reward still reaches the earlier turns, and
+    the discount counts generated tokens only. Masked tokens get return 0 and their rewards are ignored.
+    """
     _check_shapes(token_level_rewards, response_mask, "reinforce_plus_plus")
     gamma = _from_config(gamma, config, "gamma", 1.0, "reinforce_plus_plus")
     mask = response_mask.to(token_level_rewards.dtype)
     returns = torch.zeros_like(token_level_rewards)
     running = torch.zeros_like(token_level_rewards[:, 0])
     for t in reversed(range(token_level_rewards.shape[-1])):
-        running = token_level_rewards[:, t] + gamma * running
-        returns[:, t] = running
-        running = running * mask[:, t]
-    returns = returns * mask
+        m = mask[:, t]
+        candidate = token_level_rewards[:, t] + gamma * running
+        returns[:, t] = candidate * m
+        # a masked token passes the running return through untouched
+        running = m * candidate + (1 - m) * running
     advantages = verl_F.masked_whiten(returns, mask) * mask
     return advantages, returns
 

@@ -5,8 +5,8 @@ lives in sibling modules and is re-exported here, so ``from verl.trainer.ppo imp
 user or recipe needs:
 
 - ``advantages``: ``AdvantageEstimator``, ``register_adv_est``, ``get_adv_estimator_fn`` and the
-  estimators ``gae``, ``grpo``, ``grpo_passk``, ``rloo``, ``opo``, ``gpg``, ``reinforce_plus_plus``,
-  ``reinforce_plus_plus_baseline``, ``remax``. Uniform call (every estimator accepts it)::
+  estimators ``gae``, ``grpo``, ``grpo_vectorized``, ``grpo_passk``, ``rloo``, ``rloo_vectorized``,
+  ``opo``, ``gpg``, ``reinforce_plus_plus``, ``reinforce_plus_plus_baseline``, ``remax``. Uniform call (every estimator accepts it)::
 
       adv, ret = get_adv_estimator_fn(name)(
           token_level_rewards=..., response_mask=..., index=uids, config=algorithm_cfg,
@@ -15,11 +15,16 @@ user or recipe needs:
   ``config`` supplies ``gamma``, ``lam``, ``norm_adv_by_std_in_grpo`` by attribute; groups are given by
   ``index`` (the ``uid`` array); a group of one gets advantage 0; outputs are zero outside the mask.
 - ``policy_losses``: ``register_policy_loss``, ``get_policy_loss_fn``, ``PolicyLossConfig`` and the
-  losses ``vanilla``, ``gspo``, ``gpg``, ``clip_cov``, ``kl_cov``, ``geo_mean``, ``cispo`` with the one
+  losses ``vanilla``, ``gspo``, ``gpg``, ``clip_cov``, ``kl_cov``, ``geo_mean``, ``cispo``, ``dro`` with the one
   signature ``(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean",
   config=None, rollout_is_weights=None, global_batch_info=None) -> (pg_loss, metrics)``.
 - ``loss_agg``: ``agg_loss`` and ``GlobalBatchInfo`` (how a worker keeps the loss independent of the
-  number of workers and micro-batches is described there).
+  number of workers and micro-batches is described there). ``agg_loss`` and ``compute_value_loss``
+  take upstream's ``dp_size, batch_num_tokens, global_batch_size, loss_scale_factor`` or our
+  keyword-only ``global_batch_info``.
+- The registries ``ADV_ESTIMATOR_REGISTRY`` / ``POLICY_LOSS_REGISTRY`` are mappings like upstream's
+  dicts; registering a taken name is an error, and an unknown name raises ``UnknownNameError`` (a
+  ValueError as upstream, and a KeyError) listing the known ones.
 - ``kl``: ``kl_penalty``, ``FixedKLController``, ``AdaptiveKLController``, ``get_kl_controller``,
   ``compute_kl_in_reward``.
 - here: ``compute_value_loss``, ``compute_entropy_loss``; from ``verl.utils.torch_functional``:
@@ -37,11 +42,13 @@ from verl.trainer.ppo.advantages import (
     compute_gpg_outcome_advantage,
     compute_grpo_outcome_advantage,
     compute_grpo_passk_outcome_advantage,
+    compute_grpo_vectorized_outcome_advantage,
     compute_opo_outcome_advantage,
     compute_reinforce_plus_plus_baseline_outcome_advantage,
     compute_reinforce_plus_plus_outcome_advantage,
     compute_remax_outcome_advantage,
     compute_rloo_outcome_advantage,
+    compute_rloo_vectorized_outcome_advantage,
     get_adv_estimator_fn,
     register_adv_est,
 )
@@ -59,6 +66,7 @@ from verl.trainer.ppo.policy_losses import (
     PolicyLossConfig,
     compute_policy_loss_cispo,
     compute_policy_loss_clip_cov,
+    compute_policy_loss_dro,
     compute_policy_loss_geo_mean,
     compute_policy_loss_gpg,
     compute_policy_loss_gspo,
@@ -92,10 +100,12 @@ __all__ = [
     "compute_gpg_outcome_advantage",
     "compute_grpo_outcome_advantage",
     "compute_grpo_passk_outcome_advantage",
+    "compute_grpo_vectorized_outcome_advantage",
     "compute_kl_in_reward",
     "compute_opo_outcome_advantage",
     "compute_policy_loss_cispo",
     "compute_policy_loss_clip_cov",
+    "compute_policy_loss_dro",
     "compute_policy_loss_geo_mean",
     "compute_policy_loss_gpg",
     "compute_policy_loss_gspo",
@@ -105,6 +115,7 @@ __all__ = [
     "compute_reinforce_plus_plus_outcome_advantage",
     "compute_remax_outcome_advantage",
     "compute_rloo_outcome_advantage",
+    "compute_rloo_vectorized_outcome_advantage",
     "compute_value_loss",
     "entropy_from_logits",
     "get_adv_estimator_fn",
@@ -127,18 +138,26 @@ def compute_value_loss(
     response_mask: torch.Tensor,
     cliprange_value: float,
     loss_agg_mode: str = "token-mean",
+    dp_size: int = 1,
+    batch_num_tokens: float | torch.Tensor | None = None,
+    global_batch_size: float | torch.Tensor | None = None,
+    loss_scale_factor: float | None = None,
+    *,
     global_batch_info: GlobalBatchInfo | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Clipped value loss: 0.5 * agg(max((V - R)^2, (clip(V, V_old - c, V_old + c) - R)^2)).
 
     ``values`` are the critic's predictions at rollout time (V_old). Returns ``(vf_loss, vf_clipfrac)``
-    where the clip fraction is the share of valid tokens whose clipped error was the larger one.
+    where the clip fraction is the share of valid tokens whose clipped error was the larger one. The
+    aggregation takes either upstream's ``dp_size``/``batch_num_tokens``/``global_batch_size``/
+    ``loss_scale_factor`` or our ``global_batch_info`` (see ``agg_loss``).
     """
     vpreds_clipped = clip_by_value(vpreds, values - cliprange_value, values + cliprange_value)
     err_unclipped = (vpreds - returns) ** 2
     err_clipped = (vpreds_clipped - returns) ** 2
     vf_loss = 0.5 * agg_loss(
-        torch.maximum(err_unclipped, err_clipped), response_mask, loss_agg_mode, global_batch_info
+        torch.maximum(err_unclipped, err_clipped), response_mask, loss_agg_mode, dp_size, batch_num_tokens,
+        global_batch_size, loss_scale_factor, global_batch_info=global_batch_info,
     )
     vf_clipfrac = masked_mean((err_clipped > err_unclipped).float(), response_mask)
     return vf_loss, vf_clipfrac
@@ -148,7 +167,10 @@ def compute_entropy_loss(
     logits: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
+    *,
     global_batch_info: GlobalBatchInfo | None = None,
 ) -> torch.Tensor:
     """Aggregated token entropy of ``logits`` [B, T, V] over the valid tokens of ``response_mask`` [B, T]."""
-    return agg_loss(entropy_from_logits(logits), response_mask, loss_agg_mode, global_batch_info)
+    return agg_loss(
+        entropy_from_logits(logits), response_mask, loss_agg_mode, global_batch_info=global_batch_info
+    )

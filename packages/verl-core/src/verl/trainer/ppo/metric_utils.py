@@ -1,14 +1,14 @@
 """Metrics the PPO trainer logs per step: data statistics, timing, throughput, validation.
 
 Names follow upstream verl (``critic/score/mean``, ``response_length/mean``, ``timing_s/gen``,
-``perf/throughput`` ...) so dashboards port unchanged.
+``perf/throughput``, ``val-core/<source>/<var>/mean@N`` ...) so dashboards port unchanged. The
+validation statistics (bootstrap best@k / worst@k / maj@k) live in ``val_metrics``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections import defaultdict
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -16,6 +16,24 @@ import numpy as np
 import torch
 
 from verl.protocol import DataProto
+from verl.trainer.ppo.val_metrics import (  # upstream keeps these here
+    bootstrap_metric,
+    calc_maj_val,
+    process_validation_metrics,
+    val_metrics_dict,
+)
+
+__all__ = [
+    "bootstrap_metric",
+    "calc_maj_val",
+    "compute_data_metrics",
+    "compute_throughout_metrics",
+    "compute_timing_metrics",
+    "marked_timer",
+    "process_validation_metrics",
+    "reduce_metrics",
+    "val_metrics_dict",
+]
 
 
 @contextlib.contextmanager
@@ -112,22 +130,3 @@ def compute_throughout_metrics(batch: DataProto, timing_raw: Mapping[str, float]
         "perf/time_per_step": step_time,
         "perf/throughput": total_tokens / (step_time * max(n_gpus, 1)) if step_time > 0 else float("nan"),
     }
-
-
-def process_validation_metrics(
-    data_sources: np.ndarray, scores: list[float], extra: Mapping[str, list] | None = None
-) -> dict[str, float]:
-    """``val/<data_source>/reward`` = mean score per data source, plus the mean of each numeric extra key
-    (``val/<data_source>/<key>``)."""
-    by_source: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for i, src in enumerate(data_sources):
-        by_source[str(src)]["reward"].append(float(scores[i]))
-        for key, values in (extra or {}).items():
-            v = values[i]
-            if isinstance(v, bool | int | float | np.number) and key != "reward":
-                by_source[str(src)][key].append(float(v))
-    out = {}
-    for src, keys in by_source.items():
-        for key, vals in keys.items():
-            out[f"val/{src}/{key}"] = float(np.mean(vals))
-    return out

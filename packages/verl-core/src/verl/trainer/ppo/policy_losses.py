@@ -10,7 +10,7 @@ All tensors are ``[B, T]``. ``config`` is read by attribute and is shaped like t
 (``actor_rollout_ref.actor``): ``clip_ratio``, ``clip_ratio_low``, ``clip_ratio_high`` (None = use
 ``clip_ratio``), ``clip_ratio_c`` at the top level, and the loss-mode parameters under
 ``config.policy_loss`` (``clip_cov_ratio``, ``clip_cov_lb``, ``clip_cov_ub``, ``kl_cov_ratio``,
-``ppo_kl_coef``). ``PolicyLossConfig`` is a flat stand-in with upstream defaults whose
+``ppo_kl_coef``, ``dro_beta``). ``PolicyLossConfig`` is a flat stand-in with upstream defaults whose
 ``policy_loss`` is itself; ``config=None`` means ``PolicyLossConfig()``.
 
 ``rollout_is_weights`` ([B, T], no gradient) multiplies the per-token loss (importance weights that
@@ -45,7 +45,8 @@ def register_policy_loss(name: str) -> Callable:
 
 
 def get_policy_loss_fn(name: str) -> Callable[..., tuple[torch.Tensor, dict[str, float]]]:
-    """The loss registered under ``name``; unknown names raise KeyError listing the known ones."""
+    """The loss registered under ``name``; an unknown name raises `UnknownNameError` (a ValueError, as
+    upstream, and a KeyError) listing the known ones."""
     return POLICY_LOSS_REGISTRY.get(name)
 
 
@@ -63,6 +64,7 @@ class PolicyLossConfig:
     clip_cov_ub: float = 5.0
     kl_cov_ratio: float = 0.0002
     ppo_kl_coef: float = 0.1
+    dro_beta: float | None = None
 
     @property
     def policy_loss(self) -> PolicyLossConfig:
@@ -126,7 +128,8 @@ def compute_policy_loss_vanilla(
     negative = advantages < 0
     pg_losses = torch.where(negative, torch.minimum(loss_ppo, loss_dual), loss_ppo)
     pg_loss = agg_loss(
-        _weighted(pg_losses, rollout_is_weights), response_mask, loss_agg_mode, global_batch_info
+        _weighted(pg_losses, rollout_is_weights), response_mask, loss_agg_mode,
+        global_batch_info=global_batch_info,
     )
     metrics = {
         "actor/pg_clipfrac": _frac(loss_clipped > loss_unclipped, response_mask),
@@ -163,7 +166,8 @@ def compute_policy_loss_gspo(
     loss_clipped = -advantages * torch.clamp(s, 1 - low, 1 + high)
     pg_losses = torch.maximum(loss_unclipped, loss_clipped)
     pg_loss = agg_loss(
-        _weighted(pg_losses, rollout_is_weights), response_mask, "seq-mean-token-mean", global_batch_info
+        _weighted(pg_losses, rollout_is_weights), response_mask, "seq-mean-token-mean",
+        global_batch_info=global_batch_info,
     )
     clipped = loss_clipped > loss_unclipped
     metrics = {
@@ -189,7 +193,8 @@ def compute_policy_loss_gpg(
     _check(old_log_prob, log_prob, advantages, response_mask, "gpg")
     pg_losses = -advantages * log_prob
     pg_loss = agg_loss(
-        _weighted(pg_losses, rollout_is_weights), response_mask, loss_agg_mode, global_batch_info
+        _weighted(pg_losses, rollout_is_weights), response_mask, loss_agg_mode,
+        global_batch_info=global_batch_info,
     )
     metrics = {
         "actor/pg_clipfrac": 0.0,
@@ -241,7 +246,8 @@ def compute_policy_loss_clip_cov(
             keep[chosen[:, 0], chosen[:, 1]] = 0.0
     pg_losses = torch.maximum(loss_unclipped, loss_clipped) * keep
     pg_loss = agg_loss(
-        _weighted(pg_losses, rollout_is_weights), response_mask, loss_agg_mode, global_batch_info
+        _weighted(pg_losses, rollout_is_weights), response_mask, loss_agg_mode,
+        global_batch_info=global_batch_info,
     )
     metrics = {
         "actor/pg_clipfrac": _frac(keep == 0, response_mask),
@@ -285,7 +291,8 @@ def compute_policy_loss_kl_cov(
             penalised.view(-1)[top] = True
     pg_losses = torch.where(penalised, pg_losses + coef * log_ratio.abs(), pg_losses)
     pg_loss = agg_loss(
-        _weighted(pg_losses, rollout_is_weights), response_mask, loss_agg_mode, global_batch_info
+        _weighted(pg_losses, rollout_is_weights), response_mask, loss_agg_mode,
+        global_batch_info=global_batch_info,
     )
     metrics = {
         "actor/pg_clipfrac": _frac(penalised, response_mask),
@@ -327,7 +334,8 @@ def compute_policy_loss_geo_mean(
         seq_loss = seq_loss * (rollout_is_weights.detach() * mask).sum(-1) / lengths
     # spread each sequence loss over its tokens so agg_loss can apply the global sequence count
     pg_loss = agg_loss(
-        seq_loss.unsqueeze(-1).expand_as(mask), response_mask, "seq-mean-token-mean", global_batch_info
+        seq_loss.unsqueeze(-1).expand_as(mask), response_mask, "seq-mean-token-mean",
+        global_batch_info=global_batch_info,
     )
     clipped = log_ratio != log_ratio_clamped
     metrics = {
@@ -360,11 +368,47 @@ def compute_policy_loss_cispo(
     weight = torch.clamp(ratio, 1 - low, 1 + high)
     pg_losses = -advantages * weight * log_prob
     pg_loss = agg_loss(
-        _weighted(pg_losses, rollout_is_weights), response_mask, loss_agg_mode, global_batch_info
+        _weighted(pg_losses, rollout_is_weights), response_mask, loss_agg_mode,
+        global_batch_info=global_batch_info,
     )
     metrics = {
         "actor/pg_clipfrac": _frac(ratio > 1 + high, response_mask),
         "actor/pg_clipfrac_lower": _frac(ratio < 1 - low, response_mask),
         "actor/ppo_kl": float(verl_F.masked_mean(-log_ratio, response_mask).item()),
+    }
+    return pg_loss, metrics
+
+
+@register_policy_loss("dro")
+def compute_policy_loss_dro(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any = None,
+    rollout_is_weights: torch.Tensor | None = None,
+    global_batch_info: GlobalBatchInfo | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """DRO (Direct Reward Optimization, https://arxiv.org/abs/2405.19107): per token
+    -(A * log pi - beta / 2 * (log pi - log pi_old)^2), with beta = ``policy_loss.dro_beta`` (> 0,
+    required). The quadratic term keeps the policy near the sampling one in place of ratio clipping."""
+    config = config if config is not None else PolicyLossConfig()
+    _check(old_log_prob, log_prob, advantages, response_mask, "dro")
+    beta = config.policy_loss.dro_beta
+    if beta is None or float(beta) <= 0:
+        raise ValueError(
+            f"policy loss 'dro' needs actor_rollout_ref.actor.policy_loss.dro_beta > 0, got {beta!r}"
+        )
+    log_ratio = log_prob - old_log_prob
+    pg_losses = -(advantages * log_prob - 0.5 * float(beta) * log_ratio.square())
+    pg_loss = agg_loss(
+        _weighted(pg_losses, rollout_is_weights), response_mask, loss_agg_mode,
+        global_batch_info=global_batch_info,
+    )
+    metrics = {
+        "actor/pg_clipfrac": 0.0,  # nothing is clipped
+        "actor/pg_clipfrac_lower": 0.0,
+        "actor/ppo_kl": float(verl_F.masked_mean(-log_ratio.detach(), response_mask).item()),
     }
     return pg_loss, metrics

@@ -6,13 +6,14 @@ Mixed into ``RayPPOTrainer``; every method here is a hook a subclass may overrid
 from __future__ import annotations
 
 import os
+import uuid
 from collections import defaultdict
 from typing import Any
 
 import numpy as np
 
 from verl.protocol import DataProto
-from verl.trainer.ppo.metric_utils import process_validation_metrics
+from verl.trainer.ppo.metric_utils import val_metrics_dict
 from verl.trainer.ppo.reward import compute_reward
 from verl.utils.checkpoint import (
     atomic_checkpoint,
@@ -95,28 +96,47 @@ class TrainerIOMixin:
     def _validate(self) -> dict[str, float]:
         """Generate for the validation set with ``rollout.val_kwargs`` and score it with val_reward_fn.
 
-        Returns ``val/<data_source>/reward`` (mean score) and the mean of each numeric extra score key.
+        Returns upstream's metrics (``val-core/<data_source>/<var>/mean@N``, ``best@k``, ``maj@k`` ...,
+        see ``val_metrics``) for ``reward`` and every numeric key the reward function returns, plus
+        ``val/<data_source>/reward``, the mean score, which the progress bar and the reward plot read.
         """
         if self.val_dataloader is None:
             return {}
         val_kwargs = self.config.actor_rollout_ref.rollout.val_kwargs
         scores: list[float] = []
         sources: list[str] = []
-        extra_all: dict[str, list] = defaultdict(list)
+        uids: list[str] = []
+        turns: list[int] = []
+        infos: dict[str, list] = defaultdict(list)
         for batch_dict in self.val_dataloader:
-            batch = DataProto.from_single_dict(batch_dict).repeat(val_kwargs.n, interleave=True)
+            batch = DataProto.from_single_dict(batch_dict)
+            if "uid" not in batch.non_tensor_batch:
+                # one id per prompt, shared by its val_kwargs.n responses (the groups of best@k / maj@k)
+                batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
+            batch = batch.repeat(val_kwargs.n, interleave=True)
             gen_batch = self._gen_input(batch, do_sample=val_kwargs.do_sample, validate=True)
             output = self.actor_rollout_wg.generate_sequences(gen_batch)
             batch.pop(batch_keys=["input_ids", "attention_mask", "position_ids"])
             batch.union(DataProto(batch=output.batch, non_tensor_batch=output.non_tensor_batch, meta_info={}))
             reward_tensor, extra = compute_reward(batch, self.val_reward_fn)
-            scores.extend(reward_tensor.sum(-1).tolist())
+            batch_scores = reward_tensor.sum(-1).tolist()
+            _extend_infos(infos, len(scores), {**extra, "reward": batch_scores}, len(batch_scores))
+            scores.extend(batch_scores)
             sources.extend(batch.non_tensor_batch.get("data_source", np.array(["unknown"] * len(batch), dtype=object)))
-            for key, values in extra.items():
-                extra_all[key].extend(values)
-        if extra_all and any(len(v) != len(scores) for v in extra_all.values()):
-            extra_all = {}  # some batches lacked a key: per-key means would be misaligned
-        return process_validation_metrics(np.array(sources, dtype=object), scores, extra_all)
+            uids.extend(batch.non_tensor_batch["uid"])
+            if "__num_turns__" in batch.non_tensor_batch:
+                turns.extend(int(t) for t in batch.non_tensor_batch["__num_turns__"])
+        metrics = self._val_metrics_update(sources, uids, infos, turns)
+        by_source: dict[str, list[float]] = defaultdict(list)
+        for src, score in zip(sources, scores):
+            by_source[str(src)].append(score)
+        metrics.update({f"val/{src}/reward": float(np.mean(v)) for src, v in by_source.items()})
+        return metrics
+
+    def _val_metrics_update(self, data_sources: list, sample_uids: list, reward_extra_infos_dict: dict,
+                            sample_turns: list) -> dict[str, float]:
+        """Upstream's hook: the flat ``val-core`` / ``val-aux`` metrics of one validation pass."""
+        return val_metrics_dict(data_sources, sample_uids, reward_extra_infos_dict, sample_turns)
 
     # ------------------------------------------------------------------------------------ tracking
     @property
@@ -229,3 +249,15 @@ class TrainerIOMixin:
         self._resumed_from = path
         print(f"resumed from {path} at step {self.global_steps} (epoch {self.epoch})", flush=True)
         return self.global_steps
+
+
+def _extend_infos(infos: dict[str, list], rows_before: int, batch_infos: dict[str, list], rows: int) -> None:
+    """Append one batch's per-sample values; a key missing on either side is filled with None (skipped
+    by the metrics), so every list stays aligned with the samples (compute_reward checked the lengths)."""
+    for key, values in batch_infos.items():
+        if key not in infos:
+            infos[key] = [None] * rows_before
+        infos[key].extend(values)
+    for key, values in infos.items():
+        if key not in batch_infos:
+            values.extend([None] * rows)

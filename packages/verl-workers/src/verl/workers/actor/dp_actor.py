@@ -164,13 +164,13 @@ class DataParallelPPOActor:
             # the losses name their metrics 'actor/...' (upstream); update_policy adds the prefix itself
             metrics.update({k.removeprefix("actor/"): float(v) * share for k, v in pg_metrics.items()})
             if "entropys" in out:
-                entropy = agg_loss(out["entropys"], mask, "token-mean", info)
+                entropy = agg_loss(out["entropys"], mask, "token-mean", global_batch_info=info)
                 metrics["entropy"] = float(entropy.detach().item())
             if cfg.entropy_coeff != 0:
-                loss = loss - cfg.entropy_coeff * agg_loss(out["entropys"], mask, mode, info)
+                loss = loss - cfg.entropy_coeff * agg_loss(out["entropys"], mask, mode, global_batch_info=info)
             if cfg.use_kl_loss:
                 kld = kl_penalty(log_prob, mb["ref_log_prob"].to(dev), cfg.kl_loss_type)
-                kl_loss = agg_loss(kld, mask, mode, info)
+                kl_loss = agg_loss(kld, mask, mode, global_batch_info=info)
                 loss = loss + cfg.kl_loss_coef * kl_loss
                 metrics["kl_loss"] = float(kl_loss.detach().item())
             return loss, metrics
