@@ -9,12 +9,17 @@ import torch
 from verl import DataProto
 from verl.agent.manager import AgentLoopManager
 from verl.agent.server import HFAsyncServer, ScriptedLLMServer
-from verl.agent.tools import format_tool_call, function_tool
+from verl.agent.tools import format_tool_call, function_tool, get_function_tool
 
 
-@function_tool
+@function_tool("plus")  # test_tool_agent registers "add": one name, one function
 def add(a: int, b: int) -> int:
-    """Add two integers."""
+    """Add two integers.
+
+    Args:
+        a: the first number
+        b: the second number
+    """
     return a + b
 
 
@@ -31,14 +36,14 @@ def arithmetic_agent(text: str) -> str:
     if results:
         return f"#### {results[-1]}"
     a, b = re.findall(r"(\d+)\+(\d+)=", text)[-1]
-    return format_tool_call("add", {"a": int(a), "b": int(b)})
+    return format_tool_call("plus", {"a": int(a), "b": int(b)})
 
 
 def test_concurrent_tool_loops_in_row_order(tokenizer, stop_ids, rollout_config):
     questions = [f"{a}+{b}=" for a, b in [(1, 2), (30, 4), (5, 60), (7, 8), (90, 9), (11, 12)]]
     server = ScriptedLLMServer(arithmetic_agent, stop_ids, tokenizer)
     cfg = rollout_config(response_length=300, agent__default_agent_loop="tool_agent", agent__num_workers=3)
-    manager = AgentLoopManager(cfg, server, tokenizer, loop_kwargs={"tools": [add]})
+    manager = AgentLoopManager(cfg, server, tokenizer, loop_kwargs={"tools": [get_function_tool("plus")]})
     out = manager.generate_sequences(rows(questions))
     assert server.max_in_flight == 3  # three loops waited on the model at once, never more
 
@@ -52,7 +57,7 @@ def test_concurrent_tool_loops_in_row_order(tokenizer, stop_ids, rollout_config)
         a, b = map(int, q[:-1].split("+"))
         n_resp = int(am[i, p:].sum())
         text = tokenizer.decode(out.batch["responses"][i, :n_resp].tolist(), skip_special_tokens=False)
-        call = format_tool_call("add", {"a": a, "b": b})
+        call = format_tool_call("plus", {"a": a, "b": b})
         assert (
             text
             == f"{call}<|im_end|>\n<|im_start|>tool\n{a + b}<|im_end|>\n<|im_start|>assistant\n#### {a + b}<|im_end|>"
@@ -72,7 +77,7 @@ def test_concurrent_tool_loops_in_row_order(tokenizer, stop_ids, rollout_config)
 def test_agent_name_picks_the_loop(tokenizer, stop_ids, rollout_config):
     server = ScriptedLLMServer(arithmetic_agent, stop_ids, tokenizer)
     manager = AgentLoopManager(
-        rollout_config(response_length=300), server, tokenizer, loop_kwargs={"tools": [add]}
+        rollout_config(response_length=300), server, tokenizer, loop_kwargs={"tools": [get_function_tool("plus")]}
     )
     out = manager.generate_sequences(rows(["1+2=", "3+4="], agent_name=["tool_agent", None]))
     # tool_agent runs two model turns; the default single_turn_agent stops after the call text.
@@ -132,7 +137,7 @@ def test_manager_on_tiny_model_log_probs_match_a_forward_pass(
 ):
     server = HFAsyncServer(tiny_model, stop_ids, tokenizer.pad_token_id)
     cfg = rollout_config(response_length=10, agent__default_agent_loop="tool_agent", agent__num_workers=4)
-    manager = AgentLoopManager(cfg, server, tokenizer, loop_kwargs={"tools": [add]})
+    manager = AgentLoopManager(cfg, server, tokenizer, loop_kwargs={"tools": [get_function_tool("plus")]})
     torch.manual_seed(0)
     out = manager.generate_sequences(rows(["1+2=", "30+4=", "hello", "5+60="]))
     am = out.batch["attention_mask"]

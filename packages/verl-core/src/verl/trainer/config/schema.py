@@ -180,6 +180,7 @@ class MultiTurnConfig:
     max_tool_response_length: int = 256
     tool_response_truncate_side: str = "middle"
     tool_config_path: str | None = None
+    function_tool_path: str | None = None
     interaction_config_path: str | None = None
     format: str = "hermes"
     # verl-agent: compare each trajectory with the chat template's rendering (strict | ignore_strippable | warn | disable)
