@@ -191,6 +191,7 @@ class MultiTurnConfig:
 class RolloutConfig:
     name: str = "native"
     mode: str = "sync"  # sync | async
+    seed: int = 42  # sampling: each worker draws from generators seeded with seed + its rank
     temperature: float = 1.0
     top_k: int = -1
     top_p: float = 1.0
@@ -303,6 +304,9 @@ class RewardModelModelConfig:
 @dataclass
 class RewardModelConfig:
     enable: bool = False
+    enable_resource_pool: bool = False  # true: the RM gets its own pool of nnodes x n_gpus_per_node workers
+    n_gpus_per_node: int = 8
+    nnodes: int = 0
     strategy: str = _ref(f"{_ACTOR}.strategy")
     micro_batch_size_per_gpu: int | None = None
     max_length: int | None = None

@@ -24,6 +24,7 @@ Config keys (upstream names)::
                                RM (the ``raw_prompt`` chat column; else the decoded prompt text
                                becomes one user message)
     model.trust_remote_code
+    model.external_lib         a module imported before loading (one that registers a custom model)
     model.use_remove_padding   pack real tokens (no padding) in each forward
     model.fsdp_config          the engine's fsdp_config (offload flags, sharding, dtypes)
     micro_batch_size_per_gpu   rows per forward (None: this rank's rows at once)
@@ -114,6 +115,11 @@ class RewardModelWorker(Worker):
         if not path:
             raise ValueError("reward.reward_model.model.path is not set (a sequence-classification checkpoint)")
         _init_distributed()
+        external = _get(self.config, "model.external_lib")
+        if external:
+            import importlib
+
+            importlib.import_module(str(external))
         trust = bool(_get(self.config, "model.trust_remote_code", False))
         fsdp_config = _fsdp_config(self.config)
         model_config = OmegaConf.create(
