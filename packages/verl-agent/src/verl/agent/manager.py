@@ -23,6 +23,7 @@ per-row lists under ``agent/<name>`` (the trainer averages them), e.g. ``agent/h
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import uuid
 from pathlib import Path
 from typing import Any
@@ -84,8 +85,16 @@ def sampling_params_from(config: Any, meta_info: dict[str, Any]) -> dict[str, An
     }
 
 
+def row_seed(seed: int, global_step: int, validate: bool, row: int) -> int:
+    """A row's sampling seed: fixed by the worker's seed, the step, the phase and the row's place in
+    the worker's batch, never by timing (loops reach the model in an order that timing decides)."""
+    digest = hashlib.sha256(f"{seed}/{global_step}/{int(validate)}/{row}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") % (2**63 - 1)
+
+
 class AgentLoopManager:
-    """Runs agent loops over a batch. ``loop_kwargs`` go to every loop's constructor (e.g. ``tools``)."""
+    """Runs agent loops over a batch. ``loop_kwargs`` go to every loop's constructor (e.g. ``tools``);
+    ``seed`` (the worker's ``rollout.seed + rank``) makes sampling reproducible per row (`row_seed`)."""
 
     def __init__(
         self,
@@ -96,6 +105,7 @@ class AgentLoopManager:
         pad_token_id: int | None = None,
         max_concurrency: int | None = None,
         loop_kwargs: dict[str, Any] | None = None,
+        seed: int | None = None,
     ):
         self.config = config
         self.server = server
@@ -110,6 +120,7 @@ class AgentLoopManager:
         if self.max_concurrency < 1:
             raise ValueError(f"rollout.agent.num_workers must be >= 1, got {self.max_concurrency}")
         self.loop_kwargs = dict(loop_kwargs or {})
+        self.seed = seed
         path = config.agent.agent_loop_config_path
         # Loops named in the file take precedence over registered ones of the same name.
         self.loop_configs = load_agent_loop_configs(path) if path else {}
@@ -147,12 +158,18 @@ class AgentLoopManager:
         default = str(self.config.agent.default_agent_loop)
         gate = asyncio.Semaphore(self.max_concurrency)
 
+        step = int(prompts.meta_info.get("global_steps", 0))
+        validate = bool(prompts.meta_info.get("validate", False))
+
         async def one(i: int) -> AgentLoopOutput:
             row = {k: v[i] for k, v in ntb.items() if k not in _SKIP_FIELDS}
             name = row.pop("agent_name", None) or default
             row["request_id"] = f"{ntb['uid'][i] if 'uid' in ntb else uuid.uuid4()}-{i}"
+            params = dict(sampling)
+            if self.seed is not None and params["do_sample"]:
+                params["seed"] = row_seed(self.seed, step, validate, i)
             async with gate:
-                return await self.loop(str(name)).run(dict(sampling), **row)
+                return await self.loop(str(name)).run(params, **row)
 
         outputs = await asyncio.gather(*(one(i) for i in range(n)))
         return self.to_dataproto(outputs)

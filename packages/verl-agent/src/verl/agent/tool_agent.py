@@ -115,7 +115,7 @@ class ToolAgentLoop(AgentLoopBase):
             interaction = self.interactions[name]
             interaction_id = await interaction.start_interaction(**interaction_kwargs)
 
-        assistant_turns = user_turns = tool_calls = tool_errors = 0
+        assistant_turns = user_turns = tool_calls = tool_errors = calls_ok = 0
         # Step rewards (upstream's extra fields), each with the response position of the last token of
         # the assistant turn it rewards: the reward manager adds them there, weighted.
         tool_rewards: list[float] = []
@@ -128,7 +128,9 @@ class ToolAgentLoop(AgentLoopBase):
         while True:
             budget = self.max_response_length - len(traj.response_ids)
             out = await self.server.generate(
-                traj.all_ids, {**sampling_params, "max_tokens": budget}, f"{request_id}-{assistant_turns}"
+                traj.all_ids,
+                self.turn_params(sampling_params, assistant_turns, budget),
+                f"{request_id}-{assistant_turns}",
             )
             traj.add_model(out)
             assistant_turns += 1
@@ -161,7 +163,9 @@ class ToolAgentLoop(AgentLoopBase):
                         f"{len(parsed.calls) - len(calls)} were ignored"
                     )
                 tool_calls += len(calls)
-                tool_errors += len(parsed.errors) + sum(int(r[2].get("tool_error", 0)) for r in results)
+                failed = sum(int(r[2].get("tool_error", 0)) for r in results)
+                tool_errors += len(parsed.errors) + failed
+                calls_ok += len(results) - failed
                 tool_rewards += [float(r[1]) for r in results]
                 tool_reward_positions += [len(traj.response_ids) - 1] * len(results)
                 called.update(c.name for c in calls)
@@ -212,6 +216,8 @@ class ToolAgentLoop(AgentLoopBase):
             "tool_calls": float(tool_calls),
             "tool_call_errors": float(tool_errors),
             "has_tool_call": float(tool_calls + tool_errors > 0),
+            # a call that parsed, named a known tool with valid arguments and ran without error
+            "well_formed_tool_call": float(calls_ok > 0),
             "step_reward": float(sum(tool_rewards)),
             "response_length_exceeded": float(stop_reason == "response_length"),
             "turn_limit_reached": float(stop_reason in ("max_assistant_turns", "max_user_turns")),
