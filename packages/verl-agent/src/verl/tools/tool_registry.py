@@ -23,20 +23,26 @@ class ToolType(Enum):
     NATIVE = "native"
 
 
-def get_tool_class(cls_name: str) -> type:
-    """A class from a ``package.module.Class`` path, or a short name registered in ``verl.registries.TOOLS``."""
-    if "." not in cls_name:
-        from verl.registries import TOOLS
-
-        return TOOLS.get(cls_name)
-    module_name, _, attr = cls_name.rpartition(".")
+def resolve_class(class_name: str, registry: Any, where: str = "") -> type:
+    """A class from a ``package.module.Class`` path, or a short name registered in ``registry``."""
+    prefix = f"{where}: " if where else ""
+    if "." not in class_name:
+        return registry.get(class_name)
+    module_name, _, attr = class_name.rpartition(".")
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:
-        raise ImportError(f"cannot import module {module_name!r} for class_name {cls_name!r}: {e}") from e
+        raise ImportError(f"{prefix}cannot import module {module_name!r} for class_name {class_name!r}: {e}") from e
     if attr not in vars(module):
-        raise ImportError(f"module {module_name!r} has no {attr!r} (class_name {cls_name!r})")
+        raise ImportError(f"{prefix}module {module_name!r} has no {attr!r} (class_name {class_name!r})")
     return vars(module)[attr]
+
+
+def get_tool_class(cls_name: str) -> type:
+    """A tool class from a ``package.module.Class`` path, or a short name in ``verl.registries.TOOLS``."""
+    from verl.registries import TOOLS
+
+    return resolve_class(cls_name, TOOLS)
 
 
 def initialize_tools_from_config(tools_config_file: str | Path) -> list[BaseTool]:
