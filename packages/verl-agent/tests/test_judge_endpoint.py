@@ -60,6 +60,7 @@ def test_judge_scores_through_the_chat_endpoint(tokenizer, stop_ids):
         endpoint.close()
 
 
+@pytest.mark.slow
 def test_judge_on_a_real_tiny_model_is_greedy_and_reproducible(tokenizer, stop_ids, tiny_model):
     """A real (random) model behind the endpoint: the judge asks for greedy decoding (temperature 0),
     so the same question gets the same reply; an unparseable reply scores 0, flagged."""
