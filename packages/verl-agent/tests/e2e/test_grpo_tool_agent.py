@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-WARM_STEPS = 250
+WARM_STEPS = 200
 STEPS = 12
 
 
