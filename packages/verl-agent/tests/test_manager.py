@@ -9,12 +9,17 @@ import torch
 from verl import DataProto
 from verl.agent.manager import AgentLoopManager
 from verl.agent.server import HFAsyncServer, ScriptedLLMServer
-from verl.agent.tools import format_tool_call, function_tool
+from verl.agent.tools import format_tool_call, function_tool, get_function_tool
 
 
-@function_tool
+@function_tool("plus")  # test_tool_agent registers "add": one name, one function
 def add(a: int, b: int) -> int:
-    """Add two integers."""
+    """Add two integers.
+
+    Args:
+        a: the first number
+        b: the second number
+    """
     return a + b
 
 
@@ -31,14 +36,14 @@ def arithmetic_agent(text: str) -> str:
     if results:
         return f"#### {results[-1]}"
     a, b = re.findall(r"(\d+)\+(\d+)=", text)[-1]
-    return format_tool_call("add", {"a": int(a), "b": int(b)})
+    return format_tool_call("plus", {"a": int(a), "b": int(b)})
 
 
 def test_concurrent_tool_loops_in_row_order(tokenizer, stop_ids, rollout_config):
     questions = [f"{a}+{b}=" for a, b in [(1, 2), (30, 4), (5, 60), (7, 8), (90, 9), (11, 12)]]
     server = ScriptedLLMServer(arithmetic_agent, stop_ids, tokenizer)
     cfg = rollout_config(response_length=300, agent__default_agent_loop="tool_agent", agent__num_workers=3)
-    manager = AgentLoopManager(cfg, server, tokenizer, loop_kwargs={"tools": [add]})
+    manager = AgentLoopManager(cfg, server, tokenizer, loop_kwargs={"tools": [get_function_tool("plus")]})
     out = manager.generate_sequences(rows(questions))
     assert server.max_in_flight == 3  # three loops waited on the model at once, never more
 
@@ -52,7 +57,7 @@ def test_concurrent_tool_loops_in_row_order(tokenizer, stop_ids, rollout_config)
         a, b = map(int, q[:-1].split("+"))
         n_resp = int(am[i, p:].sum())
         text = tokenizer.decode(out.batch["responses"][i, :n_resp].tolist(), skip_special_tokens=False)
-        call = format_tool_call("add", {"a": a, "b": b})
+        call = format_tool_call("plus", {"a": a, "b": b})
         assert (
             text
             == f"{call}<|im_end|>\n<|im_start|>tool\n{a + b}<|im_end|>\n<|im_start|>assistant\n#### {a + b}<|im_end|>"
@@ -72,7 +77,7 @@ def test_concurrent_tool_loops_in_row_order(tokenizer, stop_ids, rollout_config)
 def test_agent_name_picks_the_loop(tokenizer, stop_ids, rollout_config):
     server = ScriptedLLMServer(arithmetic_agent, stop_ids, tokenizer)
     manager = AgentLoopManager(
-        rollout_config(response_length=300), server, tokenizer, loop_kwargs={"tools": [add]}
+        rollout_config(response_length=300), server, tokenizer, loop_kwargs={"tools": [get_function_tool("plus")]}
     )
     out = manager.generate_sequences(rows(["1+2=", "3+4="], agent_name=["tool_agent", None]))
     # tool_agent runs two model turns; the default single_turn_agent stops after the call text.
@@ -127,12 +132,47 @@ def test_hf_server_batches_concurrent_requests(tokenizer, stop_ids, tiny_model):
         assert torch.allclose(torch.tensor(o.log_probs), ref, atol=1e-4)
 
 
+def test_seeded_requests_sample_the_same_tokens_in_any_batch(tokenizer, stop_ids, tiny_model):
+    """A request's seed fixes its tokens whatever shares its batch and in whatever order."""
+    prompts = [tokenizer.encode(t) for t in ["1+1=", "what is 23+45?", "hi", "a longer question here"]]
+
+    def params(seed):
+        return {"max_tokens": 12, "do_sample": True, "temperature": 1.0, "seed": seed}
+
+    async def together(server, order):
+        outs = await asyncio.gather(*(server.generate(prompts[i], params(100 + i), str(i)) for i in order))
+        return {i: o.token_ids for i, o in zip(order, outs)}
+
+    async def one_by_one(server):
+        return {i: (await server.generate(p, params(100 + i), str(i))).token_ids for i, p in enumerate(prompts)}
+
+    batched = HFAsyncServer(tiny_model, stop_ids, tokenizer.pad_token_id, batch_window_ms=200)
+    a = asyncio.run(together(batched, [0, 1, 2, 3]))
+    b = asyncio.run(together(batched, [3, 1, 0, 2]))
+    single = HFAsyncServer(tiny_model, stop_ids, tokenizer.pad_token_id, batch_window_ms=0)
+    c = asyncio.run(one_by_one(single))
+    assert max(batched.batch_sizes) > 1 and single.batch_sizes == [1, 1, 1, 1]
+    assert a == b == c
+    other = asyncio.run(together(batched, [0]))  # seed 100 again: same; seed 7: (almost surely) not
+    assert other[0] == a[0]
+    seven = asyncio.run(single.generate(prompts[0], params(7), "x")).token_ids
+    assert seven != a[0]
+
+
+def test_row_seeds_depend_on_step_phase_and_row_only():
+    from verl.agent.manager import row_seed
+
+    seeds = {row_seed(42, s, v, i) for s in range(3) for v in (False, True) for i in range(4)}
+    assert len(seeds) == 24 and row_seed(42, 1, False, 2) == row_seed(42, 1, False, 2)
+    assert row_seed(43, 1, False, 2) != row_seed(42, 1, False, 2)
+
+
 def test_manager_on_tiny_model_log_probs_match_a_forward_pass(
     tokenizer, stop_ids, tiny_model, rollout_config
 ):
     server = HFAsyncServer(tiny_model, stop_ids, tokenizer.pad_token_id)
     cfg = rollout_config(response_length=10, agent__default_agent_loop="tool_agent", agent__num_workers=4)
-    manager = AgentLoopManager(cfg, server, tokenizer, loop_kwargs={"tools": [add]})
+    manager = AgentLoopManager(cfg, server, tokenizer, loop_kwargs={"tools": [get_function_tool("plus")]})
     torch.manual_seed(0)
     out = manager.generate_sequences(rows(["1+2=", "30+4=", "hello", "5+60="]))
     am = out.batch["attention_mask"]
@@ -166,3 +206,31 @@ def test_output_widths_are_the_configured_lengths_on_every_rank(tokenizer, rollo
     assert merged.batch["prompts"][0].tolist() == [0] * 9 + [1, 2, 3]  # left-padded
     # A row longer than the configured length widens that batch instead of being cut.
     assert manager.to_dataproto([out(3, 25)]).batch["responses"].shape == (1, 25)
+
+
+def test_agent_loop_config_path_selects_loops(tmp_path, monkeypatch, tokenizer, stop_ids, rollout_config):
+    """Upstream's agent-loop YAML: a name, a _target_ class and constructor arguments."""
+    (tmp_path / "my_loops.py").write_text(
+        "from verl.agent.agent_loop import SingleTurnAgentLoop\n\n"
+        "class PrefixLoop(SingleTurnAgentLoop):\n"
+        "    def __init__(self, *a, prefix='', **kw):\n"
+        "        super().__init__(*a, **kw)\n"
+        "        self.prefix = prefix\n\n"
+        "    async def run(self, sampling_params, **row):\n"
+        "        row['raw_prompt'] = [{'role': 'user', 'content': self.prefix + row['raw_prompt'][0]['content']}]\n"
+        "        return await super().run(sampling_params, **row)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    loops = tmp_path / "loops.yaml"
+    loops.write_text("- name: shouty\n  _target_: my_loops.PrefixLoop\n  prefix: 'HEY '\n")
+    server = ScriptedLLMServer(["ok"], stop_ids, tokenizer)
+    cfg = rollout_config(response_length=20, agent__agent_loop_config_path=str(loops))
+    manager = AgentLoopManager(cfg, server, tokenizer)
+    manager.generate_sequences(rows(["a", "b"], agent_name=["shouty", "single_turn_agent"]))
+    seen = sorted(tokenizer.decode(p) for p in server.prompts)
+    assert any("HEY a" in s for s in seen) and any(s.endswith("b<|im_end|>\n<|im_start|>assistant\n") for s in seen)
+    with pytest.raises(KeyError, match=r"in agent_loop_config_path: \['shouty'\]"):
+        manager.loop("nope")
+    loops.write_text("- name: broken\n")
+    with pytest.raises(ValueError, match="'name' and '_target_'"):
+        AgentLoopManager(cfg, server, tokenizer)

@@ -31,19 +31,22 @@ def test_end_of_turn_token_of_the_worker(tokenizer):
     assert end_of_turn_token_ids(tokenizer) == [tokenizer.convert_tokens_to_ids("<|im_end|>")]
 
 
-def test_calculator_tool_uses_the_row_expression():
+def test_calculator_computes_only_what_the_model_writes():
     from verl.agent.examples.tool_arithmetic import CalculatorTool, evaluate
 
-    assert evaluate("(2+3)*4-6//4") == 19
+    assert evaluate("(2+3)*4-6//4") == 19 and evaluate(" 23+45= ") == 68
     tool = CalculatorTool()
 
     async def go():
-        iid = await tool.create(expression="23+45=")
+        iid, _ = await tool.create(expression="23+45=")  # create kwargs are not an answer key
         return [
             await tool.execute(iid, {}),
             await tool.execute(iid, {"expression": "2*21"}),
             await tool.execute(iid, {"expression": "__import__('os')"}),
+            await tool.execute(iid, {"expression": "9**9**9"}),
         ]
 
-    own, given, bad = asyncio.run(go())
-    assert own[0] == "68" and given[0] == "42" and bad[0].startswith("Error: unsupported expression")
+    empty, given, bad, power = (r[0].text for r in asyncio.run(go()))
+    assert empty == "Error: give an 'expression' string"
+    assert given == "42" and bad.startswith("Error: unsupported expression") and power.startswith("Error")
+    assert tool.tool_schema.function.parameters.required == ["expression"]

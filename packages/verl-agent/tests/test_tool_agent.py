@@ -5,7 +5,7 @@ import asyncio
 import pytest
 from verl.agent.server import ScriptedLLMServer
 from verl.agent.tool_agent import ToolAgentLoop
-from verl.agent.tools import BaseTool, format_tool_call, function_tool
+from verl.agent.tools import BaseTool, ToolResponse, format_tool_call, function_tool, get_function_tool
 
 PROMPT = [{"role": "user", "content": "What is 2+3?"}]
 CALL = format_tool_call(
@@ -24,8 +24,11 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
+ADD = get_function_tool("add")
+
+
 class Boom(BaseTool):
-    default_schema = {"type": "function", "function": {"name": "boom", "parameters": {"type": "object"}}}
+    default_schema = {"type": "function", "function": {"name": "boom", "description": "b", "parameters": {"type": "object", "properties": {}}}}
 
     async def execute(self, instance_id, parameters, **kwargs):
         raise RuntimeError("kaput")
@@ -44,7 +47,7 @@ def run(loop, **row):
 
 def test_tool_call_round_trip_masks_by_hand(tokenizer, stop_ids, rollout_config):
     server = ScriptedLLMServer([CALL, "#### 5"], stop_ids, tokenizer)
-    loop = ToolAgentLoop(rollout_config(response_length=400), server, tokenizer, tools=[add])
+    loop = ToolAgentLoop(rollout_config(response_length=400), server, tokenizer, tools=[ADD])
     out = run(loop)
 
     prompt_text = "<|im_start|>user\nWhat is 2+3?<|im_end|>\n<|im_start|>assistant\n"
@@ -66,7 +69,7 @@ def test_tool_call_round_trip_masks_by_hand(tokenizer, stop_ids, rollout_config)
 def test_max_assistant_turns(tokenizer, stop_ids, rollout_config):
     server = ScriptedLLMServer([CALL], stop_ids, tokenizer)  # calls the tool forever
     cfg = rollout_config(response_length=1000, multi_turn__max_assistant_turns=3)
-    out = run(ToolAgentLoop(cfg, server, tokenizer, tools=[add]))
+    out = run(ToolAgentLoop(cfg, server, tokenizer, tools=[ADD]))
     assert len(server.prompts) == 3
     assert out.extra_fields["stop_reason"] == "max_assistant_turns"
     assert out.metrics["turn_limit_reached"] == 1 and out.metrics["tool_calls"] == 2
@@ -77,14 +80,14 @@ def test_max_assistant_turns(tokenizer, stop_ids, rollout_config):
 def test_max_user_turns(tokenizer, stop_ids, rollout_config):
     server = ScriptedLLMServer([CALL], stop_ids, tokenizer)
     cfg = rollout_config(response_length=1000, multi_turn__max_user_turns=1)
-    out = run(ToolAgentLoop(cfg, server, tokenizer, tools=[add]))
+    out = run(ToolAgentLoop(cfg, server, tokenizer, tools=[ADD]))
     assert len(server.prompts) == 2 and out.extra_fields["stop_reason"] == "max_user_turns"
 
 
 def test_response_length_budget_stops_cleanly(tokenizer, stop_ids, rollout_config):
     server = ScriptedLLMServer([CALL], stop_ids, tokenizer)
     budget = len(CALL) + 1 + 30  # room for one call, not for the tool turn plus another call
-    out = run(ToolAgentLoop(rollout_config(response_length=budget), server, tokenizer, tools=[add]))
+    out = run(ToolAgentLoop(rollout_config(response_length=budget), server, tokenizer, tools=[ADD]))
     assert len(out.response_ids) <= budget
     assert out.extra_fields["stop_reason"] == "response_length"
     assert out.metrics["response_length_exceeded"] == 1
@@ -99,7 +102,7 @@ def test_malformed_unknown_and_failing_calls_answered_with_errors(tokenizer, sto
     wrong_args = format_tool_call("add", {"a": "two", "b": 3})
     server = ScriptedLLMServer([bad, unknown, failing, wrong_args, "done"], stop_ids, tokenizer)
     cfg = rollout_config(response_length=2000)
-    out = run(ToolAgentLoop(cfg, server, tokenizer, tools=[add, Boom()]))
+    out = run(ToolAgentLoop(cfg, server, tokenizer, tools=[ADD, Boom({})]))
     tool_msgs = [m["content"] for m in out.extra_fields["messages"] if m["role"] == "tool"]
     assert len(tool_msgs) == 4
     assert tool_msgs[0].startswith("Error: the tool call") and "not valid JSON" in tool_msgs[0]
@@ -112,7 +115,11 @@ def test_malformed_unknown_and_failing_calls_answered_with_errors(tokenizer, sto
 def test_parallel_calls_limit_and_truncation(tokenizer, stop_ids, rollout_config):
     @function_tool
     def long_text(n: int) -> str:
-        """Make text."""
+        """Make text.
+
+        Args:
+            n: how many characters
+        """
         return "x" * n
 
     calls = format_tool_call("long_text", {"n": 50}) + format_tool_call("long_text", {"n": 3})
@@ -123,7 +130,7 @@ def test_parallel_calls_limit_and_truncation(tokenizer, stop_ids, rollout_config
         multi_turn__max_tool_response_length=10,
         multi_turn__tool_response_truncate_side="right",
     )
-    out = run(ToolAgentLoop(cfg, server, tokenizer, tools=[long_text]))
+    out = run(ToolAgentLoop(cfg, server, tokenizer, tools=[get_function_tool("long_text")]))
     tool_msgs = [m["content"] for m in out.extra_fields["messages"] if m["role"] == "tool"]
     assert tool_msgs == [
         "(truncated)..." + "x" * 10,
@@ -135,26 +142,31 @@ def test_tools_kwargs_reach_create_and_reward(tokenizer, stop_ids, rollout_confi
     seen = {}
 
     class Judge(BaseTool):
-        default_schema = {"type": "function", "function": {"name": "judge", "parameters": {"type": "object"}}}
+        default_schema = {"type": "function", "function": {"name": "judge", "description": "j", "parameters": {"type": "object", "properties": {}}}}
 
         async def create(self, instance_id=None, **kwargs):
-            iid = await super().create(instance_id, **kwargs)
             seen["create"] = kwargs
-            return iid
+            return await super().create(instance_id, **kwargs)
 
         async def execute(self, instance_id, parameters, **kwargs):
-            return "noted", 0.25, {}
+            return ToolResponse(text="noted"), 0.25, {}
 
         async def calc_reward(self, instance_id, **kwargs):
-            return 1.0 if self._instances[instance_id]["answer"] == "5" else 0.0
+            return 1.0 if self._instance_dict[instance_id]["answer"] == "5" else 0.0
 
     server = ScriptedLLMServer([format_tool_call("judge", {}), "bye"], stop_ids, tokenizer)
     out = run(
-        ToolAgentLoop(rollout_config(response_length=500), server, tokenizer, tools=[Judge()]),
+        ToolAgentLoop(rollout_config(response_length=500), server, tokenizer, tools=[Judge({})]),
         tools_kwargs={"judge": {"create_kwargs": {"answer": "5"}}},
     )
     assert seen["create"] == {"answer": "5"}
-    assert out.extra_fields["tool_rewards"] == {"judge": 1.0} and out.metrics["step_reward"] == 0.25
+    # The call's step reward at the end of the calling turn, the tool's final verdict at the last turn.
+    call_end = len(format_tool_call("judge", {}))  # char tokenizer: one token per char, + the stop token - 1
+    assert out.extra_fields["tool_rewards"] == [0.25, 1.0]
+    last = max(i for i, m in enumerate(out.response_mask) if m)
+    assert out.extra_fields["tool_reward_positions"] == [call_end, last]
+    assert out.response_mask[call_end] == 1 and out.response_mask[call_end + 1] == 0
+    assert out.metrics["step_reward"] == 1.25
 
 
 def test_sanity_check_reports_a_mismatch(tokenizer, stop_ids, rollout_config):

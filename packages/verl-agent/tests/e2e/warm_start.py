@@ -17,8 +17,8 @@ def demo_trajectories(rows, tokenizer, config, stop_ids):
     for row in rows:
         turns = [m["content"] for m in demonstration(row) if m["role"] == "assistant"]
         server = ScriptedLLMServer(turns, stop_ids, tokenizer)
-        loop = ToolAgentLoop(config, server, tokenizer, tools=[CalculatorTool()])
-        traj = asyncio.run(loop.run({}, raw_prompt=row["prompt"], tools_kwargs=row["tools_kwargs"]))
+        loop = ToolAgentLoop(config, server, tokenizer, tools=[CalculatorTool({})])
+        traj = asyncio.run(loop.run({}, raw_prompt=row["prompt"]))
         ids = traj.prompt_ids + traj.response_ids
         mask = [0] * len(traj.prompt_ids) + traj.response_mask
         out.append((ids, mask))

@@ -27,7 +27,7 @@ tools:
     tools = load_tools(cfg)
     assert [type(t) for t in tools] == [SearchTool, CodeInterpreterTool]
     assert [t.name for t in tools] == ["search", "python"]
-    assert tools[1].tool_schema.description == "run python"
+    assert tools[1].tool_schema.function.description == "run python"
 
 
 def test_yaml_errors_name_the_entry(tmp_path):
@@ -43,9 +43,9 @@ def test_yaml_errors_name_the_entry(tmp_path):
 def test_code_interpreter_runs_in_the_sandbox():
     tool = CodeInterpreterTool({"timeout": 10})
     out, _, metrics = asyncio.run(tool.execute("i", {"code": "print(6 * 7)"}))
-    assert out == "42" and metrics["ok"] == 1.0
+    assert out.text == "42" and metrics["ok"] == 1.0
     err, _, metrics = asyncio.run(tool.execute("i", {"code": "raise ValueError('boom')"}))
-    assert "ValueError: boom" in err and "[error]" in err and metrics["ok"] == 0.0
+    assert "ValueError: boom" in err.text and "[error]" in err.text and metrics["ok"] == 0.0
 
 
 def test_interactions_from_yaml(tmp_path):

@@ -27,10 +27,10 @@ def test_search_tool_from_jsonl(tmp_path):
     corpus = tmp_path / "c.jsonl"
     corpus.write_text("\n".join(json.dumps({"id": i, "text": t}) for i, t in enumerate(DOCS)))
     tool = SearchTool({"corpus_path": str(corpus), "top_k": 1})
-    text, reward, metrics = asyncio.run(tool.execute("i", {"query": "dog"}))
-    assert text == "[1] the dog sat on the mat" and metrics == {"hits": 1.0}
-    assert asyncio.run(tool.execute("i", {"query": "zebra"}))[0] == "No results."
-    assert asyncio.run(tool.execute("i", {}))[0].startswith("Error")
+    response, reward, metrics = asyncio.run(tool.execute("i", {"query": "dog"}))
+    assert response.text == "[1] the dog sat on the mat" and metrics == {"hits": 1.0}
+    assert asyncio.run(tool.execute("i", {"query": "zebra"}))[0].text == "No results."
+    assert asyncio.run(tool.execute("i", {}))[0].text.startswith("Error")
 
 
 def test_search_tool_needs_a_corpus():

@@ -100,3 +100,21 @@ def test_main_end_to_end_with_toy_workers(ray_cluster, tmp_path, monkeypatch, ca
     # Launching the finished run again must fail loudly, not report another success.
     with pytest.raises(SystemExit, match="nothing to train.*step 6"):
         main_ppo.main(argv)
+
+
+def test_reward_model_on_its_own_pool_or_colocated(monkeypatch):
+    import ray
+
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 6.0})
+    rm = ["reward.reward_model.enable=true", "reward.reward_model.model.path=rm"]
+    mapping = {Role.ActorRollout: object, Role.RewardModel: object}
+    shared = main_ppo.build_resource_pool_manager(_cfg(*rm), mapping)
+    assert shared.resource_pool_spec == {"global_pool": [2]} and shared.mapping[Role.RewardModel] == "global_pool"
+    own = main_ppo.build_resource_pool_manager(
+        _cfg(*rm, "reward.reward_model.enable_resource_pool=true", "reward.reward_model.nnodes=1",
+             "reward.reward_model.n_gpus_per_node=1"), mapping)  # fmt: skip
+    assert own.resource_pool_spec == {"global_pool": [2], "reward_pool": [1]}
+    assert own.mapping == {Role.ActorRollout: "global_pool", Role.RewardModel: "reward_pool"}
+    assert own.num_cpus_per_worker == 1.0  # 6 CPUs over 3 workers, capped at 1
+    with pytest.raises(ValueError, match="enable_resource_pool=true needs nnodes >= 1"):
+        _cfg(*rm, "reward.reward_model.enable_resource_pool=true")

@@ -138,3 +138,66 @@ def test_missing_model_path_is_named(worker_env):
 
     with pytest.raises(ValueError, match="reward.reward_model.model.path"):
         RewardModelWorker({"model": {}}).init_model()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"use_dynamic_bsz": True, "forward_max_token_len_per_gpu": 40},
+        {"use_dynamic_bsz": True, "forward_max_token_len_per_gpu": 40, "model": {"use_remove_padding": True}},
+        {"strategy": "fsdp", "micro_batch_size_per_gpu": 1},
+        {"max_length": 6},
+    ],
+    ids=["dynamic_bsz", "remove_padding", "fsdp1", "max_length"],
+)
+def test_engine_options_give_the_same_scores(dirs, worker_env, options):
+    """Token budgets, packed sequences, FSDP1 and truncation: each score equals an independent forward."""
+    from verl.rewards.models.rm_worker import RewardModelWorker
+
+    _, _, same_dir, policy_tok, model = dirs
+    data, p_ids, r_ids = _batch(policy_tok)
+    model_options = dict(options.pop("model", {}), path=str(same_dir))
+    w = RewardModelWorker({**options, "model": model_options})
+    w.init_model()
+    if options.get("use_dynamic_bsz"):
+        groups = w._micro_batches([p + r for p, r in zip(p_ids, r_ids)])
+        assert len(groups) > 1  # the 40-token budget splits the three rows
+    assert w.engine.remove_padding == bool(model_options.get("use_remove_padding"))
+    rm = w.compute_rm_score(data).batch["rm_scores"]
+    keep = options.get("max_length")
+    for i in range(len(CHATS)):
+        seq = p_ids[i] + r_ids[i]
+        want = _single(model, seq[-keep:] if keep else seq)
+        assert rm[i, len(r_ids[i]) - 1].item() == pytest.approx(want, abs=1e-4)
+
+
+def test_unsupported_options_are_refused():
+    from verl.rewards.models.rm_worker import RewardModelWorker
+
+    with pytest.raises(NotImplementedError, match="strategy='megatron'"):
+        RewardModelWorker({"strategy": "megatron", "model": {"path": "x"}})
+    with pytest.raises(ValueError, match="forward_max_token_len_per_gpu"):
+        RewardModelWorker({"use_dynamic_bsz": True, "forward_max_token_len_per_gpu": 0, "model": {"path": "x"}})
+
+
+def test_offload_flags_on_cpu_are_refused_by_the_engine(dirs, worker_env):
+    from verl.rewards.models.rm_worker import RewardModelWorker
+
+    _, _, same_dir, _, _ = dirs
+    w = RewardModelWorker({"model": {"path": str(same_dir), "fsdp_config": {"param_offload": True}}})
+    with pytest.raises(ValueError, match="param_offload"):
+        w.init_model()
+
+
+def test_score_goes_to_the_last_model_token_of_a_multi_turn_response(dirs, worker_env):
+    from verl.rewards.models.rm_worker import RewardModelWorker
+
+    _, _, same_dir, policy_tok, _ = dirs
+    data, _, r_ids = _batch(policy_tok)
+    mask = data.batch["response_mask"].clone()
+    mask[0, len(r_ids[0]) - 1] = 0  # row 0's last token is an environment token
+    data.batch["response_mask"] = mask
+    w = RewardModelWorker({"model": {"path": str(same_dir)}})
+    w.init_model()
+    rm = w.compute_rm_score(data).batch["rm_scores"]
+    assert rm[0, len(r_ids[0]) - 1] == 0 and rm[0, len(r_ids[0]) - 2] != 0

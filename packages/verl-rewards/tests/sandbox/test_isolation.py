@@ -23,3 +23,20 @@ def test_unknown_level_and_sandbox_names_are_errors():
         probe("docker")
     with pytest.raises(KeyError, match="sandbox_fusion"):
         SANDBOXES.get("sandbox-fusion")
+
+
+def test_auto_never_falls_back_to_rlimits(monkeypatch):
+    """Without bubblewrap and user namespaces, code rewards are refused unless rlimits is asked for by name."""
+    import shutil
+
+    from verl.rewards.sandbox import isolation
+
+    assert probe("auto").level in ("bwrap", "namespaces")
+    real_which = shutil.which
+    monkeypatch.setattr(
+        isolation.shutil, "which", lambda name, **kw: None if name in ("bwrap", "unshare") else real_which(name, **kw)
+    )
+    with pytest.raises(RuntimeError, match=r"reward.sandbox.isolation=rlimits by name") as err:
+        probe("auto")
+    assert "bwrap: not installed" in str(err.value) and "namespaces: no unshare tool" in str(err.value)
+    assert probe("rlimits").level == "rlimits"

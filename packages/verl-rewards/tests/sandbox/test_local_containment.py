@@ -1,7 +1,8 @@
-"""Attacks a model-written program might make, run through the local sandbox at every isolation
-level this machine supports. Each must be contained, leave the test process unharmed, leave no
-process behind, and be described by the result. Guarantees that need bubblewrap are asserted only
-at the bwrap level (see the package README)."""
+"""Attacks a model-written program might make, run through the local sandbox at every confining
+isolation level this machine supports (``bwrap`` when bubblewrap is installed, ``namespaces``, which
+needs only util-linux: forced here even where bwrap exists, so the no-bubblewrap path is tested).
+Each must be contained, leave the test process unharmed, leave no process behind, and be described
+by the result."""
 
 import os
 import shutil
@@ -41,9 +42,8 @@ def sandbox(request):
 
 
 def _fs_confined(sandbox) -> bool:
-    """Files private to the trainer are out of reach with bwrap, or when the program runs as another
-    user (we are root, it is nobody). A non-root trainer without bwrap shares its uid with the program."""
-    return sandbox.isolation.level == "bwrap" or sandbox.isolation.uid is not None
+    """Both levels give the program a minimal root of its own: the host's files are out of reach."""
+    return sandbox.isolation.level in ("bwrap", "namespaces")
 
 
 def _pids_with(marker: str) -> list[int]:
@@ -184,7 +184,7 @@ def test_reading_a_planted_private_file_fails(sandbox, tmp_path):
         assert "TOP-SECRET-CONTENT" in res.stdout  # documented weaker guarantee (see README)
 
 
-def test_world_readable_file_outside_is_hidden_only_with_bwrap(sandbox):
+def test_world_readable_file_outside_is_hidden(sandbox):
     d = "/tmp/verl-sbx-planted"
     os.makedirs(d, exist_ok=True)
     os.chmod(d, 0o755)
@@ -195,11 +195,50 @@ def test_world_readable_file_outside_is_hidden_only_with_bwrap(sandbox):
     res = sandbox.run(
         f"try:\n    print(open({path!r}).read())\nexcept OSError as e:\n    print('refused', type(e).__name__)\n"
     )
-    if sandbox.isolation.level == "bwrap":
-        assert "WORLD-READABLE" not in res.stdout and "refused" in res.stdout
-    else:
-        # Documented weaker guarantee: without bubblewrap, world-readable files are readable.
-        assert "WORLD-READABLE" in res.stdout
+    # e.g. a dataset's answers in a 0644 file: a reward-hacking hole if the program could read it
+    assert "WORLD-READABLE" not in res.stdout and "refused" in res.stdout
+
+
+def test_only_the_minimal_root_is_visible(sandbox):
+    res = sandbox.run(
+        "import os\n"
+        "print(sorted(os.listdir('/')))\n"
+        "for p in ('/etc/passwd', '/root', '/home', '/work', '/proc/1/root/etc/passwd'):\n"
+        "    try:\n"
+        "        print(p, 'VISIBLE', len(os.listdir(p) if os.path.isdir(p) else open(p).read()))\n"
+        "    except OSError as e:\n"
+        "        print(p, 'refused', type(e).__name__)\n"
+    )
+    assert res.status == base.OK, res
+    top = set(eval(res.stdout.splitlines()[0]))
+    assert top <= {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "sandbox", "tmp", "proc", "dev",
+                   ".oldroot", "etc", "run", "var", "home", "root"} and "sandbox" in top
+    assert "VISIBLE" not in res.stdout
+
+
+def test_no_mount_remount_or_chroot_escape(sandbox):
+    code = (
+        "import os, subprocess\n"
+        "for args in (['mount', '-o', 'remount,bind,rw', '/usr'], ['mount', '-t', 'tmpfs', 'x', '/tmp'],\n"
+        "             ['umount', '-l', '/sandbox']):\n"
+        "    r = subprocess.run(args, capture_output=True, text=True)\n"
+        "    print(args[0], 'rc', r.returncode)\n"
+        "try:\n"
+        "    os.mkdir('/tmp/x'); os.chroot('/tmp/x'); print('chroot DONE')\n"
+        "except OSError as e:\n"
+        "    print('chroot refused', type(e).__name__)\n"
+        "try:\n"
+        "    open('/usr/pwned', 'w'); print('usr WRITTEN')\n"
+        "except OSError as e:\n"
+        "    print('usr refused', type(e).__name__)\n"
+        "print(open('/proc/self/status').read().split('CapEff:')[1].split()[0])\n"
+    )
+    res = sandbox.run(code)
+    assert res.status == base.OK, res
+    lines = res.stdout.splitlines()
+    assert lines[:3] == ["mount rc 32", "mount rc 32", "umount rc 32"] or all(" rc 0" not in ln for ln in lines[:3])
+    assert "chroot refused PermissionError" in res.stdout and "usr refused" in res.stdout
+    assert lines[-1] == "0000000000000000"  # no effective capabilities
 
 
 def test_no_network_to_a_local_listener(sandbox):

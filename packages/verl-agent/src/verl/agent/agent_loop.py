@@ -88,6 +88,15 @@ class AgentLoopBase(ABC):
         self.chat = ChatTokens(tokenizer)
         self.max_response_length = int(config.response_length)
 
+    @staticmethod
+    def turn_params(sampling_params: dict[str, Any], turn: int, max_tokens: int) -> dict[str, Any]:
+        """The sampling settings of model call ``turn`` of a trajectory: ``max_tokens`` set and, when
+        the row has a ``seed``, a seed of its own per call (so every call samples reproducibly)."""
+        params = {**sampling_params, "max_tokens": int(max_tokens)}
+        if params.get("seed") is not None:
+            params["seed"] = (int(params["seed"]) + 1_000_003 * turn) % (2**63 - 1)
+        return params
+
     @abstractmethod
     async def run(self, sampling_params: dict[str, Any], **row_fields: Any) -> AgentLoopOutput:
         """Roll out one row; ``row_fields`` are the row's non-tensor fields (``raw_prompt``, ...)."""
@@ -114,7 +123,7 @@ class SingleTurnAgentLoop(AgentLoopBase):
         traj = Trajectory(self.chat.prompt_ids(messages))
         out = await self.server.generate(
             traj.prompt_ids,
-            {**sampling_params, "max_tokens": self.max_response_length},
+            self.turn_params(sampling_params, 0, self.max_response_length),
             str(row_fields.get("request_id", "")),
         )
         traj.add_model(out)

@@ -5,15 +5,27 @@ at most ``rollout.agent.num_workers`` loops run at once (they share one `AsyncLL
 batches their concurrent requests). The output has the contract's keys (docs/contracts.md:
 ``prompts``, ``responses``, ``response_mask``, ``input_ids``, ``attention_mask``, ``position_ids``,
 ``rollout_log_probs``), where ``response_mask`` is 0 on tool / user tokens while
-``attention_mask`` is 1 on every real token; non-tensors ``num_turns``, ``reward_score`` (NaN when
-the environment gave none), ``stop_reason``; and ``meta_info["metrics"]`` with per-row lists under
-``agent/<name>`` (the trainer averages them), e.g. ``agent/has_tool_call`` = the tool-call rate.
+``attention_mask`` is 1 on every real token; non-tensors ``num_turns``, ``stop_reason`` and the
+agent's rewards, which verl-rewards' managers add to the token-level reward (weighted, see
+``verl.rewards.managers.base``): ``reward_score`` (the trajectory's reward from an interaction or an
+endpoint agent; NaN when none), ``tool_rewards`` / ``turn_scores`` (lists of step rewards: tool
+calls, interaction turns) with ``tool_reward_positions`` / ``turn_score_positions`` (the response
+index of the last token of the assistant turn each rewards); and ``meta_info["metrics"]`` with
+per-row lists under ``agent/<name>`` (the trainer averages them), e.g. ``agent/has_tool_call``.
+
+``rollout.agent.agent_loop_config_path`` names a YAML list of loops (upstream's format)::
+
+    - name: my_agent                          # rows pick it with agent_name (or default_agent_loop)
+      _target_: my_pkg.agents.MyAgentLoop     # an AgentLoopBase subclass (dotted path or registered name)
+      max_steps: 5                            # any other key: a constructor argument of the loop
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import uuid
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,6 +37,34 @@ from verl.registries import AGENT_LOOPS
 
 # Row fields handed to loops besides the non-tensor batch (tensors are rebuilt from raw_prompt).
 _SKIP_FIELDS = ("uid",)
+# Per-row lists of step rewards (AgentLoopOutput.extra_fields) that go into the batch.
+STEP_REWARD_FIELDS = ("tool_rewards", "tool_reward_positions", "turn_scores", "turn_score_positions")
+
+
+def load_agent_loop_configs(path: str | Path) -> dict[str, tuple[type[AgentLoopBase], dict[str, Any]]]:
+    """``{name: (loop class, constructor kwargs)}`` from an agent-loop YAML file (see module doc)."""
+    import yaml
+    from verl.agent.tools.loader import resolve_class
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"actor_rollout_ref.rollout.agent.agent_loop_config_path={str(path)!r}: no such file")
+    entries = yaml.safe_load(path.read_text())
+    if not isinstance(entries, list):
+        raise ValueError(f"agent loop config {path}: expected a YAML list of {{name, _target_, ...}} entries")
+    out: dict[str, tuple[type[AgentLoopBase], dict[str, Any]]] = {}
+    for i, entry in enumerate(entries):
+        where = f"agent loop config {path}, entry {i}"
+        if not isinstance(entry, dict) or not entry.get("name") or not entry.get("_target_"):
+            raise ValueError(f"{where}: each entry needs 'name' and '_target_' (the loop class), got {entry!r}")
+        kwargs = {k: v for k, v in entry.items() if k not in ("name", "_target_")}
+        cls = resolve_class(str(entry["_target_"]), AGENT_LOOPS, where)
+        if not (isinstance(cls, type) and issubclass(cls, AgentLoopBase)):
+            raise TypeError(f"{where}: _target_ {entry['_target_']!r} is not an AgentLoopBase subclass")
+        if entry["name"] in out:
+            raise ValueError(f"{where}: loop name {entry['name']!r} is used twice")
+        out[str(entry["name"])] = (cls, kwargs)
+    return out
 
 
 def sampling_params_from(config: Any, meta_info: dict[str, Any]) -> dict[str, Any]:
@@ -45,8 +85,16 @@ def sampling_params_from(config: Any, meta_info: dict[str, Any]) -> dict[str, An
     }
 
 
+def row_seed(seed: int, global_step: int, validate: bool, row: int) -> int:
+    """A row's sampling seed: fixed by the worker's seed, the step, the phase and the row's place in
+    the worker's batch, never by timing (loops reach the model in an order that timing decides)."""
+    digest = hashlib.sha256(f"{seed}/{global_step}/{int(validate)}/{row}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") % (2**63 - 1)
+
+
 class AgentLoopManager:
-    """Runs agent loops over a batch. ``loop_kwargs`` go to every loop's constructor (e.g. ``tools``)."""
+    """Runs agent loops over a batch. ``loop_kwargs`` go to every loop's constructor (e.g. ``tools``);
+    ``seed`` (the worker's ``rollout.seed + rank``) makes sampling reproducible per row (`row_seed`)."""
 
     def __init__(
         self,
@@ -57,6 +105,7 @@ class AgentLoopManager:
         pad_token_id: int | None = None,
         max_concurrency: int | None = None,
         loop_kwargs: dict[str, Any] | None = None,
+        seed: int | None = None,
     ):
         self.config = config
         self.server = server
@@ -71,14 +120,25 @@ class AgentLoopManager:
         if self.max_concurrency < 1:
             raise ValueError(f"rollout.agent.num_workers must be >= 1, got {self.max_concurrency}")
         self.loop_kwargs = dict(loop_kwargs or {})
+        self.seed = seed
+        path = config.agent.agent_loop_config_path
+        # Loops named in the file take precedence over registered ones of the same name.
+        self.loop_configs = load_agent_loop_configs(path) if path else {}
         self._loops: dict[str, AgentLoopBase] = {}
 
     def loop(self, name: str) -> AgentLoopBase:
-        """The (shared) loop instance registered as ``name``."""
+        """The (shared) loop instance for ``name``: from the agent-loop file, else the registry."""
         if name not in self._loops:
-            cls = AGENT_LOOPS.get(name)
+            if name in self.loop_configs:
+                cls, kwargs = self.loop_configs[name]
+            else:
+                try:
+                    cls, kwargs = AGENT_LOOPS.get(name), {}
+                except KeyError as e:
+                    in_file = f"; in agent_loop_config_path: {sorted(self.loop_configs)}" if self.loop_configs else ""
+                    raise KeyError(f"{e.args[0]}{in_file}") from e
             self._loops[name] = cls(
-                config=self.config, server=self.server, tokenizer=self.tokenizer, **self.loop_kwargs
+                config=self.config, server=self.server, tokenizer=self.tokenizer, **{**self.loop_kwargs, **kwargs}
             )
         return self._loops[name]
 
@@ -98,12 +158,18 @@ class AgentLoopManager:
         default = str(self.config.agent.default_agent_loop)
         gate = asyncio.Semaphore(self.max_concurrency)
 
+        step = int(prompts.meta_info.get("global_steps", 0))
+        validate = bool(prompts.meta_info.get("validate", False))
+
         async def one(i: int) -> AgentLoopOutput:
             row = {k: v[i] for k, v in ntb.items() if k not in _SKIP_FIELDS}
             name = row.pop("agent_name", None) or default
             row["request_id"] = f"{ntb['uid'][i] if 'uid' in ntb else uuid.uuid4()}-{i}"
+            params = dict(sampling)
+            if self.seed is not None and params["do_sample"]:
+                params["seed"] = row_seed(self.seed, step, validate, i)
             async with gate:
-                return await self.loop(str(name)).run(dict(sampling), **row)
+                return await self.loop(str(name)).run(params, **row)
 
         outputs = await asyncio.gather(*(one(i) for i in range(n)))
         return self.to_dataproto(outputs)
@@ -152,6 +218,11 @@ class AgentLoopManager:
                 [str(o.extra_fields.get("stop_reason", "")) for o in outputs], dtype=object
             ),
         }
+        for key in STEP_REWARD_FIELDS:
+            column = np.empty(n, dtype=object)  # filled one by one: lists must stay lists, not a 2-D array
+            for i, o in enumerate(outputs):
+                column[i] = list(o.extra_fields.get(key, []))
+            non_tensors[key] = column
         metric_names = sorted({k for o in outputs for k in o.metrics})
         metrics: dict[str, list[float]] = {
             f"agent/{k}": [float(o.metrics.get(k, 0.0)) for o in outputs] for k in metric_names

@@ -6,7 +6,8 @@ Agent loops talk to the policy through one small async interface, :class:`AsyncL
     out.token_ids, out.log_probs, out.stop_reason      # "stop" (a stop token ended it) or "length"
 
 ``sampling_params`` is a plain dict: ``max_tokens`` (required), ``temperature``, ``top_k``, ``top_p``,
-``do_sample``. :class:`HFAsyncServer` serves it from the trainer's own HF module (the one the ``hf``
+``do_sample``, ``seed`` (optional: the request samples from its own generator seeded with it, so
+its tokens do not depend on which requests share its batch or in what order they arrived). :class:`HFAsyncServer` serves it from the trainer's own HF module (the one the ``hf``
 rollout samples from, so agent rollouts see every actor update): requests that arrive within a few
 milliseconds of each other are decoded as one left-padded batch (plain batching; the HF engine has
 no continuous batching), one batch at a time on a single decode thread.
@@ -170,6 +171,12 @@ class HFAsyncServer(AsyncLLMServer):
         )
         device = next(self.module.parameters()).device
         ids, mask, pos = (t.to(device) for t in left_pad([r.prompt_ids for r in reqs], self.pad_token_id))
+        seeds = [r.params.get("seed") for r in reqs]
+        generators = None
+        if do_sample and any(s is not None for s in seeds):
+            if any(s is None for s in seeds):
+                raise ValueError("requests batched together must all give a sampling seed, or none")
+            generators = [torch.Generator(device=device).manual_seed(int(s)) for s in seeds]
         was_training = self.module.training
         self.module.eval()
         try:
@@ -182,6 +189,7 @@ class HFAsyncServer(AsyncLLMServer):
                 self.stop_token_ids,
                 self.pad_token_id,
                 calculate_log_probs=True,
+                generator=generators,
                 sync_group=self.sync_group,
             )
         finally:

@@ -23,8 +23,9 @@ from typing import Any
 from verl.agent.agent_loop import AgentLoopBase, AgentLoopOutput, Trajectory, register_agent_loop
 from verl.agent.interactions.base import BaseInteraction, load_interactions
 from verl.agent.tokenization import check_trajectory
-from verl.agent.tools.base import BaseTool
-from verl.agent.tools.loader import load_tools
+from verl.agent.tools.base import BaseTool, tool_text
+from verl.agent.tools.function_tool import FunctionTool, normalize_function_tool_return, validate_arguments
+from verl.agent.tools.loader import load_all_tools
 from verl.agent.tools.parser import FunctionCall, parse_tool_calls, truncate_text
 
 logger = logging.getLogger(__name__)
@@ -32,22 +33,23 @@ logger = logging.getLogger(__name__)
 
 @register_agent_loop("tool_agent")
 class ToolAgentLoop(AgentLoopBase):
-    """See the module doc. ``tools`` / ``interactions`` override the YAML files named in
-    ``multi_turn.tool_config_path`` / ``interaction_config_path``."""
+    """See the module doc. ``tools`` (`BaseTool` or `FunctionTool` objects) / ``interactions``
+    override the files named in ``multi_turn.tool_config_path`` + ``function_tool_path`` /
+    ``interaction_config_path``."""
 
     def __init__(
         self,
         config: Any,
         server: Any,
         tokenizer: Any,
-        tools: list[BaseTool] | None = None,
+        tools: list[BaseTool | FunctionTool] | None = None,
         interactions: dict[str, BaseInteraction] | None = None,
         **kwargs: Any,
     ):
         super().__init__(config, server, tokenizer, **kwargs)
         mt = config.multi_turn
         if tools is None:
-            tools = load_tools(mt.tool_config_path) if mt.tool_config_path else []
+            tools = load_all_tools(mt.tool_config_path, mt.function_tool_path)
         if interactions is None:
             interactions = load_interactions(mt.interaction_config_path) if mt.interaction_config_path else {}
         self.tools = {t.name: t for t in tools}
@@ -63,6 +65,7 @@ class ToolAgentLoop(AgentLoopBase):
     async def _call_tool(
         self, call: FunctionCall, instances: dict[str, str], tools_kwargs: dict[str, Any]
     ) -> tuple[str, float, dict[str, Any]]:
+        """(text for the model, step reward, metrics) of one call; a failing call becomes an error text."""
         tool = self.tools.get(call.name)
         if tool is None:
             return (
@@ -70,9 +73,19 @@ class ToolAgentLoop(AgentLoopBase):
                 0.0,
                 {"tool_error": 1.0},
             )
-        execute_kwargs = dict((tools_kwargs.get(call.name) or {}).get("execute_kwargs", {}))
         try:
-            return await tool.execute(instances[call.name], call.arguments, **execute_kwargs)
+            if isinstance(tool, FunctionTool):
+                # Stateless: the arguments are checked against the schema, then the function runs.
+                error = validate_arguments(tool.tool_schema, call.arguments)
+                if error:
+                    return f"Error: {error}", 0.0, {"tool_error": 1.0}
+                response, reward, metrics = normalize_function_tool_return(await tool.call(call.arguments))
+            else:
+                execute_kwargs = dict((tools_kwargs.get(call.name) or {}).get("execute_kwargs", {}))
+                response, reward, metrics = await tool.execute(
+                    instances[call.name], call.arguments, **execute_kwargs
+                )
+            return tool_text(response), float(reward or 0.0), dict(metrics or {})
         except Exception as e:  # a tool bug must not kill the rollout: the model sees the error
             logger.warning("tool %s failed on %r: %r", call.name, call.arguments, e)
             return f"Error: tool {call.name!r} failed: {type(e).__name__}: {e}", 0.0, {"tool_error": 1.0}
@@ -86,10 +99,11 @@ class ToolAgentLoop(AgentLoopBase):
         stop_ids = list(self.server.stop_token_ids)
 
         traj = Trajectory(self.chat.prompt_ids(messages, self.tool_schemas))
-        instances = {
-            name: await tool.create(**dict((tools_kwargs.get(name) or {}).get("create_kwargs", {})))
-            for name, tool in self.tools.items()
-        }
+        instances: dict[str, str] = {}
+        for name, tool in self.tools.items():
+            if not isinstance(tool, FunctionTool):  # function tools have no instances
+                create_kwargs = dict((tools_kwargs.get(name) or {}).get("create_kwargs", {}))
+                instances[name], _ = await tool.create(**create_kwargs)
         interaction = interaction_id = None
         if interaction_kwargs:
             name = interaction_kwargs.get("name")
@@ -101,15 +115,22 @@ class ToolAgentLoop(AgentLoopBase):
             interaction = self.interactions[name]
             interaction_id = await interaction.start_interaction(**interaction_kwargs)
 
-        assistant_turns = user_turns = tool_calls = tool_errors = 0
-        step_rewards: list[float] = []
+        assistant_turns = user_turns = tool_calls = tool_errors = calls_ok = 0
+        # Step rewards (upstream's extra fields), each with the response position of the last token of
+        # the assistant turn it rewards: the reward manager adds them there, weighted.
+        tool_rewards: list[float] = []
+        tool_reward_positions: list[int] = []
         turn_scores: list[float] = []
+        turn_score_positions: list[int] = []
+        called: set[str] = set()
         turn_metrics: list[dict[str, Any]] = []
         stop_reason = "done"
         while True:
             budget = self.max_response_length - len(traj.response_ids)
             out = await self.server.generate(
-                traj.all_ids, {**sampling_params, "max_tokens": budget}, f"{request_id}-{assistant_turns}"
+                traj.all_ids,
+                self.turn_params(sampling_params, assistant_turns, budget),
+                f"{request_id}-{assistant_turns}",
             )
             traj.add_model(out)
             assistant_turns += 1
@@ -142,8 +163,12 @@ class ToolAgentLoop(AgentLoopBase):
                         f"{len(parsed.calls) - len(calls)} were ignored"
                     )
                 tool_calls += len(calls)
-                tool_errors += len(parsed.errors) + sum(int(r[2].get("tool_error", 0)) for r in results)
-                step_rewards += [float(r[1]) for r in results]
+                failed = sum(int(r[2].get("tool_error", 0)) for r in results)
+                tool_errors += len(parsed.errors) + failed
+                calls_ok += len(results) - failed
+                tool_rewards += [float(r[1]) for r in results]
+                tool_reward_positions += [len(traj.response_ids) - 1] * len(results)
+                called.update(c.name for c in calls)
                 env_messages = [{"role": "tool", "content": t} for t in texts]
                 turn_metrics.append({"role": "tool", "tool_calls": len(calls), "errors": len(parsed.errors)})
             else:
@@ -151,6 +176,7 @@ class ToolAgentLoop(AgentLoopBase):
                     interaction_id, messages, **interaction_kwargs
                 )
                 turn_scores.append(float(score))
+                turn_score_positions.append(len(traj.response_ids) - 1)
                 if done:
                     stop_reason = "interaction_done"
                     break
@@ -173,10 +199,13 @@ class ToolAgentLoop(AgentLoopBase):
         )
         if mismatch:
             logger.warning("tokenization sanity check (request %s): %s", request_id, mismatch)
-        tool_rewards = {}
-        for name, tool in self.tools.items():
-            tool_rewards[name] = float(await tool.calc_reward(instances[name]))
-            await tool.release(instances[name])
+        last_model_token = max(i for i, m in enumerate(traj.response_mask) if m) if any(traj.response_mask) else 0
+        for name, iid in instances.items():
+            final = float(await self.tools[name].calc_reward(iid))
+            if name in called:  # a used tool's verdict on the whole trajectory rewards the last turn
+                tool_rewards.append(final)
+                tool_reward_positions.append(last_model_token)
+            await self.tools[name].release(iid)
         reward = None
         if interaction is not None:
             reward = float(await interaction.calculate_score(interaction_id))
@@ -187,7 +216,9 @@ class ToolAgentLoop(AgentLoopBase):
             "tool_calls": float(tool_calls),
             "tool_call_errors": float(tool_errors),
             "has_tool_call": float(tool_calls + tool_errors > 0),
-            "step_reward": float(sum(step_rewards)),
+            # a call that parsed, named a known tool with valid arguments and ran without error
+            "well_formed_tool_call": float(calls_ok > 0),
+            "step_reward": float(sum(tool_rewards)),
             "response_length_exceeded": float(stop_reason == "response_length"),
             "turn_limit_reached": float(stop_reason in ("max_assistant_turns", "max_user_turns")),
             "tokenization_mismatch": float(mismatch is not None),
@@ -205,6 +236,8 @@ class ToolAgentLoop(AgentLoopBase):
                 "stop_reason": stop_reason,
                 "messages": messages,
                 "tool_rewards": tool_rewards,
+                "tool_reward_positions": tool_reward_positions,
                 "turn_scores": turn_scores,
+                "turn_score_positions": turn_score_positions,
             },
         )

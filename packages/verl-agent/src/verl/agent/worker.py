@@ -75,12 +75,14 @@ class AgentActorRolloutRefWorker(ActorRolloutRefWorker):
             self.llm_server = HFAsyncServer(
                 self.actor_engine.module, stops, self.rollout.pad_token_id, sync_group=_own_rank_group()
             )
+        rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
         self.agent_manager = AgentLoopManager(
             self.config.rollout,
             self.llm_server,
             self.tokenizer,
             pad_token_id=self.rollout.pad_token_id,
             loop_kwargs=self.loop_kwargs,
+            seed=int(self.config.rollout.seed) + rank,  # rollout.seed + rank, as every rollout worker
         )
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)

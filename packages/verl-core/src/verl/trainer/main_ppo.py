@@ -67,20 +67,30 @@ def build_role_worker_mapping(config: DictConfig) -> dict:
 
 
 def build_resource_pool_manager(config: DictConfig, mapping: dict):
-    """One pool of ``nnodes x n_gpus_per_node`` workers shared by every role (colocated)."""
+    """One pool of ``nnodes x n_gpus_per_node`` workers shared by every role (colocated); with
+    ``reward.reward_model.enable_resource_pool`` the reward model gets a pool of its own
+    (``reward.reward_model.nnodes x n_gpus_per_node``)."""
     import ray
 
-    from verl.trainer.ppo.ray_trainer import ResourcePoolManager
+    from verl.trainer.ppo.ray_trainer import ResourcePoolManager, Role
 
     t = config.trainer
+    rm = config.reward.reward_model
+    own_rm_pool = bool(rm.enable and rm.enable_resource_pool)
     n_workers = int(t.nnodes) * int(t.n_gpus_per_node)
+    if own_rm_pool:
+        n_workers += int(rm.nnodes) * int(rm.n_gpus_per_node)
     use_gpu = resolve_device(config) == "cuda"
     cpus = 1.0
     if not use_gpu and t.worker_backend == "ray":
         # CPU workers share the cluster's CPUs; fractional so a 2-core machine can host 2+ workers.
         cpus = min(1.0, float(ray.cluster_resources().get("CPU", 1)) / max(n_workers, 1))
     spec = {"global_pool": [int(t.n_gpus_per_node)] * int(t.nnodes)}
-    return ResourcePoolManager(spec, {role: "global_pool" for role in mapping}, use_gpu=use_gpu, num_cpus_per_worker=cpus)
+    pools = {role: "global_pool" for role in mapping}
+    if own_rm_pool:
+        spec["reward_pool"] = [int(rm.n_gpus_per_node)] * int(rm.nnodes)
+        pools[Role.RewardModel] = "reward_pool"
+    return ResourcePoolManager(spec, pools, use_gpu=use_gpu, num_cpus_per_worker=cpus)
 
 
 def load_tokenizer(config: DictConfig):

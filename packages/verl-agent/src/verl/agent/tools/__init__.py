@@ -1,8 +1,14 @@
-"""Tools: the `BaseTool` interface, ``@function_tool``, the YAML loader, the Hermes parser, built-ins."""
+"""Tools for agent loops: upstream's `verl.tools` API (re-exported), the Hermes parser, built-ins."""
 
-from verl.agent.tools.base import BaseTool, OpenAIFunctionToolSchema
-from verl.agent.tools.function_tool import FunctionTool, function_tool
-from verl.agent.tools.loader import load_tools
+from verl.agent.tools.base import BaseTool, OpenAIFunctionToolSchema, ToolResponse, tool_text
+from verl.agent.tools.function_tool import (
+    FUNCTION_TOOL_REGISTRY,
+    FunctionTool,
+    function_tool,
+    get_function_tool,
+    validate_arguments,
+)
+from verl.agent.tools.loader import load_all_tools, load_tools
 from verl.agent.tools.parser import (
     FunctionCall,
     ParsedTurn,
@@ -12,14 +18,20 @@ from verl.agent.tools.parser import (
 )
 
 __all__ = [
+    "FUNCTION_TOOL_REGISTRY",
     "BaseTool",
     "FunctionCall",
     "FunctionTool",
     "OpenAIFunctionToolSchema",
     "ParsedTurn",
+    "ToolResponse",
     "format_tool_call",
     "function_tool",
+    "get_function_tool",
+    "load_all_tools",
     "load_tools",
     "parse_tool_calls",
+    "tool_text",
     "truncate_text",
+    "validate_arguments",
 ]

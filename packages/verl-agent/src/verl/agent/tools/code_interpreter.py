@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from verl.agent.tools.base import BaseTool
+from verl.agent.tools.base import BaseTool, ToolResponse
 from verl.registries import TOOLS
 
 
@@ -41,11 +41,11 @@ class CodeInterpreterTool(BaseTool):
 
     async def execute(
         self, instance_id: str, parameters: dict[str, Any], **kwargs: Any
-    ) -> tuple[str, float, dict[str, Any]]:
+    ) -> tuple[ToolResponse, float, dict[str, Any]]:
         code = parameters.get("code")
         if not isinstance(code, str) or not code.strip():
             return (
-                "Error: code_interpreter needs a non-empty string argument 'code'",
+                ToolResponse(text="Error: code_interpreter needs a non-empty string argument 'code'"),
                 0.0,
                 {"tool_error": 1.0},
             )
@@ -60,4 +60,5 @@ class CodeInterpreterTool(BaseTool):
                 if result.stderr.strip()
                 else f"\n[{result.status}]"
             )
-        return text.strip() or "(no output)", 0.0, {"ok": float(result.ok), "wall_time": result.wall_time}
+        metrics = {"ok": float(result.ok), "wall_time": result.wall_time}
+        return ToolResponse(text=text.strip() or "(no output)"), 0.0, metrics

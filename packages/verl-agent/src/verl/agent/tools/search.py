@@ -14,7 +14,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from verl.agent.tools.base import BaseTool
+from verl.agent.tools.base import BaseTool, ToolResponse
 from verl.registries import TOOLS
 
 _TOKEN_RE = re.compile(r"\w+")
@@ -110,12 +110,12 @@ class SearchTool(BaseTool):
 
     async def execute(
         self, instance_id: str, parameters: dict[str, Any], **kwargs: Any
-    ) -> tuple[str, float, dict[str, Any]]:
+    ) -> tuple[ToolResponse, float, dict[str, Any]]:
         query = parameters.get("query")
         if not isinstance(query, str) or not query.strip():
-            return "Error: search needs a non-empty string argument 'query'", 0.0, {"tool_error": 1.0}
+            return ToolResponse(text="Error: search needs a non-empty string argument 'query'"), 0.0, {"tool_error": 1.0}
         hits = self.index.search(query, self.top_k)
         if not hits:
-            return "No results.", 0.0, {"hits": 0.0}
+            return ToolResponse(text="No results."), 0.0, {"hits": 0.0}
         text = "\n".join(f"[{rank + 1}] {self.index.documents[i]}" for rank, (i, _) in enumerate(hits))
-        return text, 0.0, {"hits": float(len(hits))}
+        return ToolResponse(text=text), 0.0, {"hits": float(len(hits))}

@@ -181,6 +181,7 @@ class MultiTurnConfig:
     max_tool_response_length: int = 256
     tool_response_truncate_side: str = "middle"
     tool_config_path: str | None = None
+    function_tool_path: str | None = None
     interaction_config_path: str | None = None
     format: str = "hermes"
     # verl-agent: compare each trajectory with the chat template's rendering (strict | ignore_strippable | warn | disable)
@@ -191,12 +192,13 @@ class MultiTurnConfig:
 class RolloutConfig:
     name: str = "native"
     mode: str = "sync"  # sync | async
+    # sampling: each worker draws from generators seeded with seed + its rank (vllm/sglang: engine seed)
+    seed: int = 42
     temperature: float = 1.0
     top_k: int = -1
     top_p: float = 1.0
     do_sample: bool = True
     n: int = 5
-    seed: int = 42  # rollout engines with their own sampler (vllm, sglang): engine seed = seed + rank
     ignore_eos: bool = False
     prompt_length: int = _ref("data.max_prompt_length")
     response_length: int = _ref("data.max_response_length")
@@ -306,6 +308,9 @@ class RewardModelModelConfig:
 @dataclass
 class RewardModelConfig:
     enable: bool = False
+    enable_resource_pool: bool = False  # true: the RM gets its own pool of nnodes x n_gpus_per_node workers
+    n_gpus_per_node: int = 8
+    nnodes: int = 0
     strategy: str = _ref(f"{_ACTOR}.strategy")
     micro_batch_size_per_gpu: int | None = None
     max_length: int | None = None

@@ -134,6 +134,11 @@ def _check_required(cfg: DictConfig, problems: list[str]) -> None:
     rm = cfg.reward.reward_model
     if rm.enable and not rm.model.path:
         problems.append("reward.reward_model.model.path is required when reward.reward_model.enable=true")
+    if rm.enable and rm.enable_resource_pool and (rm.nnodes < 1 or rm.n_gpus_per_node < 1):
+        problems.append(
+            f"reward.reward_model.enable_resource_pool=true needs nnodes >= 1 and n_gpus_per_node >= 1 (the RM's own "
+            f"pool), got nnodes={rm.nnodes}, n_gpus_per_node={rm.n_gpus_per_node}"
+        )
     if cfg.trainer.resume_mode == "resume_path" and not cfg.trainer.resume_from_path:
         problems.append(
             "trainer.resume_mode=resume_path needs trainer.resume_from_path (a global_step_N directory)"

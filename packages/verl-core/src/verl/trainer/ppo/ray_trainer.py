@@ -234,7 +234,7 @@ class RayPPOTrainer(TrainerIOMixin):
                 raise ValueError("no reward: pass reward_fn to RayPPOTrainer or enable reward.reward_model")
             batch.batch["token_level_scores"] = batch.batch["rm_scores"]
             return batch
-        reward_tensor, extra = compute_reward(batch, self.reward_fn)
+        reward_tensor, extra = compute_reward(batch, self.reward_fn, metrics=metrics)
         batch.batch["token_level_scores"] = reward_tensor
         for key, values in extra.items():
             batch.non_tensor_batch[key] = np.array(values, dtype=object)

@@ -208,10 +208,13 @@ def load_reward_manager(config: Any, tokenizer: Any, num_examine: int, **reward_
     )
 
 
-def compute_reward(data: DataProto, reward_fn: Callable) -> tuple[torch.Tensor, dict[str, list]]:
+def compute_reward(
+    data: DataProto, reward_fn: Callable, metrics: dict | None = None
+) -> tuple[torch.Tensor, dict[str, list]]:
     """Call ``reward_fn(data, return_dict=True)`` and check the result against the contract.
 
-    Returns ``(reward_tensor [N, R], reward_extra_info {key: list of N})``.
+    Returns ``(reward_tensor [N, R], reward_extra_info {key: list of N})``; the result's
+    ``reward_metrics`` (e.g. the agent rewards' means) are added to ``metrics`` when given.
     """
     result = reward_fn(data, return_dict=True)
     if not isinstance(result, dict) or "reward_tensor" not in result:
@@ -226,6 +229,8 @@ def compute_reward(data: DataProto, reward_fn: Callable) -> tuple[torch.Tensor, 
             f"reward function {reward_fn!r} returned reward_tensor of shape {tuple(reward_tensor.shape)}; "
             f"expected {expected} (rows x response length)"
         )
+    if metrics is not None:
+        metrics.update({k: float(v) for k, v in (result.get("reward_metrics") or {}).items()})
     extra = dict(result.get("reward_extra_info") or {})
     for key, values in extra.items():
         if len(values) != len(data):

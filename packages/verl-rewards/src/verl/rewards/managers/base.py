@@ -2,8 +2,9 @@
 
 A manager is built as ``Manager(tokenizer, num_examine, compute_score=None, reward_fn_key="data_source",
 **kwargs)`` and called as ``manager(data, return_dict=False)`` (docs/contracts.md). It returns the
-``[N, R]`` float tensor with each row's score on its last valid response token, or with
-``return_dict=True`` ``{"reward_tensor", "reward_extra_info": {key: [one value per row]},
+``[N, R]`` float tensor with each row's score on its last model token (the last ``response_mask``
+1; in multi-turn responses tool and user tokens come after none of it), plus the rewards an agent
+loop earned (`verl.rewards.managers.agent_rewards`, weighted), or with ``return_dict=True`` ``{"reward_tensor", "reward_extra_info": {key: [one value per row]},
 "reward_metrics": {name: float}}``.
 """
 
@@ -15,6 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from verl.rewards.managers.agent_rewards import AgentRewardWeights, add_agent_rewards, last_assistant_positions
+
+# Non-tensor columns of agent rollouts the scorer also sees in extra_info (as upstream's reward loop does).
+_AGENT_INFO = ("num_turns", "tool_rewards", "turn_scores")
 
 
 @dataclass
@@ -88,7 +93,8 @@ def decode_rows(data, tokenizer, reward_fn_key: str) -> list[Row]:
         rm = nt["reward_model"][i]
         if not isinstance(rm, dict) or "ground_truth" not in rm:
             raise KeyError(f"row {i}: reward_model must be a dict with 'ground_truth', got {rm!r}")
-        extra = nt["extra_info"][i] if "extra_info" in nt else None
+        extra = dict(nt["extra_info"][i] or {}) if "extra_info" in nt else {}
+        extra.update({k: nt[k][i] for k in _AGENT_INFO if k in nt})
         rows.append(
             Row(
                 i,
@@ -97,7 +103,7 @@ def decode_rows(data, tokenizer, reward_fn_key: str) -> list[Row]:
                 lengths[i],
                 str(nt[reward_fn_key][i]),
                 rm["ground_truth"],
-                dict(extra or {}),
+                extra,
             )
         )
     return rows
@@ -116,6 +122,9 @@ class RewardManagerBase:
         score_kwargs: extra keyword arguments for every scorer call (e.g. the sandbox).
         combine_rm_scores: when the batch has ``rm_scores`` from a model reward model, add the rule
             scores to them (True) instead of returning ``rm_scores`` alone (upstream behaviour).
+        reward_score_weight / tool_reward_weight / turn_score_weight: how much of an agent loop's
+            trajectory reward / tool step rewards / interaction turn scores is added (see
+            `verl.rewards.managers.agent_rewards`).
     """
 
     def __init__(
@@ -127,12 +136,16 @@ class RewardManagerBase:
         count_errors_as_zero: bool = False,
         score_kwargs: dict | None = None,
         combine_rm_scores: bool = False,
+        reward_score_weight: float = 1.0,
+        tool_reward_weight: float = 1.0,
+        turn_score_weight: float = 0.0,
         **kwargs: Any,
     ):
         if kwargs:
             raise TypeError(
                 f"{type(self).__name__} got unknown options {sorted(kwargs)}; it accepts compute_score, "
-                f"reward_fn_key, count_errors_as_zero, score_kwargs, combine_rm_scores{self._extra_option_names()}"
+                "reward_fn_key, count_errors_as_zero, score_kwargs, combine_rm_scores, reward_score_weight, "
+                f"tool_reward_weight, turn_score_weight{self._extra_option_names()}"
             )
         from verl.rewards.scoring import default_compute_score
 
@@ -143,6 +156,9 @@ class RewardManagerBase:
         self.count_errors_as_zero = bool(count_errors_as_zero)
         self.score_kwargs = dict(score_kwargs or {})
         self.combine_rm_scores = bool(combine_rm_scores)
+        self.agent_weights = AgentRewardWeights(
+            float(reward_score_weight), float(tool_reward_weight), float(turn_score_weight)
+        )
 
     def _extra_option_names(self) -> str:
         return ""
@@ -188,26 +204,29 @@ class RewardManagerBase:
         return Scored([s for s, _ in results], extra)
 
     def __call__(self, data, return_dict: bool = False):
+        scored: Scored | None = None
         if "rm_scores" in data.batch and not self.combine_rm_scores:
-            # A model reward model already scored the batch (upstream behaviour: pass it through).
-            rm = data.batch["rm_scores"]
-            return {"reward_tensor": rm, "reward_extra_info": {}, "reward_metrics": {}} if return_dict else rm
-        rows = decode_rows(data, self.tokenizer, self.reward_fn_key)
-        scored = self.score_rows(rows)
-        responses = data.batch["responses"]
-        reward = torch.zeros(responses.shape, dtype=torch.float32, device=responses.device)
-        for row, score in zip(rows, scored.scores):
-            reward[row.index, max(row.valid_response_length - 1, 0)] = score
-        if "rm_scores" in data.batch:
-            reward = reward + data.batch["rm_scores"].to(reward)
-        self._examine(rows, scored)
-        if return_dict:
-            return {
-                "reward_tensor": reward,
-                "reward_extra_info": scored.extra,
-                "reward_metrics": scored.metrics,
-            }
-        return reward
+            # A model reward model already scored the batch (upstream behaviour: no rule scoring).
+            reward = data.batch["rm_scores"].to(torch.float32).clone()
+        else:
+            rows = decode_rows(data, self.tokenizer, self.reward_fn_key)
+            scored = self.score_rows(rows)
+            responses = data.batch["responses"]
+            reward = torch.zeros(responses.shape, dtype=torch.float32, device=responses.device)
+            last = last_assistant_positions(data).tolist()
+            for row, score in zip(rows, scored.scores):
+                reward[row.index, last[row.index]] = score
+            if "rm_scores" in data.batch:
+                reward = reward + data.batch["rm_scores"].to(reward)
+            self._examine(rows, scored)
+        metrics = add_agent_rewards(data, reward, self.agent_weights)
+        if not return_dict:
+            return reward
+        return {
+            "reward_tensor": reward,
+            "reward_extra_info": scored.extra if scored is not None else {},
+            "reward_metrics": {**(scored.metrics if scored is not None else {}), **metrics},
+        }
 
     def _examine(self, rows: list[Row], scored: Scored) -> None:
         shown: dict[str, int] = defaultdict(int)

@@ -1,9 +1,11 @@
 """Generative judge: an LLM reads a prompt template filled with the question, the response and the
 reference answer, and its reply is parsed into a score.
 
-Backends: ``openai`` (any OpenAI-compatible ``/chat/completions`` endpoint over HTTP: vLLM, SGLang,
-TGI, a hosted API) or ``hf`` (a local causal LM through transformers, greedy decoding). The judge
-has the scorer signature, so it works as a manager's ``compute_score`` or inside one.
+Backends: ``openai`` (any OpenAI-compatible ``/chat/completions`` endpoint over HTTP: vLLM's
+``vllm serve``, SGLang, TGI, a hosted API, or verl-agent's ``ChatCompletionServer`` over a local
+model, which the tests use) or ``hf`` (a local causal LM through transformers, greedy decoding, on
+``device`` in ``dtype``). The judge has the scorer signature, so it works as a manager's
+``compute_score`` or inside one.
 
 Config (``reward.reward_kwargs.judge``; also read from ``reward.reward_model.judge`` if the schema has it)::
 
@@ -16,6 +18,8 @@ Config (``reward.reward_kwargs.judge``; also read from ``reward.reward_model.jud
     max_score: 10              # the judge's scale; the score is reply / max_score, in [0, 1]
     max_new_tokens: 64
     timeout: 60
+    device: null               # hf only: cpu | cuda | cuda:N (default cpu)
+    dtype: null                # hf only: float32 | bfloat16 | float16 (default float32)
     weight: 1.0                # combined score = rule score + weight * judge score
     combine_with_rule: true    # add the rule score when the data source has a rule scorer
 """
@@ -67,6 +71,8 @@ class GenerativeJudge:
         max_score: float = 10.0,
         max_new_tokens: int = 64,
         timeout: float = 60.0,
+        device: str | None = None,
+        dtype: str | None = None,
     ):
         if backend not in ("openai", "hf"):
             raise ValueError(f"judge backend must be 'openai' or 'hf', got {backend!r}")
@@ -74,6 +80,13 @@ class GenerativeJudge:
             raise ValueError("judge backend 'openai' needs url (e.g. http://127.0.0.1:8000/v1)")
         if not model:
             raise ValueError(f"judge backend {backend!r} needs model (the served name or a local path)")
+        if backend == "openai" and (device is not None or dtype is not None):
+            raise ValueError(
+                "judge options device/dtype place a local (backend 'hf') model; the 'openai' backend's server "
+                "decides its own; remove them"
+            )
+        self.device = device or "cpu"
+        self.dtype = dtype or "float32"
         self.backend, self.url, self.model = backend, url, model
         self.api_key_env = api_key_env
         self.template = prompt_template or DEFAULT_TEMPLATE
@@ -119,9 +132,12 @@ class GenerativeJudge:
 
         with self._hf_lock:
             if self._hf is None:
+                dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+                if self.dtype not in dtypes:
+                    raise ValueError(f"judge dtype {self.dtype!r}; known: {sorted(dtypes)}")
                 tok = AutoTokenizer.from_pretrained(self.model)
-                lm = AutoModelForCausalLM.from_pretrained(self.model, torch_dtype=torch.float32).eval()
-                self._hf = (tok, lm)
+                lm = AutoModelForCausalLM.from_pretrained(self.model, dtype=dtypes[self.dtype])
+                self._hf = (tok, lm.to(self.device).eval())
             tok, lm = self._hf
             if tok.chat_template:
                 text = tok.apply_chat_template(
@@ -129,7 +145,7 @@ class GenerativeJudge:
                 )
             else:
                 text = prompt
-            enc = tok(text, return_tensors="pt", add_special_tokens=False)
+            enc = tok(text, return_tensors="pt", add_special_tokens=False).to(self.device)
             with torch.no_grad():
                 out = lm.generate(
                     **enc,

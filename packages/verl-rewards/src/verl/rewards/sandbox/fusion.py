@@ -50,6 +50,13 @@ class SandboxFusionSandbox(Sandbox):
             for attempt in range(self.retries + 1):
                 try:
                     resp = requests.post(self.url, json=payload, timeout=timeout + 30)
+                    if 400 <= resp.status_code < 500:  # the request itself is wrong: retrying cannot help
+                        return RunResult(
+                            base.SANDBOX_ERROR,
+                            notes=[f"{self.url} refused the request ({resp.status_code}): {resp.text[:500]}"],
+                            wall_time=time.monotonic() - start,
+                            isolation="sandbox_fusion",
+                        )
                     resp.raise_for_status()
                     body = resp.json()
                 except (requests.RequestException, ValueError) as e:

@@ -5,11 +5,16 @@ Levels, strongest first (each also has the rlimits and, when we are root, runs a
 - ``bwrap``: bubblewrap with new user/pid/net/ipc/uts namespaces and a minimal read-only root
   (``/usr`` and friends, the interpreter) plus the writable work dir and a private ``/tmp``; the
   program cannot see or touch any other file, has no network and cannot see other processes.
-- ``namespaces``: ``unshare`` of user/pid/net/mount namespaces. No network, no view of other
-  processes, but the host filesystem is visible with the sandbox user's permissions (as ``nobody``
-  when we are root: world-readable files can be read, world-writable dirs such as /tmp written).
+- ``namespaces``: the same confinement built without bubblewrap, from util-linux alone: ``unshare``
+  of user/pid/net/mount/ipc/uts namespaces, then (`_NS_ROOT_SCRIPT`) a tmpfs root holding read-only
+  binds of ``/usr`` and friends and the interpreter's directories, the work dir at ``/sandbox``, a
+  private ``/tmp``, a fresh ``/proc`` and four device nodes; ``pivot_root`` into it and detach the
+  old root, so the host filesystem is not reachable at all; then ``setpriv`` empties the capability
+  bounding set and sets no_new_privs, so the program cannot mount, remount or chroot its way out.
 - ``rlimits``: resource limits and a process group only. The network is open and the filesystem is
-  as visible as above. Logged as a warning at start-up.
+  visible with the sandbox user's permissions. Never chosen by ``auto``: a program under test could
+  read a dataset's answers, so it must be asked for by name (``reward.sandbox.isolation=rlimits``),
+  and it is logged as a loud warning.
 
 Each level is probed by actually running the interpreter under it, so a kernel that forbids user
 namespaces (or a container without bwrap) falls back instead of failing every run.
@@ -27,8 +32,9 @@ from dataclasses import dataclass, field
 logger = logging.getLogger(__name__)
 
 LEVELS = ("bwrap", "namespaces", "rlimits")
+AUTO_LEVELS = ("bwrap", "namespaces")  # the levels that confine the filesystem
 NOBODY = 65534
-SANDBOX_DIR = "/sandbox"  # where the work dir appears inside bwrap
+SANDBOX_DIR = "/sandbox"  # where the work dir appears inside bwrap and the namespaces root
 
 
 @dataclass(frozen=True)
@@ -36,7 +42,7 @@ class Isolation:
     level: str
     python: str  # interpreter path as seen inside the sandbox
     uid: int | None  # uid to switch to (None: keep ours)
-    bind_dirs: tuple[str, ...] = field(default=())  # extra read-only dirs for bwrap
+    bind_dirs: tuple[str, ...] = field(default=())  # extra read-only dirs of the confined root
 
     def describe(self) -> str:
         who = f"uid {self.uid}" if self.uid is not None else f"uid {os.getuid()} (ours)"
@@ -58,8 +64,37 @@ def _interpreter_dirs(python: str) -> tuple[str, ...]:
     return tuple(sorted(dirs))
 
 
-def wrapper_argv(iso: Isolation, workdir: str) -> list[str]:
-    """The command prefix that puts a program into isolation level `iso` (before the rlimits)."""
+# Run by /bin/sh as root of the new user namespace (the sandbox user outside): build the minimal root
+# on "$1" (an empty dir of ours), bind the work dir "$2" at /sandbox and the read-only dirs "$3"
+# (colon-separated), pivot into it, detach the host's root, drop every capability, run "$@".
+_NS_ROOT_SCRIPT = r"""
+set -eu
+N="$1"; W="$2"; RO="$3"; shift 3
+P="$PATH"; PATH=/usr/sbin:/usr/bin:/sbin:/bin  # mount tools; the program gets its own PATH back
+mount -t tmpfs -o size=1m,mode=755,nosuid,nodev verl-sandbox "$N"
+ro_bind() { mkdir -p "$N$1"; mount --rbind "$1" "$N$1"; mount -o remount,bind,ro,nosuid,nodev "$N$1"; }
+for d in /usr /bin /sbin /lib /lib32 /lib64 /libx32; do
+  if [ -L "$d" ]; then ln -s "$(readlink "$d")" "$N$d"; elif [ -d "$d" ]; then ro_bind "$d"; fi
+done
+IFS=:; for d in $RO; do [ -n "$d" ] && ro_bind "$d"; done; unset IFS
+mkdir -p "$N/sandbox" "$N/tmp" "$N/proc" "$N/dev" "$N/.oldroot"
+mount --bind "$W" "$N/sandbox"
+mount -t tmpfs -o size=64m,mode=1777,nosuid,nodev verl-tmp "$N/tmp"
+mount -t proc -o nosuid,nodev,noexec proc "$N/proc"
+for x in null zero random urandom; do touch "$N/dev/$x"; mount --bind "/dev/$x" "$N/dev/$x"; done
+ln -s /proc/self/fd "$N/dev/fd"
+mount -o remount,bind,ro "$N"
+cd "$N"; pivot_root . .oldroot; umount -l /.oldroot; cd /sandbox
+PATH="$P"
+exec setpriv --bounding-set=-all --inh-caps=-all --no-new-privs -- "$@"
+"""
+
+
+def wrapper_argv(iso: Isolation, workdir: str, rootdir: str | None = None) -> list[str]:
+    """The command prefix that puts a program into isolation level `iso` (before the rlimits).
+
+    ``rootdir``: an empty directory the ``namespaces`` level mounts the program's root on.
+    """
     if iso.level == "bwrap":
         argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
         for top in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
@@ -73,15 +108,18 @@ def wrapper_argv(iso: Isolation, workdir: str) -> list[str]:
         argv += ["--bind", workdir, SANDBOX_DIR, "--chdir", SANDBOX_DIR, "--"]
         return argv
     if iso.level == "namespaces":
+        if rootdir is None:
+            raise ValueError("the namespaces level needs rootdir (an empty directory for the program's root)")
         return [
             "unshare", "--user", "--map-root-user", "--net", "--pid", "--fork", "--kill-child",
-            "--mount", "--mount-proc", "--ipc", "--uts", "--",
+            "--mount", "--propagation", "private", "--ipc", "--uts", "--",
+            "/bin/sh", "-c", _NS_ROOT_SCRIPT, "verl-sandbox", rootdir, workdir, ":".join(iso.bind_dirs),
         ]  # fmt: skip
     return []
 
 
-def _works(iso: Isolation, workdir: str) -> bool:
-    argv = wrapper_argv(iso, workdir) + ["prlimit", "--nproc=16", "--", iso.python, "-I", "-c", "print(6*7)"]
+def _works(iso: Isolation, workdir: str, rootdir: str) -> bool:
+    argv = wrapper_argv(iso, workdir, rootdir) + ["prlimit", "--nproc=16", "--", iso.python, "-I", "-c", "print(6*7)"]
     try:
         out = subprocess.run(
             argv,
@@ -105,7 +143,10 @@ def user_kwargs(uid: int | None) -> dict:
 
 
 def probe(level: str = "auto", python: str | None = None) -> Isolation:
-    """The strongest working isolation (or exactly `level`), logged; raises when `level` cannot work."""
+    """The strongest working isolation (or exactly `level`), logged; raises when `level` cannot work.
+
+    ``auto`` tries ``bwrap`` then ``namespaces`` and raises when neither works: ``rlimits`` leaves
+    the filesystem open to the program, so it is used only when asked for by name."""
     import tempfile
 
     if level != "auto" and level not in LEVELS:
@@ -115,10 +156,14 @@ def probe(level: str = "auto", python: str | None = None) -> Isolation:
     uid = NOBODY if os.getuid() == 0 else None
     system_python = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin") or "/usr/bin/python3"
     pythons = [python] if python else [sys.executable, system_python]
-    levels = LEVELS if level == "auto" else (level,)
+    levels = AUTO_LEVELS if level == "auto" else (level,)
     tried = []
-    with tempfile.TemporaryDirectory(prefix="verl-sbx-probe-") as wd:
+    with tempfile.TemporaryDirectory(prefix="verl-sbx-probe-") as private:
+        wd, root = os.path.join(private, "work"), os.path.join(private, "root")
+        os.mkdir(wd)
+        os.mkdir(root)
         if uid is not None:
+            os.chmod(private, 0o711)
             os.chown(wd, uid, uid)
         for lvl in levels:
             if lvl == "bwrap" and shutil.which("bwrap") is None:
@@ -128,13 +173,20 @@ def probe(level: str = "auto", python: str | None = None) -> Isolation:
                 tried.append("namespaces: no unshare tool")
                 continue
             for py in dict.fromkeys(pythons):
-                iso = Isolation(lvl, py, uid, _interpreter_dirs(py) if lvl == "bwrap" else ())
-                if _works(iso, wd):
+                iso = Isolation(lvl, py, uid, _interpreter_dirs(py) if lvl != "rlimits" else ())
+                if _works(iso, wd, root):
                     _announce(iso, tried)
                     return iso
                 tried.append(f"{lvl} with {py}: failed")
+    hint = (
+        " Install bubblewrap (apt-get install bubblewrap) or allow unprivileged user namespaces; or, knowing "
+        "that programs under test then see the network and every file their user can read, ask for "
+        "reward.sandbox.isolation=rlimits by name."
+        if level == "auto"
+        else ""
+    )
     raise RuntimeError(
-        f"no sandbox isolation level works here (asked for {level!r}); tried: {'; '.join(tried)}"
+        f"no sandbox isolation level works here (asked for {level!r}); tried: {'; '.join(tried)}.{hint}"
     )
 
 
@@ -143,10 +195,8 @@ def _announce(iso: Isolation, tried: list[str]) -> None:
     if iso.level == "bwrap":
         logger.info("local code sandbox isolation: %s", iso.describe())
     elif iso.level == "namespaces":
-        logger.warning(
-            "local code sandbox isolation: %s%s. No network and no view of other processes, but the program "
-            "can READ every file its user can read. Install bubblewrap (apt-get install bubblewrap) "
-            "for filesystem confinement.",
+        logger.info(
+            "local code sandbox isolation: %s%s: namespaces and a minimal read-only root built with util-linux",
             iso.describe(),
             why,
         )

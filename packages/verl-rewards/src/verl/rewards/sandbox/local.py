@@ -61,7 +61,8 @@ class LocalSandbox(Sandbox):
         max_file_mb: RLIMIT_FSIZE: the largest file (and stdout/stderr) a program may write, MiB.
         max_output_bytes: how much of stdout/stderr is returned.
         max_concurrent: runs allowed at once in this process (default: CPU count).
-        isolation: 'auto' (strongest that works), 'bwrap', 'namespaces' or 'rlimits'.
+        isolation: 'auto' (bwrap, else namespaces; both confine the filesystem), 'bwrap',
+            'namespaces' or 'rlimits' (no filesystem or network confinement: only by name).
         python: interpreter for programs (default: ours, else the system python3).
     """
 
@@ -121,19 +122,20 @@ class LocalSandbox(Sandbox):
         start = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="verl-sbx-") as private:
             # `private` holds stdin/stdout/stderr (passed as fds, never visible to the program);
-            # `work` is the program's own directory.
-            work = os.path.join(private, "work")
+            # `work` is the program's own directory; `root` where the namespaces level mounts its root.
+            work, root = os.path.join(private, "work"), os.path.join(private, "root")
             os.mkdir(work)
+            os.mkdir(root)
             with open(os.path.join(work, "main.py"), "w", encoding="utf-8") as f:
                 f.write(code)
             if iso.uid is not None:
                 os.chown(work, iso.uid, iso.uid)
                 os.chown(os.path.join(work, "main.py"), iso.uid, iso.uid)
                 os.chmod(private, 0o711)  # nobody must traverse to `work`, not list `private`
-            inside = SANDBOX_DIR if iso.level == "bwrap" else work
+            inside = work if iso.level == "rlimits" else SANDBOX_DIR
             env = dict(_ENV, HOME=inside, TMPDIR="/tmp")
             argv = (
-                wrapper_argv(iso, work)
+                wrapper_argv(iso, work, root)
                 + self._limits(timeout, memory_mb)
                 + [iso.python, "-I", "-B", "main.py"]
             )

@@ -76,6 +76,14 @@ def _any_rank_running(local_running: bool, group: dist.ProcessGroup | None) -> b
     return bool(flag.item())
 
 
+def _sample(probs: torch.Tensor, generator: torch.Generator | Sequence[torch.Generator] | None) -> torch.Tensor:
+    if generator is None or isinstance(generator, torch.Generator):
+        return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    if len(generator) != probs.shape[0]:
+        raise ValueError(f"{len(generator)} generators for a batch of {probs.shape[0]} rows")
+    return torch.cat([torch.multinomial(probs[i : i + 1], 1, generator=g) for i, g in enumerate(generator)]).squeeze(-1)
+
+
 @torch.no_grad()
 def generate_tokens(
     module: nn.Module,
@@ -86,10 +94,13 @@ def generate_tokens(
     eos_token_ids: Sequence[int],
     pad_token_id: int,
     calculate_log_probs: bool = False,
-    generator: torch.Generator | None = None,
+    generator: torch.Generator | Sequence[torch.Generator] | None = None,
     sync_group: dist.ProcessGroup | None = None,
 ) -> dict[str, torch.Tensor]:
     """Sample responses for left-padded prompts; returns the contract's tensors (see module doc).
+
+    ``generator``: one for the batch, or one per row (then a row's tokens do not depend on which
+    other rows share its batch, as for agent-loop requests batched as they arrive).
 
     ``input_ids``/``attention_mask``/``position_ids`` are [B, P]. Returned tensors are [B, R]
     (``responses``, ``response_mask``, optionally ``rollout_log_probs``) and [B, P + R]
@@ -117,7 +128,7 @@ def generate_tokens(
         logits = out.logits[:, -1, :].float() / params.temperature
         if params.do_sample:
             probs = torch.softmax(filter_logits(logits, params.top_k, params.top_p), dim=-1)
-            nxt = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+            nxt = _sample(probs, generator)
         else:
             nxt = logits.argmax(dim=-1)
         nxt = torch.where(running, nxt, torch.full_like(nxt, pad_token_id))
