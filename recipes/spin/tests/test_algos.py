@@ -37,7 +37,9 @@ def test_pair_labels_by_hand():
     adv, _ = compute_spin_pair_labels(scores, mask, index=uids, spin_mode="sft")
     assert adv[:, 0].tolist() == [1.0, -1.0, 1.0, -1.0, 1.0, -1.0]
     with pytest.raises(ValueError, match=r"rows 2 and 3 have different uids \('b', 'x'\)"):
-        compute_spin_pair_labels(scores, mask, index=np.array(["a", "a", "b", "x", "c", "c"], dtype=object), spin_mode="reward")
+        compute_spin_pair_labels(
+            scores, mask, index=np.array(["a", "a", "b", "x", "c", "c"], dtype=object), spin_mode="reward"
+        )
     with pytest.raises(ValueError, match="3 rows do not form"):
         compute_spin_pair_labels(scores[:3], mask[:3], spin_mode="reward")
     with pytest.raises(ValueError, match="spin_mode='best'"):
@@ -56,20 +58,26 @@ def _pair():
 
 def test_dpo_sigmoid_loss_two_sequences_by_hand():
     log_prob, ref, mask, labels = _pair()
-    loss, metrics = compute_policy_loss_dpo(ref, log_prob, labels, mask, config=Section(dpo_beta=0.1, dpo_loss_type="sigmoid"))
+    loss, metrics = compute_policy_loss_dpo(
+        ref, log_prob, labels, mask, config=Section(dpo_beta=0.1, dpo_loss_type="sigmoid")
+    )
     assert loss.item() == pytest.approx(math.log(1 + math.exp(-0.08)))  # -log sigmoid(0.1 * 0.8) = 0.653886
     loss.backward()
     g = 0.1 * _sigmoid(-0.08)  # beta * sigmoid(-beta h) = 0.048001
     assert log_prob.grad.flatten().tolist() == pytest.approx([-g, -g, g, 0.0])  # chosen up, rejected down
     assert metrics == pytest.approx({"actor/dpo_margin": 0.08, "actor/dpo_accuracy": 1.0})
     # the same rows with the preference the other way round: h = -0.8
-    swapped, _ = compute_policy_loss_dpo(ref, log_prob.detach(), -labels, mask, config=Section(dpo_beta=0.1, dpo_loss_type="sigmoid"))
+    swapped, _ = compute_policy_loss_dpo(
+        ref, log_prob.detach(), -labels, mask, config=Section(dpo_beta=0.1, dpo_loss_type="sigmoid")
+    )
     assert swapped.item() == pytest.approx(math.log(1 + math.exp(0.08)))  # 0.733886
 
 
 def test_dpo_ipo_loss_two_sequences_by_hand():
     log_prob, ref, mask, labels = _pair()
-    loss, _ = compute_policy_loss_dpo(ref, log_prob, labels, mask, config=Section(dpo_beta=0.1, dpo_loss_type="ipo"))
+    loss, _ = compute_policy_loss_dpo(
+        ref, log_prob, labels, mask, config=Section(dpo_beta=0.1, dpo_loss_type="ipo")
+    )
     assert loss.item() == pytest.approx((0.8 - 1 / (2 * 0.1)) ** 2)  # (0.8 - 5)^2 = 17.64
     loss.backward()
     assert log_prob.grad.flatten().tolist() == pytest.approx([-8.4, -8.4, 8.4, 0.0])  # 2 (h - 5) = -8.4
@@ -88,8 +96,17 @@ def test_a_tied_pair_trains_nothing_but_counts_and_micro_batches_sum_to_the_batc
     assert lp.grad[2:].abs().sum().item() == 0.0
     assert metrics["actor/dpo_accuracy"] == 1.0  # over the pairs with a preference
     info = GlobalBatchInfo.from_mask(mk)  # 4 sequences = 2 pairs over the whole batch
-    parts = [compute_policy_loss_dpo(rf[i:i + 2], lp.detach()[i:i + 2], lb[i:i + 2], mk[i:i + 2], config=cfg,
-                                     global_batch_info=info)[0] for i in (0, 2)]
+    parts = [
+        compute_policy_loss_dpo(
+            rf[i : i + 2],
+            lp.detach()[i : i + 2],
+            lb[i : i + 2],
+            mk[i : i + 2],
+            config=cfg,
+            global_batch_info=info,
+        )[0]
+        for i in (0, 2)
+    ]
     assert (parts[0] + parts[1]).item() == pytest.approx(loss.item())
 
 
@@ -98,10 +115,18 @@ def test_registered_and_refusals_name_the_problem():
     assert get_policy_loss_fn("dpo") is compute_policy_loss_dpo
     log_prob, ref, mask, labels = _pair()
     with pytest.raises(ValueError, match="dpo_loss_type='hinge'"):
-        compute_policy_loss_dpo(ref, log_prob, labels, mask, config=Section(dpo_beta=0.1, dpo_loss_type="hinge"))
+        compute_policy_loss_dpo(
+            ref, log_prob, labels, mask, config=Section(dpo_beta=0.1, dpo_loss_type="hinge")
+        )
     with pytest.raises(ValueError, match="rollout_is_weights"):
-        compute_policy_loss_dpo(ref, log_prob, labels, mask, config=Section(dpo_beta=0.1, dpo_loss_type="ipo"),
-                                rollout_is_weights=torch.ones(2, 2))
+        compute_policy_loss_dpo(
+            ref,
+            log_prob,
+            labels,
+            mask,
+            config=Section(dpo_beta=0.1, dpo_loss_type="ipo"),
+            rollout_is_weights=torch.ones(2, 2),
+        )
     from verl.trainer.config import load_config
 
     with pytest.raises(KeyError, match=r"actor_rollout_ref.actor.dpo_beta.*verl-spin"):

@@ -12,8 +12,11 @@ def _scored(scores: list[float], uids: list[str]) -> DataProto:
     tls = torch.zeros(n, 2)
     tls[:, 1] = torch.tensor(scores)
     return DataProto.from_dict(
-        tensors={"token_level_scores": tls, "response_mask": torch.ones(n, 2, dtype=torch.long),
-                 "responses": torch.arange(2 * n).reshape(n, 2)},
+        tensors={
+            "token_level_scores": tls,
+            "response_mask": torch.ones(n, 2, dtype=torch.long),
+            "responses": torch.arange(2 * n).reshape(n, 2),
+        },
         non_tensors={"uid": np.array(uids, dtype=object), "row": np.arange(n)},
     )
 
@@ -32,9 +35,13 @@ def test_reward_pairs_take_the_best_and_the_worst_answer_of_each_prompt():
 
 
 def test_field_value_follows_a_dotted_key():
-    batch = DataProto.from_dict(tensors={"x": torch.zeros(2, 1)}, non_tensors={
-        "reward_model": np.array([{"ground_truth": "7"}, {"ground_truth": "12"}], dtype=object),
-        "extra_info": np.array([{"answer": "3+4=7 #### 7"}, {}], dtype=object)})
+    batch = DataProto.from_dict(
+        tensors={"x": torch.zeros(2, 1)},
+        non_tensors={
+            "reward_model": np.array([{"ground_truth": "7"}, {"ground_truth": "12"}], dtype=object),
+            "extra_info": np.array([{"answer": "3+4=7 #### 7"}, {}], dtype=object),
+        },
+    )
     assert field_value(batch, "reward_model.ground_truth", 1) == "12"
     assert field_value(batch, "extra_info.answer", 0) == "3+4=7 #### 7"
     with pytest.raises(KeyError, match=r"row 1's extra_info has no 'answer'"):
@@ -67,7 +74,9 @@ def test_stop_tokens_are_the_rollouts(tmp_path, char_tok):
     build_tiny_qwen2(tmp_path, size="xs")  # generation config: eos 1 (<|endoftext|>)
     assert stop_token_ids(str(tmp_path), char_tok) == {1}
     gen = json.loads((tmp_path / "generation_config.json").read_text())
-    (tmp_path / "generation_config.json").write_text(json.dumps({**gen, "eos_token_id": [1, 3]}))  # as after SFT
+    (tmp_path / "generation_config.json").write_text(
+        json.dumps({**gen, "eos_token_id": [1, 3]})
+    )  # as after SFT
     assert stop_token_ids(str(tmp_path), char_tok) == {1, 3}
     (tmp_path / "generation_config.json").unlink()  # derived from config.json, as transformers does
     assert stop_token_ids(str(tmp_path), char_tok) == {1}
@@ -81,11 +90,19 @@ def _generated() -> DataProto:
     r_mask = torch.tensor([[1, 0], [1, 1]])
     pos = torch.tensor([[0, 0, 1, 2, 3], [0, 1, 2, 3, 4]])
     return DataProto.from_dict(
-        tensors={"prompts": prompts, "responses": responses, "response_mask": r_mask,
-                 "input_ids": torch.cat([prompts, responses], 1), "attention_mask": torch.cat([p_mask, r_mask], 1),
-                 "position_ids": pos, "rollout_log_probs": torch.full((2, 2), -1.0)},
-        non_tensors={"uid": np.array(["u0", "u1"], dtype=object),
-                     "reward_model": np.array([{"ground_truth": "x"}, {"ground_truth": "y"}], dtype=object)},
+        tensors={
+            "prompts": prompts,
+            "responses": responses,
+            "response_mask": r_mask,
+            "input_ids": torch.cat([prompts, responses], 1),
+            "attention_mask": torch.cat([p_mask, r_mask], 1),
+            "position_ids": pos,
+            "rollout_log_probs": torch.full((2, 2), -1.0),
+        },
+        non_tensors={
+            "uid": np.array(["u0", "u1"], dtype=object),
+            "reward_model": np.array([{"ground_truth": "x"}, {"ground_truth": "y"}], dtype=object),
+        },
         meta_info={"global_steps": 3},
     )
 
@@ -98,9 +115,19 @@ def test_sft_pairs_put_the_target_before_the_models_answer():
     assert b["response_mask"].tolist() == [[1, 1, 1], [1, 0, 0], [1, 0, 0], [1, 1, 0]]
     assert b["prompts"].tolist() == [[0, 11, 12], [0, 11, 12], [13, 14, 15], [13, 14, 15]]
     assert b["input_ids"][0].tolist() == [0, 11, 12, 31, 32, 33]
-    assert b["attention_mask"].tolist() == [[0, 1, 1, 1, 1, 1], [0, 1, 1, 1, 0, 0], [1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 0]]
+    assert b["attention_mask"].tolist() == [
+        [0, 1, 1, 1, 1, 1],
+        [0, 1, 1, 1, 0, 0],
+        [1, 1, 1, 1, 0, 0],
+        [1, 1, 1, 1, 1, 0],
+    ]
     # positions go on from the prompt's last one, through padding too (the rollout's convention)
-    assert b["position_ids"].tolist() == [[0, 0, 1, 2, 3, 4], [0, 0, 1, 2, 3, 4], [0, 1, 2, 3, 4, 5], [0, 1, 2, 3, 4, 5]]
+    assert b["position_ids"].tolist() == [
+        [0, 0, 1, 2, 3, 4],
+        [0, 0, 1, 2, 3, 4],
+        [0, 1, 2, 3, 4, 5],
+        [0, 1, 2, 3, 4, 5],
+    ]
     assert "rollout_log_probs" not in b.keys()  # a target was never sampled
     assert out.non_tensor_batch["uid"].tolist() == ["u0", "u0", "u1", "u1"]
     assert out.meta_info == {"global_steps": 3}

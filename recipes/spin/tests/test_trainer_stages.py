@@ -34,10 +34,16 @@ class ScriptedWorkers:
             mask[i, : len(toks)] = 1
         prompts = gen.batch["input_ids"]
         pos = torch.arange(P + R).expand(n, -1).clone()
-        return DataProto.from_dict(tensors={
-            "prompts": prompts, "responses": responses, "response_mask": mask,
-            "input_ids": torch.cat([prompts, responses], 1),
-            "attention_mask": torch.cat([gen.batch["attention_mask"], mask], 1), "position_ids": pos})
+        return DataProto.from_dict(
+            tensors={
+                "prompts": prompts,
+                "responses": responses,
+                "response_mask": mask,
+                "input_ids": torch.cat([prompts, responses], 1),
+                "attention_mask": torch.cat([gen.batch["attention_mask"], mask], 1),
+                "position_ids": pos,
+            }
+        )
 
     def compute_log_prob(self, data: DataProto) -> DataProto:
         return DataProto.from_dict(tensors={"old_log_probs": -1.0 * data.batch["response_mask"].float()})
@@ -75,8 +81,11 @@ def _reward_fn(data: DataProto, return_dict=True):
 
 def _trainer(script, *overrides) -> tuple[RaySPINTrainer, ScriptedWorkers]:
     t = RaySPINTrainer.__new__(RaySPINTrainer)  # no workers, no data loaders: only what a step needs
-    t.config = load_spin_config(with_default_config(  # the CPU default, sized for two prompts
-        ["data.train_batch_size=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2", *overrides]))
+    t.config = load_spin_config(
+        with_default_config(  # the CPU default, sized for two prompts
+            ["data.train_batch_size=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2", *overrides]
+        )
+    )
     t.global_steps = 1
     t.tokenizer = CharTokens()
     t._stop_ids = {9}  # the scripted model's end of turn (read from the model's files in a real run)
@@ -90,18 +99,28 @@ def _trainer(script, *overrides) -> tuple[RaySPINTrainer, ScriptedWorkers]:
 def _prompts(truths: list[list[int]]) -> DataProto:
     n = len(truths)
     return DataProto.from_dict(
-        tensors={"input_ids": torch.full((n, P), 7), "attention_mask": torch.ones(n, P, dtype=torch.long),
-                 "position_ids": torch.arange(P).expand(n, -1).clone()},
-        non_tensors={"reward_model": np.array([{"ground_truth": t} for t in truths], dtype=object),
-                     "raw_prompt": np.array([[{"role": "user", "content": "1+1="}]] * n, dtype=object)},
+        tensors={
+            "input_ids": torch.full((n, P), 7),
+            "attention_mask": torch.ones(n, P, dtype=torch.long),
+            "position_ids": torch.arange(P).expand(n, -1).clone(),
+        },
+        non_tensors={
+            "reward_model": np.array([{"ground_truth": t} for t in truths], dtype=object),
+            "raw_prompt": np.array([[{"role": "user", "content": "1+1="}]] * n, dtype=object),
+        },
     )
 
 
 def test_reward_mode_step_trains_best_against_worst_with_the_reference_as_anchor():
     # n=3 answers per prompt: script cycles [12], [11], [12]; prompt 0 wants [12] (2 right, 1 wrong),
     # prompt 1 wants [13] (all wrong: no preference)
-    t, wg = _trainer([[12], [11], [12]], "actor_rollout_ref.rollout.n=3", "algorithm.spin_mode=reward",
-                     "trainer.ref_update_freq=2", "trainer.balance_batch=false")
+    t, wg = _trainer(
+        [[12], [11], [12]],
+        "actor_rollout_ref.rollout.n=3",
+        "algorithm.spin_mode=reward",
+        "trainer.ref_update_freq=2",
+        "trainer.balance_batch=false",
+    )
     metrics: dict = {}
     out = t._train_step(_prompts([[12], [13]]), metrics, {})
     assert wg.calls == ["generate"]  # step 1 is not a multiple of ref_update_freq=2
@@ -122,13 +141,23 @@ def test_reward_mode_step_trains_best_against_worst_with_the_reference_as_anchor
 
 def test_sft_mode_step_pairs_the_target_with_the_models_answer():
     # n=1: the model answers [11] to both; the targets are "2" -> [12, 9] and "13" -> [11, 13, 9]
-    t, wg = _trainer([[11]], "actor_rollout_ref.rollout.n=1", "algorithm.spin_mode=sft", "trainer.ref_update_freq=1",
-                     "trainer.balance_batch=false", "actor_rollout_ref.rollout.response_length=4")
+    t, wg = _trainer(
+        [[11]],
+        "actor_rollout_ref.rollout.n=1",
+        "algorithm.spin_mode=sft",
+        "trainer.ref_update_freq=1",
+        "trainer.balance_batch=false",
+        "actor_rollout_ref.rollout.response_length=4",
+    )
     metrics: dict = {}
     batch = _prompts([[12, 9], [11, 13, 9]])
-    batch.non_tensor_batch["reward_model"] = np.array([{"ground_truth": "2"}, {"ground_truth": "13"}], dtype=object)
-    t.reward_fn = lambda data, return_dict=True: {"reward_tensor": torch.zeros(data.batch["responses"].shape),
-                                                  "reward_extra_info": {}}
+    batch.non_tensor_batch["reward_model"] = np.array(
+        [{"ground_truth": "2"}, {"ground_truth": "13"}], dtype=object
+    )
+    t.reward_fn = lambda data, return_dict=True: {
+        "reward_tensor": torch.zeros(data.batch["responses"].shape),
+        "reward_extra_info": {},
+    }
     out = t._train_step(batch, metrics, {})
     assert wg.calls == ["refresh", "generate"]
     assert out.batch["responses"].tolist() == [[12, 9, 0], [11, 0, 0], [11, 13, 9], [11, 0, 0]]

@@ -92,8 +92,17 @@ def test_sppo_loss_over_micro_batches_sums_to_the_whole_batch():
     mask = torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1], [1, 1, 0]], dtype=torch.float32)
     whole, _ = compute_policy_loss_sppo(old, log_prob, adv, mask, config=Eta(1.0))
     info = GlobalBatchInfo.from_mask(mask)
-    parts = [compute_policy_loss_sppo(old[i:i + 2], log_prob[i:i + 2], adv[i:i + 2], mask[i:i + 2],
-                                      config=Eta(1.0), global_batch_info=info)[0] for i in (0, 2)]
+    parts = [
+        compute_policy_loss_sppo(
+            old[i : i + 2],
+            log_prob[i : i + 2],
+            adv[i : i + 2],
+            mask[i : i + 2],
+            config=Eta(1.0),
+            global_batch_info=info,
+        )[0]
+        for i in (0, 2)
+    ]
     assert (parts[0] + parts[1]).item() == pytest.approx(whole.item())
 
 

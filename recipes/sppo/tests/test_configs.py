@@ -17,9 +17,23 @@ def test_paper_config_holds_upstreams_setting_and_validates():
     c = _paper("trainer.device=cpu")  # the GPU is the only piece missing here
     a, r = c.actor_rollout_ref.actor, c.actor_rollout_ref.rollout
     assert c.actor_rollout_ref.model.path == "Qwen/Qwen2.5-7B-Instruct"
-    assert (c.data.train_batch_size, c.data.max_prompt_length, c.data.max_response_length) == (1024, 1024, 512)
-    assert (a.ppo_mini_batch_size, a.ppo_micro_batch_size_per_gpu, a.optim.lr, a.optim.lr_warmup_steps) == (256, 4, 1e-6, 15)
-    assert (c.algorithm.adv_estimator, a.policy_loss.loss_mode, c.algorithm.sppo_eta, a.sppo_eta) == ("sppo", "sppo", 1.0, 1.0)
+    assert (c.data.train_batch_size, c.data.max_prompt_length, c.data.max_response_length) == (
+        1024,
+        1024,
+        512,
+    )
+    assert (a.ppo_mini_batch_size, a.ppo_micro_batch_size_per_gpu, a.optim.lr, a.optim.lr_warmup_steps) == (
+        256,
+        4,
+        1e-6,
+        15,
+    )
+    assert (c.algorithm.adv_estimator, a.policy_loss.loss_mode, c.algorithm.sppo_eta, a.sppo_eta) == (
+        "sppo",
+        "sppo",
+        1.0,
+        1.0,
+    )
     assert not a.use_kl_loss and not c.algorithm.use_kl_in_reward and r.n == 5
     assert (c.trainer.n_gpus_per_node, c.trainer.total_epochs, c.trainer.test_freq) == (4, 20, 1)
     validate_sppo_config(c)
@@ -32,7 +46,10 @@ def test_no_config_flag_means_the_cpu_default():
     c = load_sppo_config(argv)
     assert c.trainer.device == "cpu" and c.trainer.total_training_steps == 2
     assert c.actor_rollout_ref.model.path is None and c.data.train_files is None  # assets are built
-    assert (c.algorithm.adv_estimator, c.actor_rollout_ref.actor.policy_loss.loss_mode) == ("sppo_win_rate", "sppo")
+    assert (c.algorithm.adv_estimator, c.actor_rollout_ref.actor.policy_loss.loss_mode) == (
+        "sppo_win_rate",
+        "sppo",
+    )
     assert not sppo_problems(c)
 
 
@@ -50,12 +67,25 @@ def test_the_recipe_adds_two_typed_keys_and_core_does_not_know_them():
 
 
 def test_validation_names_every_sppo_problem_with_cores():
-    c = load_sppo_config([*PATHS, "algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.policy_loss.loss_mode=vanilla",
-                          "actor_rollout_ref.rollout.n=1", "algorithm.sppo_eta=0", "data.train_batch_size=0"])
+    c = load_sppo_config(
+        [
+            *PATHS,
+            "algorithm.adv_estimator=grpo",
+            "actor_rollout_ref.actor.policy_loss.loss_mode=vanilla",
+            "actor_rollout_ref.rollout.n=1",
+            "algorithm.sppo_eta=0",
+            "data.train_batch_size=0",
+        ]
+    )
     with pytest.raises(ConfigError) as e:
         validate_sppo_config(c)
     text = str(e.value)
-    for part in ("algorithm.adv_estimator='grpo'", "loss_mode='vanilla'", "rollout.n=1: SPPO compares",
-                 "algorithm.sppo_eta=0.0 must be > 0", "actor_rollout_ref.actor.sppo_eta=0.0 must be > 0",
-                 "data.train_batch_size=0 must be a positive integer"):  # the last one is core's
+    for part in (
+        "algorithm.adv_estimator='grpo'",
+        "loss_mode='vanilla'",
+        "rollout.n=1: SPPO compares",
+        "algorithm.sppo_eta=0.0 must be > 0",
+        "actor_rollout_ref.actor.sppo_eta=0.0 must be > 0",
+        "data.train_batch_size=0 must be a positive integer",
+    ):  # the last one is core's
         assert part in text, part

@@ -16,10 +16,16 @@ def test_cpu_default_runs_end_to_end(ray_cluster, tmp_path, monkeypatch):
 
     monkeypatch.setattr(main_sppo, "WARM_START_STEPS", 4)
     out = tmp_path / "run"
-    metrics = main_sppo.train([
-        "trainer.total_training_steps=2", f"trainer.default_local_dir={out}", "trainer.test_freq=2",
-        "trainer.val_before_train=false", "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-    ])
+    metrics = main_sppo.train(
+        [
+            "trainer.total_training_steps=2",
+            f"trainer.default_local_dir={out}",
+            "trainer.test_freq=2",
+            "trainer.val_before_train=false",
+            "data.train_batch_size=4",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        ]
+    )
     assert metrics["training/global_step"] == 2
     # the SPPO loss ran in the workers (its metrics) on the win-rate targets of 4 prompts x 8 answers
     assert {"actor/log_ratio_mean", "actor/preference_mean", "actor/pg_loss"} <= metrics.keys()

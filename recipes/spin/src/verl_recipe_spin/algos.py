@@ -28,7 +28,13 @@ import torch
 import torch.nn.functional as F
 from verl.trainer.ppo.core_algos import GlobalBatchInfo, register_adv_est, register_policy_loss
 
-__all__ = ["DPO_LOSS_TYPES", "SPIN_MODES", "compute_policy_loss_dpo", "compute_spin_pair_labels", "dpo_pair_losses"]
+__all__ = [
+    "DPO_LOSS_TYPES",
+    "SPIN_MODES",
+    "compute_policy_loss_dpo",
+    "compute_spin_pair_labels",
+    "dpo_pair_losses",
+]
 
 DPO_LOSS_TYPES = ("sigmoid", "ipo")
 SPIN_MODES = ("reward", "sft")
@@ -47,7 +53,9 @@ def _param(config: Any, key: str, where: str, user: str) -> Any:
 
 def _check_pairs(rows: int, what: str) -> None:
     if rows % 2:
-        raise ValueError(f"{what}: {rows} rows do not form (chosen, rejected) pairs; rows 2i and 2i+1 are a pair")
+        raise ValueError(
+            f"{what}: {rows} rows do not form (chosen, rejected) pairs; rows 2i and 2i+1 are a pair"
+        )
 
 
 def _row_means(values: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
@@ -69,14 +77,18 @@ def compute_spin_pair_labels(
     ``spin_mode`` (or ``config.spin_mode``): ``reward`` compares the pair's summed rewards, ``sft``
     prefers the first row of every pair. ``index`` (the uids) must pair rows ``2i`` and ``2i + 1``.
     """
-    mode = spin_mode if spin_mode is not None else _param(config, "spin_mode", "algorithm", "estimator 'spin'")
+    mode = (
+        spin_mode if spin_mode is not None else _param(config, "spin_mode", "algorithm", "estimator 'spin'")
+    )
     if mode not in SPIN_MODES:
         raise ValueError(f"spin_mode={mode!r} is not one of: {', '.join(SPIN_MODES)}")
     rows = token_level_rewards.shape[0]
     _check_pairs(rows, "estimator 'spin'")
     if index is not None:
         if len(index) != rows:
-            raise ValueError(f"estimator 'spin': index has {len(index)} entries but the batch has {rows} rows")
+            raise ValueError(
+                f"estimator 'spin': index has {len(index)} entries but the batch has {rows} rows"
+            )
         apart = [i for i in range(0, rows, 2) if index[i] != index[i + 1]]
         if apart:
             raise ValueError(
@@ -130,7 +142,9 @@ def compute_policy_loss_dpo(
             f"advantages {tuple(advantages.shape)}, response_mask {tuple(response_mask.shape)} must share one shape"
         )
     if rollout_is_weights is not None:
-        raise ValueError("policy loss 'dpo' compares the policy with a reference; rollout_is_weights do not apply")
+        raise ValueError(
+            "policy loss 'dpo' compares the policy with a reference; rollout_is_weights do not apply"
+        )
     _check_pairs(log_prob.shape[0], "policy loss 'dpo'")
     beta = float(_param(config, "dpo_beta", "actor_rollout_ref.actor", "policy loss 'dpo'"))
     loss_type = str(_param(config, "dpo_loss_type", "actor_rollout_ref.actor", "policy loss 'dpo'"))

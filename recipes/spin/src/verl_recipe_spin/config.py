@@ -78,28 +78,51 @@ def spin_problems(cfg: DictConfig) -> list[str]:
     problems: list[str] = []
     algo, actor, rollout = cfg.algorithm, cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.rollout
     if algo.adv_estimator != "spin":
-        problems.append(f"algorithm.adv_estimator={algo.adv_estimator!r}: SPIN labels its pairs with the spin estimator; set it to spin")
+        problems.append(
+            f"algorithm.adv_estimator={algo.adv_estimator!r}: SPIN labels its pairs with the spin "
+            "estimator; set it to spin"
+        )
     if actor.policy_loss.loss_mode != "dpo":
-        problems.append(f"actor_rollout_ref.actor.policy_loss.loss_mode={actor.policy_loss.loss_mode!r}: SPIN trains with the DPO loss; set it to dpo")
+        problems.append(
+            f"actor_rollout_ref.actor.policy_loss.loss_mode={actor.policy_loss.loss_mode!r}: SPIN trains "
+            "with the DPO loss; set it to dpo"
+        )
     for where, section in (("algorithm", algo), ("actor_rollout_ref.actor", actor)):
         if not float(section.dpo_beta) > 0:
             problems.append(f"{where}.dpo_beta={section.dpo_beta} must be > 0")
         if section.dpo_loss_type not in DPO_LOSS_TYPES:
-            problems.append(f"{where}.dpo_loss_type={section.dpo_loss_type!r} is not one of: {', '.join(DPO_LOSS_TYPES)}")
+            problems.append(
+                f"{where}.dpo_loss_type={section.dpo_loss_type!r} is not one of: {', '.join(DPO_LOSS_TYPES)}"
+            )
     n = int(rollout.n)
     if algo.spin_mode not in SPIN_MODES:
         problems.append(f"algorithm.spin_mode={algo.spin_mode!r} is not one of: {', '.join(SPIN_MODES)}")
     elif algo.spin_mode == "reward" and n < 2:
-        problems.append(f"algorithm.spin_mode=reward picks the best and worst of rollout.n answers; actor_rollout_ref.rollout.n={n} must be >= 2")
+        problems.append(
+            "algorithm.spin_mode=reward picks the best and worst of rollout.n answers; "
+            f"actor_rollout_ref.rollout.n={n} must be >= 2"
+        )
     elif algo.spin_mode == "sft":
         if n != 1:
-            problems.append(f"algorithm.spin_mode=sft pairs the target with one own answer; set actor_rollout_ref.rollout.n=1 (got {n})")
+            problems.append(
+                "algorithm.spin_mode=sft pairs the target with one own answer; "
+                f"set actor_rollout_ref.rollout.n=1 (got {n})"
+            )
         if actor.use_rollout_log_probs:
-            problems.append("algorithm.spin_mode=sft: the target rows were not sampled, so they have no rollout log-probs; set actor_rollout_ref.actor.use_rollout_log_probs=false")
+            problems.append(
+                "algorithm.spin_mode=sft: the target rows were not sampled, so they have no rollout "
+                "log-probs; set actor_rollout_ref.actor.use_rollout_log_probs=false"
+            )
     if cfg.trainer.balance_batch:
-        problems.append("trainer.balance_batch=true reorders rows across workers, which separates SPIN's (chosen, rejected) pairs; set it to false")
+        problems.append(
+            "trainer.balance_batch=true reorders rows across workers, which separates SPIN's "
+            "(chosen, rejected) pairs; set it to false"
+        )
     if algo.use_kl_in_reward:
-        problems.append("algorithm.use_kl_in_reward=true: SPIN's pairs come from the rule reward and the KL is the DPO loss's own; set it to false")
+        problems.append(
+            "algorithm.use_kl_in_reward=true: SPIN's pairs come from the rule reward and the KL is the "
+            "DPO loss's own; set it to false"
+        )
     if cfg.critic.enable:
         problems.append("critic.enable=true: SPIN has no value model; set critic.enable=false (or null)")
     problems += _pair_size_problems(cfg)
@@ -111,16 +134,23 @@ def _pair_size_problems(cfg: DictConfig) -> list[str]:
     problems: list[str] = []
     ws = world_size(cfg)
     actor = cfg.actor_rollout_ref.actor
-    for key, prompts in (("data.train_batch_size", cfg.data.train_batch_size), ("actor_rollout_ref.actor.ppo_mini_batch_size", actor.ppo_mini_batch_size)):
+    for key, prompts in (
+        ("data.train_batch_size", cfg.data.train_batch_size),
+        ("actor_rollout_ref.actor.ppo_mini_batch_size", actor.ppo_mini_batch_size),
+    ):
         if int(prompts) % ws:
-            problems.append(f"{key}={prompts} prompts: every one of the {ws} workers must get whole (chosen, rejected) pairs; use a multiple of {ws}")
+            problems.append(
+                f"{key}={prompts} prompts: every one of the {ws} workers must get whole (chosen, rejected) "
+                f"pairs; use a multiple of {ws}"
+            )
     micro = actor.ppo_micro_batch_size_per_gpu
     if not actor.use_dynamic_bsz and micro is not None and int(actor.ppo_mini_batch_size) % ws == 0:
         rows = 2 * int(actor.ppo_mini_batch_size) // ws
         if int(micro) % 2 or rows % int(micro):
             problems.append(
-                f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro}: a mini-batch is {actor.ppo_mini_batch_size} pairs = "
-                f"{rows} rows per worker; the micro-batch must be an even divisor of {rows} (whole pairs)"
+                f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro}: a mini-batch is "
+                f"{actor.ppo_mini_batch_size} pairs = {rows} rows per worker; the micro-batch must be an even "
+                f"divisor of {rows} (whole pairs)"
             )
     return problems
 

@@ -56,12 +56,16 @@ def field_value(batch: DataProto, key: str, row: int) -> Any:
     """Row ``row``'s value of a dotted non-tensor field, e.g. ``reward_model.ground_truth``."""
     column, *path = key.split(".")
     if column not in batch.non_tensor_batch:
-        raise KeyError(f"algorithm.spin_target_key={key!r}: the batch has no field {column!r} "
-                       f"(fields: {sorted(batch.non_tensor_batch)})")
+        raise KeyError(
+            f"algorithm.spin_target_key={key!r}: the batch has no field {column!r} "
+            f"(fields: {sorted(batch.non_tensor_batch)})"
+        )
     value = batch.non_tensor_batch[column][row]
     for part in path:
         if not isinstance(value, dict) or part not in value:
-            raise KeyError(f"algorithm.spin_target_key={key!r}: row {row}'s {column} has no {part!r} ({value!r})")
+            raise KeyError(
+                f"algorithm.spin_target_key={key!r}: row {row}'s {column} has no {part!r} ({value!r})"
+            )
         value = value[part]
     return value
 
@@ -77,7 +81,9 @@ def target_token_ids(
     kwargs = dict(chat_kwargs or {})
 
     def encode(conversation: list[dict], generation_prompt: bool) -> list[int]:
-        text = tokenizer.apply_chat_template(conversation, add_generation_prompt=generation_prompt, tokenize=False, **kwargs)
+        text = tokenizer.apply_chat_template(
+            conversation, add_generation_prompt=generation_prompt, tokenize=False, **kwargs
+        )
         return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
     prompt = encode(list(messages), True)
@@ -87,7 +93,7 @@ def target_token_ids(
             "the chat template does not render a reply as a continuation of the generation prompt, so the "
             f"target {target!r} cannot be placed after the prompt {messages!r}"
         )
-    reply = full[len(prompt):]
+    reply = full[len(prompt) :]
     stops = [i for i, t in enumerate(reply) if t in stop_ids]
     return reply[: stops[0] + 1] if stops else reply
 
@@ -100,7 +106,9 @@ def stop_token_ids(model_path: str, tokenizer: Any, trust_remote_code: bool = Fa
     try:
         generation = GenerationConfig.from_pretrained(model_path, trust_remote_code=trust_remote_code)
     except OSError:  # no generation_config.json: transformers derives it from the model config, as here
-        generation = GenerationConfig.from_model_config(AutoConfig.from_pretrained(model_path, trust_remote_code=trust_remote_code))
+        generation = GenerationConfig.from_model_config(
+            AutoConfig.from_pretrained(model_path, trust_remote_code=trust_remote_code)
+        )
     eos = generation.eos_token_id
     ids = {int(e) for e in (eos if isinstance(eos, list | tuple) else [eos]) if e is not None}
     if tokenizer.eos_token_id is not None:
@@ -121,7 +129,9 @@ def pad_responses(tensors: dict[str, torch.Tensor], width: int, pad_token_id: in
         return out
     for key, fill in _RESPONSE_FILL.items():
         if key in out:
-            out[key] = torch.nn.functional.pad(out[key], (0, extra), value=pad_token_id if fill is None else fill)
+            out[key] = torch.nn.functional.pad(
+                out[key], (0, extra), value=pad_token_id if fill is None else fill
+            )
     out["input_ids"] = torch.nn.functional.pad(out["input_ids"], (0, extra), value=pad_token_id)
     out["attention_mask"] = torch.nn.functional.pad(out["attention_mask"], (0, extra), value=0)
     last = out["position_ids"][:, -1:]
@@ -138,8 +148,10 @@ def sft_pairs(batch: DataProto, targets: list[list[int]], pad_token_id: int, max
     generation would be. Returns 2N rows: the target rows (even) and the generated rows (odd) share
     the prompt and every non-tensor field. ``rollout_log_probs`` are dropped (a target was not sampled).
     """
-    gen = {k: batch.batch[k] for k in ("prompts", "responses", "response_mask", "input_ids", "attention_mask",
-                                       "position_ids")}
+    gen = {
+        k: batch.batch[k]
+        for k in ("prompts", "responses", "response_mask", "input_ids", "attention_mask", "position_ids")
+    }
     n, p = gen["prompts"].shape
     if len(targets) != n:
         raise ValueError(f"{len(targets)} targets for {n} generated rows")
@@ -160,7 +172,9 @@ def sft_pairs(batch: DataProto, targets: list[list[int]], pad_token_id: int, max
         "response_mask": response_mask,
         "input_ids": torch.cat([gen["prompts"], responses], dim=1),
         "attention_mask": torch.cat([gen["attention_mask"][:, :p], response_mask], dim=1),
-        "position_ids": torch.cat([gen["position_ids"][:, :p], last + torch.arange(1, width + 1, dtype=last.dtype)], 1),
+        "position_ids": torch.cat(
+            [gen["position_ids"][:, :p], last + torch.arange(1, width + 1, dtype=last.dtype)], 1
+        ),
     }
     tensors = {k: torch.stack([target[k], gen[k]], dim=1).reshape(2 * n, *gen[k].shape[1:]) for k in gen}
     non_tensors = {k: np.repeat(v, 2, axis=0) for k, v in batch.non_tensor_batch.items()}

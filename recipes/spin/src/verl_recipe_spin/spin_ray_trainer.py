@@ -54,7 +54,12 @@ class RaySPINTrainer(RayPPOTrainer):
         metrics["spin/ref_refreshed"] = float(refresh)
         batch = super()._stage_generate(batch, metrics)
         if self.config.algorithm.spin_mode == "sft":
-            batch = sft_pairs(batch, self._targets(batch), self._pad_token_id(), int(self.config.actor_rollout_ref.rollout.response_length))
+            batch = sft_pairs(
+                batch,
+                self._targets(batch),
+                self._pad_token_id(),
+                int(self.config.actor_rollout_ref.rollout.response_length),
+            )
         return batch
 
     def _stage_filter(self, batch: DataProto, metrics: dict) -> DataProto:
@@ -72,7 +77,9 @@ class RaySPINTrainer(RayPPOTrainer):
         tensors = {key: batch.batch[key] for key in batch.batch.keys()}
         tensors["old_log_probs"] = batch.batch["ref_log_prob"]  # the DPO loss compares with the reference
         update = DataProto.from_dict(
-            tensors=tensors, non_tensors=dict(batch.non_tensor_batch), meta_info={**batch.meta_info, "rows_per_prompt": 2}
+            tensors=tensors,
+            non_tensors=dict(batch.non_tensor_batch),
+            meta_info={**batch.meta_info, "rows_per_prompt": 2},
         )
         super()._stage_update_actor(update, metrics)
         return batch
@@ -98,7 +105,9 @@ class RaySPINTrainer(RayPPOTrainer):
         chat_kwargs = dict(self.config.data.apply_chat_template_kwargs)
         prompts = batch.non_tensor_batch["raw_prompt"]
         return [
-            target_token_ids(self.tokenizer, list(prompts[i]), field_value(batch, key, i), self._stop_ids, chat_kwargs)
+            target_token_ids(
+                self.tokenizer, list(prompts[i]), field_value(batch, key, i), self._stop_ids, chat_kwargs
+            )
             for i in range(len(batch))
         ]
 

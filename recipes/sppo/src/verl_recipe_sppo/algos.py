@@ -35,7 +35,12 @@ from verl.trainer.ppo.core_algos import (
     register_policy_loss,
 )
 
-__all__ = ["compute_policy_loss_sppo", "compute_sppo_advantage", "compute_sppo_win_rate_advantage", "softmean"]
+__all__ = [
+    "compute_policy_loss_sppo",
+    "compute_sppo_advantage",
+    "compute_sppo_win_rate_advantage",
+    "softmean",
+]
 
 
 def softmean(x: torch.Tensor, beta: float) -> torch.Tensor:
@@ -89,7 +94,11 @@ def compute_sppo_advantage(
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``A_i = r_i - softmean_beta(rewards of i's group)``, ``beta = sppo_eta`` (or ``config.sppo_eta``)."""
-    beta = float(sppo_eta) if sppo_eta is not None else _param(config, "sppo_eta", "algorithm", "estimator 'sppo'")
+    beta = (
+        float(sppo_eta)
+        if sppo_eta is not None
+        else _param(config, "sppo_eta", "algorithm", "estimator 'sppo'")
+    )
     scores = _scores(token_level_rewards, response_mask)
     adv = torch.zeros_like(scores)
     for rows in _groups(index, len(scores), "sppo"):
@@ -113,9 +122,9 @@ def compute_sppo_win_rate_advantage(
         if len(rows) < 2:
             continue
         group = scores[rows]
-        wins = (group[:, None] > group[None, :]).to(scores.dtype) + 0.5 * (group[:, None] == group[None, :]).to(
-            scores.dtype
-        )
+        wins = (group[:, None] > group[None, :]).to(scores.dtype) + 0.5 * (
+            group[:, None] == group[None, :]
+        ).to(scores.dtype)
         # the diagonal (each answer against itself) is a tie worth 1/2: take it out of the mean
         adv[rows] = (wins.sum(dim=1) - 0.5) / (len(rows) - 1) - 0.5
     return _on_tokens(adv, response_mask)
@@ -156,7 +165,9 @@ def compute_policy_loss_sppo(
     if rollout_is_weights is not None:
         seq_loss = seq_loss * (rollout_is_weights.detach() * mask).sum(dim=-1) / lengths
     # spread each sequence's loss over its tokens so agg_loss applies the (global) sequence count
-    loss = agg_loss(seq_loss.unsqueeze(-1).expand_as(mask), response_mask, "seq-mean-token-mean", global_batch_info)
+    loss = agg_loss(
+        seq_loss.unsqueeze(-1).expand_as(mask), response_mask, "seq-mean-token-mean", global_batch_info
+    )
     rows = mask.sum(dim=-1) > 0
     metrics = {
         "actor/pg_clipfrac": 0.0,

@@ -71,7 +71,10 @@ def sppo_problems(cfg: DictConfig) -> list[str]:
             f"actor_rollout_ref.actor.policy_loss.loss_mode={actor.policy_loss.loss_mode!r}: SPPO trains with "
             "its squared log-ratio loss; set it to sppo"
         )
-    for key, value in (("algorithm.sppo_eta", algo.sppo_eta), ("actor_rollout_ref.actor.sppo_eta", actor.sppo_eta)):
+    for key, value in (
+        ("algorithm.sppo_eta", algo.sppo_eta),
+        ("actor_rollout_ref.actor.sppo_eta", actor.sppo_eta),
+    ):
         if not float(value) > 0:
             problems.append(f"{key}={value} must be > 0")
     n = int(cfg.actor_rollout_ref.rollout.n)
@@ -94,4 +97,3 @@ def validate_sppo_config(cfg: DictConfig) -> None:
         problems = e.problems + problems
     if problems:
         raise ConfigError(problems)
-
