@@ -107,3 +107,14 @@ def test_validation_names_every_spin_problem_with_cores():
     assert any("an even divisor of 16 (whole pairs)" in p for p in spin_problems(c))
     c = load_spin_config(with_default_config([*PATHS, "algorithm.spin_mode=reward"]))  # n stays 1
     assert any("rollout.n=1 must be >= 2" in p for p in spin_problems(c))
+
+
+def test_a_bad_cpu_config_fails_before_the_assets_are_built(tmp_path, monkeypatch):
+    import verl.trainer.demo as demo
+    from verl_recipe_spin.main_spin import load_recipe_config
+
+    monkeypatch.setattr(
+        demo, "warm_started_assets", lambda *a, **k: pytest.fail("assets built for a bad config")
+    )
+    with pytest.raises(ConfigError, match="trainer.balance_batch=true reorders rows"):
+        load_recipe_config([f"trainer.default_local_dir={tmp_path}", "trainer.balance_batch=true"])

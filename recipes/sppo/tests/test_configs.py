@@ -89,3 +89,20 @@ def test_validation_names_every_sppo_problem_with_cores():
         "data.train_batch_size=0 must be a positive integer",
     ):  # the last one is core's
         assert part in text, part
+
+
+def test_a_bad_cpu_config_fails_before_the_assets_are_built(tmp_path, monkeypatch):
+    import verl.trainer.demo as demo
+    from verl_recipe_sppo.main_sppo import load_recipe_config
+
+    monkeypatch.setattr(
+        demo, "warm_started_assets", lambda *a, **k: pytest.fail("assets built for a bad config")
+    )
+    with pytest.raises(ConfigError, match="ppo_micro_batch_size_per_gpu=64"):
+        load_recipe_config(
+            [
+                f"trainer.default_local_dir={tmp_path}",
+                "data.train_batch_size=4",
+                "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            ]
+        )

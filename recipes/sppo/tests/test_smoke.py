@@ -24,6 +24,7 @@ def test_cpu_default_runs_end_to_end(ray_cluster, tmp_path, monkeypatch):
             "trainer.val_before_train=false",
             "data.train_batch_size=4",
             "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
         ]
     )
     assert metrics["training/global_step"] == 2

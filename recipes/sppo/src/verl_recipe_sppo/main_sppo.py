@@ -18,7 +18,7 @@ import os
 import sys
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 CPU_CONFIG = "sppo_cpu.yaml"
 PAPER_CONFIG = "sppo_qwen2.5_7b_math.yaml"
@@ -53,6 +53,11 @@ def load_recipe_config(argv: list[str]) -> DictConfig:
 
     argv = with_default_config(argv)
     cfg = load_sppo_config(argv)
+    unset = [
+        key for key in ("data.train_files", "actor_rollout_ref.model.path") if not OmegaConf.select(cfg, key)
+    ]
+    if unset:  # every other problem is reported before minutes of building the task and the warm start
+        validate_sppo_config(load_sppo_config([*argv, *(f"{key}=(built-in)" for key in unset)]))
     extra = asset_overrides(cfg, WARM_START_STEPS)
     if extra:
         cfg = load_sppo_config([*argv, *extra])
