@@ -70,11 +70,14 @@ class CharTokens:
 
 
 def _reward_fn(data: DataProto, return_dict=True):
-    """Exact match of the response tokens with the row's ground truth (as token ids)."""
+    """Exact match of the response tokens with the row's ground truth (token ids, or a string of digits
+    answered as its `CharTokens` and the end of the turn)."""
     scores = torch.zeros(data.batch["responses"].shape)
     for i in range(len(data)):
         n = int(data.batch["response_mask"][i].sum())
         truth = data.non_tensor_batch["reward_model"][i]["ground_truth"]
+        if isinstance(truth, str):
+            truth = [10 + int(c) for c in truth] + [9]
         scores[i, n - 1] = float(data.batch["responses"][i, :n].tolist() == truth)
     return {"reward_tensor": scores, "reward_extra_info": {}}
 
@@ -140,9 +143,10 @@ def test_reward_mode_step_trains_best_against_worst_with_the_reference_as_anchor
 
 
 def test_sft_mode_step_pairs_the_target_with_the_models_answer():
-    # n=1: the model answers [11] to both; the targets are "2" -> [12, 9] and "13" -> [11, 13, 9]
+    # n=1: the model answers [11, 9] ("1" and the end of turn) to both prompts; the targets are "13" ->
+    # [11, 13, 9] and "1" -> [11, 9], the model's own answer to the second prompt
     t, wg = _trainer(
-        [[11]],
+        [[11, 9]],
         "actor_rollout_ref.rollout.n=1",
         "algorithm.spin_mode=sft",
         "trainer.ref_update_freq=1",
@@ -150,20 +154,18 @@ def test_sft_mode_step_pairs_the_target_with_the_models_answer():
         "actor_rollout_ref.rollout.response_length=4",
     )
     metrics: dict = {}
-    batch = _prompts([[12, 9], [11, 13, 9]])
+    batch = _prompts([[11, 13, 9], [11, 9]])
     batch.non_tensor_batch["reward_model"] = np.array(
-        [{"ground_truth": "2"}, {"ground_truth": "13"}], dtype=object
+        [{"ground_truth": "13"}, {"ground_truth": "1"}], dtype=object
     )
-    t.reward_fn = lambda data, return_dict=True: {
-        "reward_tensor": torch.zeros(data.batch["responses"].shape),
-        "reward_extra_info": {},
-    }
     out = t._train_step(batch, metrics, {})
     assert wg.calls == ["refresh", "generate"]
-    assert out.batch["responses"].tolist() == [[12, 9, 0], [11, 0, 0], [11, 13, 9], [11, 0, 0]]
+    assert out.batch["responses"].tolist() == [[11, 13, 9], [11, 9, 0], [11, 9, 0], [11, 9, 0]]
     assert out.batch["advantages"][:, 0].tolist() == [1.0, -1.0, 1.0, -1.0]  # the target always wins
-    # policy log-probs are -1 per token: margins -2 - (-1) = -1 and -3 - (-1) = -2
-    assert metrics["spin/logp_margin"] == pytest.approx(-1.5)
-    # against the reference (-2 per token): chosen gains 1 per token, rejected 1: beta * (2 - 1, 3 - 1)
-    assert metrics["spin/reward_margin"] == pytest.approx(0.1 * 1.5)
+    assert metrics["spin/target_score/mean"] == 1.0 and metrics["spin/gen_score/mean"] == 0.5
+    # margins over the contested pair only (the second pair is the same answer twice): policy log-probs
+    # are -1 per token, so -3 - (-2) = -1; against the reference (-2 per token) beta * (3 - 2)
+    assert metrics["spin/contested_pairs"] == 0.5
+    assert metrics["spin/logp_margin"] == pytest.approx(-1.0)
+    assert metrics["spin/reward_margin"] == pytest.approx(0.1)
     assert len(out) == 4 and wg.updates[0].meta_info["rows_per_prompt"] == 2

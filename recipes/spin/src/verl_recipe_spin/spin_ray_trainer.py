@@ -27,11 +27,13 @@ class RaySPINTrainer(RayPPOTrainer):
     """RayPPOTrainer + SPIN's pairs, reference refresh and DPO update (see the module doc).
 
     Metrics per step: ``spin/gen_score/mean`` (rule score of the model's own answers: its training
-    accuracy), ``spin/preference_pairs`` (share of pairs with a preference), ``spin/logp_margin`` (mean
-    ``log pi(y_w) - log pi(y_l)`` of those pairs under the policy before the update: it grows as the
-    policy separates them), ``spin/reward_margin`` (``beta`` times the DPO logit before the update:
-    how far the policy already moved from the reference on these pairs; 0 right after a refresh),
-    ``spin/ref_refreshed``; from the actor ``actor/dpo_margin``, ``actor/dpo_accuracy``, ``actor/pg_loss``.
+    accuracy), ``spin/preference_pairs`` (reward mode: share of prompts whose answers disagree),
+    ``spin/contested_pairs`` (share of pairs with a preference and two different answers),
+    ``spin/logp_margin`` (mean ``log pi(y_w) - log pi(y_l)`` of the contested pairs under the policy
+    before the update: it grows as the policy separates them), ``spin/reward_margin`` (``beta`` times
+    the DPO logit before the update: how far the policy already moved from the reference on these pairs;
+    0 right after a refresh), ``spin/ref_refreshed``; from the actor ``actor/dpo_margin``,
+    ``actor/dpo_accuracy``, ``actor/pg_loss``.
     ``critic/score/mean`` is over the trained rows (chosen and rejected), not over every answer.
     """
 
@@ -112,20 +114,27 @@ class RaySPINTrainer(RayPPOTrainer):
         ]
 
     def _pair_metrics(self, batch: DataProto) -> dict[str, float]:
-        """Margins of the pairs with a preference, before the update (see the class doc)."""
+        """Margins before the update over the contested pairs: a preference and two different answers (a
+        pair whose two answers are the same tokens has margin 0 whatever the policy; counting those would
+        make the margin fall as the model gets more answers right). See the class doc."""
         mask = batch.batch["response_mask"].to(torch.float32)
         labels = torch.sign((batch.batch["advantages"] * mask).sum(-1)).view(-1, 2)[:, 0]
-        preferred = labels != 0
-        if not preferred.any():
-            return {"spin/logp_margin": 0.0, "spin/reward_margin": 0.0}
+        tokens = (batch.batch["responses"] * batch.batch["response_mask"]).view(-1, 2, mask.shape[-1])
+        lengths = batch.batch["response_mask"].sum(-1).view(-1, 2)
+        same = (lengths[:, 0] == lengths[:, 1]) & (tokens[:, 0] == tokens[:, 1]).all(-1)
+        contested = (labels != 0) & ~same
+        out = {"spin/contested_pairs": float(contested.float().mean().item())}
+        if not contested.any():
+            return {**out, "spin/logp_margin": 0.0, "spin/reward_margin": 0.0}
 
         def margin(log_probs: torch.Tensor) -> torch.Tensor:
             seq = (log_probs * mask).sum(-1).view(-1, 2)
-            return (labels * (seq[:, 0] - seq[:, 1]))[preferred]
+            return (labels * (seq[:, 0] - seq[:, 1]))[contested]
 
         old, ref = batch.batch["old_log_probs"], batch.batch["ref_log_prob"]
         beta = float(self.config.algorithm.dpo_beta)
         return {
+            **out,
             "spin/logp_margin": float(margin(old).mean().item()),
             "spin/reward_margin": float((beta * margin(old - ref)).mean().item()),
         }
