@@ -25,7 +25,7 @@ def test_cpu_default_runs_end_to_end(ray_cluster, tmp_path, monkeypatch):
             "trainer.ref_update_freq=2",
             "data.train_batch_size=4",
             "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",  # one pair per forward
         ]
     )
     assert metrics["training/global_step"] == 2
