@@ -164,9 +164,13 @@ def compute_policy_loss_sppo(
     seq_loss = (log_ratio - target) ** 2
     if rollout_is_weights is not None:
         seq_loss = seq_loss * (rollout_is_weights.detach() * mask).sum(dim=-1) / lengths
-    # spread each sequence's loss over its tokens so agg_loss applies the (global) sequence count
+    # spread each sequence's loss over its tokens so agg_loss applies the (global) sequence count; by
+    # keyword, as upstream's positional parameters after the mode are other normalisers
     loss = agg_loss(
-        seq_loss.unsqueeze(-1).expand_as(mask), response_mask, "seq-mean-token-mean", global_batch_info
+        seq_loss.unsqueeze(-1).expand_as(mask),
+        response_mask,
+        "seq-mean-token-mean",
+        global_batch_info=global_batch_info,
     )
     rows = mask.sum(dim=-1) > 0
     metrics = {
