@@ -181,8 +181,5 @@ def test_real_workspace_core_change_selects_all_packages():
     names = [e["package"] for e in json.loads(out.stdout)["include"]]
     real = cm.load_workspace(ROOT)
     assert set(names) == {n for n, p in real.items() if (ROOT / p.tests).is_dir()} | {"workspace"}
-    assert "verl-recipe-dapo" in names and real["verl-recipe-dapo"].deps >= {
-        "verl-core",
-        "verl-workers",
-        "verl-rewards",
-    }
+    for recipe in ("verl-recipe-dapo", "verl-recipe-sppo", "verl-recipe-spin"):
+        assert recipe in names and real[recipe].deps >= {"verl-core", "verl-workers", "verl-rewards"}, recipe

@@ -1,7 +1,7 @@
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
-from verl.trainer.ppo.core_algos import get_policy_loss_fn
+from verl.trainer.ppo.core_algos import get_policy_loss_fn, register_policy_loss
 from verl.workers.actor import DataParallelPPOActor
 from verl.workers.engine import build_engine
 
@@ -155,3 +155,64 @@ def test_entropy_bonus_and_kl_loss_pull_the_policy(dist_world1, tiny_model_dir, 
     assert metrics["actor/kl_loss"] == pytest.approx(float(kl0), rel=1e-5)
     lp1, _ = actor.compute_log_prob(data)
     assert agg_loss(kl_penalty(lp1, ref, "low_var_kl"), mask) < kl0 - 1e-4
+
+
+# ------------------------------------------------------------------ grouped layout (rows_per_prompt)
+_SEEN_UNITS: list[list[float]] = []
+
+
+@register_policy_loss("_test_records_units")
+def _records_units(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None,
+                   rollout_is_weights=None, global_batch_info=None):
+    """The vanilla loss, recording each micro-batch's per-row unit ids (stored in the advantages)."""
+    _SEEN_UNITS.append(advantages[:, 0].tolist())
+    return get_policy_loss_fn("vanilla")(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode,
+                                         config, rollout_is_weights, global_batch_info)
+
+
+def _paired_batch(make_rl_batch, pairs: int, seed: int):
+    data = make_rl_batch(n=2 * pairs, seed=seed)
+    unit_id = torch.arange(2 * pairs).div(2, rounding_mode="floor").float() + 1.0  # 1, 1, 2, 2, ...
+    data.batch["advantages"] = unit_id[:, None].expand_as(data.batch["advantages"]).clone()
+    data.meta_info["rows_per_prompt"] = 2
+    return data
+
+
+def test_rows_per_prompt_sizes_mini_batches_in_prompts_and_keeps_units(dist_world1, tiny_model_dir, ppo_config,
+                                                                       make_rl_batch):
+    # 4 pairs, ppo_mini_batch_size=2 prompts -> 2 mini-batches of 4 rows; micro-batches of 2 rows; shuffled
+    actor, _ = _actor(ppo_config, tiny_model_dir, "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+                      "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "actor_rollout_ref.actor.shuffle=true",
+                      "actor_rollout_ref.actor.ppo_epochs=2",
+                      "actor_rollout_ref.actor.policy_loss.loss_mode=_test_records_units")
+    data = _paired_batch(make_rl_batch, pairs=4, seed=19)
+    _SEEN_UNITS.clear()
+    actor.update_policy(data)  # no constructor mini-batch size: the layout gives it
+    assert len(_SEEN_UNITS) == 2 * 2 * 2  # epochs x mini-batches x micro-batches
+    for rows in _SEEN_UNITS:
+        assert rows[0] == rows[1], _SEEN_UNITS  # a micro-batch holds one whole pair
+    epoch_orders = [[r[0] for r in _SEEN_UNITS[i:i + 4]] for i in (0, 4)]
+    assert all(sorted(o) == [1.0, 2.0, 3.0, 4.0] for o in epoch_orders)
+    assert epoch_orders[0] != [1.0, 2.0, 3.0, 4.0] or epoch_orders[1] != [1.0, 2.0, 3.0, 4.0]  # shuffled
+
+
+def test_rows_per_prompt_refuses_micro_batches_that_split_a_unit(dist_world1, tiny_model_dir, ppo_config,
+                                                                 make_rl_batch):
+    actor, _ = _actor(ppo_config, tiny_model_dir, "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+                      "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3")
+    with pytest.raises(ValueError, match=r"ppo_micro_batch_size_per_gpu=3 rows would split a prompt's 2 rows"):
+        actor.update_policy(_paired_batch(make_rl_batch, pairs=2, seed=23))
+    # a token budget rounds down to whole pairs: 33 tokens of width 11 hold 3 rows -> 2, same update as fixed 2
+    data = _paired_batch(make_rl_batch, pairs=2, seed=23)
+    w = []
+    for extra in (("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",),
+                  ("actor_rollout_ref.actor.use_dynamic_bsz=true", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=33")):
+        actor, _ = _actor(ppo_config, tiny_model_dir, "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+                          "actor_rollout_ref.actor.optim.lr=1e-3",
+                          "actor_rollout_ref.actor.policy_loss.loss_mode=_test_records_units", *extra)
+        _SEEN_UNITS.clear()
+        actor.update_policy(data)
+        assert [len(r) for r in _SEEN_UNITS] == [2, 2]
+        w.append(actor.engine.full_state_dict())
+    for k in w[0]:
+        torch.testing.assert_close(w[0][k], w[1][k], atol=1e-6, rtol=1e-5)

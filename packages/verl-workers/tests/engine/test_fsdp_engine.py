@@ -123,3 +123,29 @@ def test_gradient_checkpointing_and_bf16_are_applied(dist_world1, tiny_model_dir
     data1, _ = _batches()
     metrics = actor.update_policy(data1)
     assert torch.isfinite(torch.tensor(metrics["actor/grad_norm"]))
+
+
+def _load_full_state_job(rank, world, model_dir, out_dir):
+    """Two ranks: an inference-only engine loads a full state dict (the model's weights, perturbed)."""
+    from verl.trainer.config import load_config
+    from verl.workers.engine import build_engine
+
+    arr = load_config([f"actor_rollout_ref.model.path={model_dir}",
+                       "actor_rollout_ref.model.enable_gradient_checkpointing=false"], defaults_yaml=None).actor_rollout_ref
+    out = {}
+    for strategy in ("fsdp2", "fsdp"):
+        ref = build_engine(strategy, model_config=arr.model, engine_config=arr.ref.fsdp_config)
+        # new values that are a function of the old (tied embeddings stay tied), the same on every rank
+        target = {k: 1.5 * v + 0.25 for k, v in ref.full_state_dict().items()}
+        ref.load_full_state_dict(target)
+        out[strategy] = {"target": target, "loaded": ref.full_state_dict()}
+    torch.save(out, os.path.join(out_dir, f"load_full_rank{rank}.pt"))
+
+
+@pytest.mark.slow
+def test_load_full_state_dict_over_two_sharded_workers(tiny_model_dir, tmp_path):
+    run_gloo(_load_full_state_job, 2, str(tmp_path), tiny_model_dir, str(tmp_path))
+    for rank in range(2):
+        got = torch.load(tmp_path / f"load_full_rank{rank}.pt", weights_only=False)
+        for states in got.values():  # fsdp2, fsdp
+            _close_states(states["loaded"], states["target"], atol=0)

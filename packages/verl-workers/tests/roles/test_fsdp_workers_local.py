@@ -186,3 +186,31 @@ def test_rollout_log_probs_as_old_log_probs_give_the_recomputed_update(make_cfg,
     token_mean_entropy = float((old.batch["entropys"] * mask).sum() / mask.sum())
     assert m_rollout["actor/entropy"] == pytest.approx(token_mean_entropy, rel=1e-4)
     assert "actor/entropy" not in m_forward  # entropy_coeff=0 and the old-log-prob pass reports it
+
+
+@pytest.mark.parametrize("strategy", ["fsdp2", "fsdp"])
+def test_refresh_ref_from_actor_gives_the_reference_the_actors_weights(make_cfg, prompts_for, tiny_model_dir,
+                                                                       strategy):
+    cfg = make_cfg(tiny_model_dir, f"actor_rollout_ref.actor.strategy={strategy}")
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    w = ActorRolloutRefWorker(cfg.actor_rollout_ref, role="actor_rollout_ref", total_training_steps=3)
+    w.init_model()
+    gen = w.generate_sequences(prompts_for(tok, ["3+4=", "21+8="], n=2, meta={"temperature": 1.0}))
+    gen.meta_info["temperature"] = 1.0
+    batch = gen.union(w.compute_log_prob(gen)).union(w.compute_ref_log_prob(gen))
+    batch.batch["advantages"] = torch.tensor([1.0, -1.0, 1.0, -1.0]).unsqueeze(1) * batch.batch["response_mask"]
+    w.update_actor(batch)
+    mask = gen.batch["response_mask"].bool()
+    actor_lp = w.compute_log_prob(gen).batch["old_log_probs"]
+    ref_before = w.compute_ref_log_prob(gen).batch["ref_log_prob"]
+    assert (actor_lp - ref_before)[mask].abs().max() > 1e-3  # the update moved the actor away from the ref
+    w.refresh_ref_from_actor()
+    ref_after = w.compute_ref_log_prob(gen).batch["ref_log_prob"]
+    torch.testing.assert_close(ref_after[mask], actor_lp[mask], atol=1e-6, rtol=0)
+    # the actor kept its weights and its optimizer: a second update still runs
+    torch.testing.assert_close(w.compute_log_prob(gen).batch["old_log_probs"], actor_lp, atol=0, rtol=0)
+    assert "actor/pg_loss" in w.update_actor(batch).meta_info["metrics"]
+
+    no_ref = ActorRolloutRefWorker(cfg.actor_rollout_ref, role="actor_rollout")
+    with pytest.raises(RuntimeError, match="refresh_ref_from_actor needs the actor and the reference"):
+        no_ref.refresh_ref_from_actor()

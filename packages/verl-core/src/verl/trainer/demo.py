@@ -119,6 +119,48 @@ def rl_args(model: str, data: dict, out: Path, steps: int, workers: int) -> list
     ]
 
 
+def warm_started_assets(root: str | os.PathLike, sft_steps: int = DEFAULT_SFT_STEPS, workers: int = 2) -> dict[str, str]:
+    """The task files and the warm-started model under ``root``, built on first use and reused after.
+
+    For recipes' CPU defaults: ``data/`` (``write_data``), ``base_model/`` (``build_model``), ``sft/``
+    (``sft_steps`` steps of core's SFT trainer, ``workers`` FSDP2 workers) and ``warm_start.json``
+    recording the result. Returns ``{"train", "test", "sft", "model"}`` paths; a record made with
+    another step count is rebuilt.
+    """
+    from verl.trainer.sft import load_sft_config, validate_sft_config
+    from verl.trainer.sft_trainer import run_sft
+
+    root = Path(root).absolute()
+    record = root / "warm_start.json"
+    if record.is_file():
+        done = json.loads(record.read_text())
+        if done.get("sft_steps") == sft_steps and all(Path(done[k]).exists() for k in ("train", "test", "sft", "model")):
+            return {k: done[k] for k in ("train", "test", "sft", "model")}
+    data = write_data(root / "data")
+    model = build_model(root / "base_model")
+    cfg = load_sft_config(sft_args(model, data, root / "sft", sft_steps, workers))
+    validate_sft_config(cfg)
+    print(f"[warm start] {sft_steps} SFT steps of the tiny model on {data['n_train']} addition problems", flush=True)
+    out = {"train": data["train"], "test": data["test"], "sft": data["sft"], "model": str(run_sft(cfg)["hf_model"])}
+    record.write_text(json.dumps({**out, "sft_steps": sft_steps}, indent=2))
+    return out
+
+
+def asset_overrides(config: Any, sft_steps: int = DEFAULT_SFT_STEPS) -> list[str]:
+    """``key=value`` overrides for a trainer config that leaves ``data.train_files`` or
+    ``actor_rollout_ref.model.path`` unset: the task and the warm-started model of `warm_started_assets`
+    under ``{trainer.default_local_dir}/assets`` (built on first use, with the config's worker count).
+    Recipes' CPU defaults load their config, add these and load again."""
+    need_data = not config.data.train_files
+    need_model = not config.actor_rollout_ref.model.path
+    if not (need_data or need_model):
+        return []
+    workers = int(config.trainer.nnodes) * int(config.trainer.n_gpus_per_node)
+    assets = warm_started_assets(Path(config.trainer.default_local_dir) / "assets", sft_steps, workers)
+    out = [f"data.train_files={assets['train']}", f"data.val_files={assets['test']}"] if need_data else []
+    return out + ([f"actor_rollout_ref.model.path={assets['model']}"] if need_model else [])
+
+
 def _val_curve(metrics_file: Path) -> list[tuple[int, float]]:
     key = f"val/{DATA_SOURCE}/reward"
     rows = [json.loads(line) for line in metrics_file.read_text().splitlines() if line.strip()]

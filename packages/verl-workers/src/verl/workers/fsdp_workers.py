@@ -228,6 +228,20 @@ class ActorRolloutRefWorker(Worker):
         log_probs, _ = self.ref_policy.compute_log_prob(data, calculate_entropy=False)
         return DataProto.from_dict(tensors={"ref_log_prob": log_probs})
 
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def refresh_ref_from_actor(self) -> None:
+        """Give the reference policy the actor's current weights (collective; role ``actor_rollout_ref``).
+
+        For algorithms whose reference is the previous iterate rather than the initial model (iterative
+        DPO / SPIN refresh it every ``trainer.ref_update_freq`` steps). The actor is left as it is.
+        """
+        if not (self._is_actor and self._is_ref):
+            raise RuntimeError(
+                f"refresh_ref_from_actor needs the actor and the reference in one worker (role "
+                f"'actor_rollout_ref'); this worker's role is {self.role!r}"
+            )
+        self.ref_engine.load_full_state_dict(self.actor_engine.full_state_dict())
+
     # ------------------------------------------------------------------ update
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def update_actor(self, data: DataProto) -> DataProto:

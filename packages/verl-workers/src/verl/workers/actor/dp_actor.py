@@ -10,6 +10,12 @@ mini-batch into micro-batches of ``actor.ppo_micro_batch_size_per_gpu`` rows (or
 when the engine packs sequences, ``model.use_remove_padding``). Losses use the mini-batch's
 global token/sequence counts (summed over ranks), so the update is the same for any number of workers
 and micro-batches.
+
+Grouped layouts: a batch whose rows come in units that a loss reads together (DPO's chosen/rejected
+pair) says so with ``meta_info["rows_per_prompt"] = k``: each prompt owns k adjacent rows (instead of
+``rollout.n``). The update then sizes mini-batches as ``actor.ppo_mini_batch_size`` prompts x k rows
+and never splits a prompt's rows: shuffling permutes whole units, fixed micro-batches must hold whole
+units, token-budget micro-batches round down to whole units (packed budgets are refused).
 """
 
 from __future__ import annotations
@@ -183,12 +189,8 @@ class DataParallelPPOActor:
         steps (``actor/pg_loss`` etc. are whole-mini-batch values, the same for any worker count);
         ``actor/lr`` is the rate the steps used."""
         cfg = self.config
-        mini = self.ppo_mini_batch_size_per_rank
-        if mini is None or mini <= 0:
-            raise ValueError(
-                "DataParallelPPOActor.update_policy needs ppo_mini_batch_size_per_rank "
-                "(= actor.ppo_mini_batch_size * rollout.n // dp_size), given to the constructor"
-            )
+        unit = int(data.meta_info.get("rows_per_prompt", 1))
+        mini = self._mini_batch_rows(unit)
         if len(data) % mini:
             raise ValueError(
                 f"this rank has {len(data)} trajectories, not a multiple of the mini-batch of {mini} per rank"
@@ -197,6 +199,8 @@ class DataParallelPPOActor:
             data.batch["input_ids"].shape[-1], micro_batch_size=cfg.ppo_micro_batch_size_per_gpu,
             use_dynamic_bsz=bool(cfg.use_dynamic_bsz), max_token_len=cfg.ppo_max_token_len_per_gpu,
         )
+        if unit > 1:
+            micro = self._whole_units(micro, unit)
         temperature = float(data.meta_info.get("temperature", 1.0))
         data = self._select_for_update(data)
         lr = self.engine.get_lr()
@@ -204,7 +208,8 @@ class DataParallelPPOActor:
         for epoch in range(int(cfg.ppo_epochs)):
             if cfg.shuffle:
                 g = torch.Generator().manual_seed(int(data.meta_info.get("global_steps", 0)) * 1000 + epoch)
-                data = data.select_idxs(torch.randperm(len(data), generator=g))
+                units = torch.randperm(len(data) // unit, generator=g)  # whole units keep their rows together
+                data = data.select_idxs((units[:, None] * unit + torch.arange(unit)).reshape(-1))
             for mb in data.split(mini):
                 mask = response_mask_of(mb)
                 info = GlobalBatchInfo.from_mask(mask)
@@ -225,6 +230,44 @@ class DataParallelPPOActor:
         result = {f"actor/{k}": sum(m[k] for m in step_metrics) / len(step_metrics) for k in step_metrics[0]}
         result["actor/lr"] = lr
         return result
+
+    def _mini_batch_rows(self, unit: int) -> int:
+        """Rows per mini-batch on this rank: the constructor's ``ppo_mini_batch_size_per_rank``, or for a
+        grouped layout (``rows_per_prompt`` = ``unit`` > 1) ``ppo_mini_batch_size`` prompts x ``unit``."""
+        if unit < 1:
+            raise ValueError(f"meta_info['rows_per_prompt']={unit} must be a positive number of rows")
+        if unit == 1:
+            mini = self.ppo_mini_batch_size_per_rank
+            if mini is None or mini <= 0:
+                raise ValueError(
+                    "DataParallelPPOActor.update_policy needs ppo_mini_batch_size_per_rank "
+                    "(= actor.ppo_mini_batch_size * rollout.n // dp_size), given to the constructor"
+                )
+            return mini
+        prompts, dp = int(self.config.ppo_mini_batch_size), self.engine.dp_size
+        if prompts % dp:
+            raise ValueError(
+                f"actor.ppo_mini_batch_size={prompts} prompts of {unit} rows each cannot be split over {dp} "
+                "workers without splitting a prompt's rows; make it a multiple of the worker count"
+            )
+        return prompts // dp * unit
+
+    def _whole_units(self, micro: int, unit: int) -> int:
+        """Rows per micro-batch that hold whole units of ``unit`` rows (see the module doc)."""
+        cfg = self.config
+        if cfg.use_dynamic_bsz:
+            if self.engine.remove_padding:
+                raise NotImplementedError(
+                    f"meta_info['rows_per_prompt']={unit} with use_dynamic_bsz and model.use_remove_padding: "
+                    "packed token budgets regroup rows freely; set actor.use_dynamic_bsz=false"
+                )
+            return max(unit, micro - micro % unit)
+        if micro % unit:
+            raise ValueError(
+                f"actor.ppo_micro_batch_size_per_gpu={micro} rows would split a prompt's {unit} rows "
+                f"(meta_info['rows_per_prompt']={unit}); use a multiple of {unit}"
+            )
+        return micro
 
 
 def _response_mask(mb) -> torch.Tensor:

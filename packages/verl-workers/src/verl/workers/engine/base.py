@@ -118,6 +118,15 @@ class BaseEngine(ABC):
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """Unsharded parameters (HF names, CPU tensors) on every rank (collective call)."""
 
+    def load_full_state_dict(self, state_dict: Mapping[str, torch.Tensor]) -> None:
+        """Overwrite the parameters with a full state dict as :meth:`full_state_dict` returns it, given on
+        every rank (collective call). Optimizer state is untouched. A reference policy uses it to take
+        the actor's current weights (``ActorRolloutRefWorker.refresh_ref_from_actor``)."""
+        raise NotImplementedError(
+            f"{type(self).__name__} cannot load a full state dict (needed to refresh a reference policy "
+            "from the actor); use the fsdp2 or fsdp strategy"
+        )
+
     @abstractmethod
     def save_checkpoint(self, path: str, global_step: int = 0) -> None:
         """Save model, optimizer, LR scheduler and RNG state to ``path`` (collective call)."""

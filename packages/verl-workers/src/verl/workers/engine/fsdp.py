@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -235,6 +235,12 @@ class _FSDPEngineBase(BaseEngine):
         sd = get_model_state_dict(self.module, options=StateDictOptions(full_state_dict=True))
         # clone: on one CPU rank the gathered tensors can alias the live parameters
         return {k: v.detach().cpu().clone() for k, v in sd.items()}
+
+    def load_full_state_dict(self, state_dict: Mapping[str, torch.Tensor]) -> None:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+        # every rank holds the full tensors: each keeps its own shard, no broadcast needed
+        set_model_state_dict(self.module, dict(state_dict), options=StateDictOptions(full_state_dict=True))
 
     def save_checkpoint(self, path: str, global_step: int = 0) -> None:
         from verl.workers.checkpoint.dcp import save_engine_checkpoint

@@ -1,0 +1,120 @@
+"""The recipe's two configs and its schema extension: upstream's numbers, the CPU default, the keys it adds,
+and the problems its validation names."""
+
+import pytest
+from verl.trainer.config import ConfigError, load_config
+from verl_recipe_spin.config import load_spin_config, spin_problems, validate_spin_config
+from verl_recipe_spin.main_spin import CPU_CONFIG, PAPER_CONFIG, configs_dir, with_default_config
+
+PATHS = ["data.train_files=train.parquet", "actor_rollout_ref.model.path=model"]  # validation needs them set
+
+
+def _paper(*overrides):
+    return load_spin_config(["--config", str(configs_dir() / PAPER_CONFIG), *overrides])
+
+
+def test_paper_config_holds_upstreams_setting_and_validates():
+    c = _paper("trainer.device=cpu")  # the GPU is the only piece missing here
+    a, r, algo = c.actor_rollout_ref.actor, c.actor_rollout_ref.rollout, c.algorithm
+    assert c.actor_rollout_ref.model.path == "Qwen/Qwen2.5-7B-Instruct"
+    assert (c.data.train_batch_size, c.data.max_prompt_length, c.data.max_response_length) == (32, 1024, 1024)
+    assert (a.ppo_mini_batch_size, a.optim.lr, r.n) == (8, 1e-6, 2)
+    assert (algo.adv_estimator, a.policy_loss.loss_mode, algo.spin_mode) == ("spin", "dpo", "reward")
+    assert (algo.dpo_beta, algo.dpo_loss_type, a.dpo_beta, a.dpo_loss_type) == (
+        0.1,
+        "sigmoid",
+        0.1,
+        "sigmoid",
+    )
+    assert (c.trainer.ref_update_freq, c.trainer.n_gpus_per_node, c.trainer.test_freq) == (1, 4, 1)
+    validate_spin_config(c)
+    # the paper's own pairs on GSM8K: the dataset's worked solution as chosen
+    validate_spin_config(
+        _paper(
+            "trainer.device=cpu",
+            "algorithm.spin_mode=sft",
+            "algorithm.spin_target_key=extra_info.answer",
+            "actor_rollout_ref.rollout.n=1",
+        )
+    )
+
+
+def test_no_config_flag_means_the_cpu_default():
+    argv = with_default_config(["trainer.total_training_steps=2"])
+    assert argv[:2] == ["--config", str(configs_dir() / CPU_CONFIG)]
+    c = load_spin_config(argv)
+    assert c.trainer.device == "cpu" and c.actor_rollout_ref.model.path is None and c.data.train_files is None
+    assert (c.algorithm.spin_mode, c.actor_rollout_ref.rollout.n, c.trainer.balance_batch) == (
+        "sft",
+        1,
+        False,
+    )
+    assert not spin_problems(c)
+    # upstream's pairs on the same task, as the README's second command runs them
+    assert not spin_problems(
+        load_spin_config([*argv, "algorithm.spin_mode=reward", "actor_rollout_ref.rollout.n=8"])
+    )
+
+
+def test_the_recipe_adds_typed_keys_and_core_does_not_know_them():
+    c = load_spin_config(["algorithm.dpo_beta=0.5", "algorithm.dpo_loss_type=ipo"])
+    assert (c.actor_rollout_ref.actor.dpo_beta, c.actor_rollout_ref.actor.dpo_loss_type) == (0.5, "ipo")
+    assert (c.trainer.ref_update_freq, c.algorithm.spin_mode, c.algorithm.spin_target_key) == (
+        -1,
+        "reward",
+        "reward_model.ground_truth",
+    )
+    with pytest.raises(ConfigError, match="trainer.ref_update_freq='often'"):
+        load_spin_config(["trainer.ref_update_freq=often"])
+    for key in ("algorithm.dpo_beta=0.1", "trainer.ref_update_freq=1"):
+        with pytest.raises(ConfigError, match="unknown key"):
+            load_config([key])  # core's own entry point refuses the recipe's keys
+
+
+def test_validation_names_every_spin_problem_with_cores():
+    c = load_spin_config(
+        [
+            *PATHS,
+            "algorithm.dpo_beta=0",
+            "algorithm.dpo_loss_type=hinge",
+            "algorithm.spin_mode=sft",
+            "actor_rollout_ref.rollout.n=4",
+            "trainer.balance_batch=true",
+            "trainer.n_gpus_per_node=2",
+            "data.train_batch_size=3",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=3",
+            "actor_rollout_ref.actor.use_rollout_log_probs=true",
+        ]
+    )
+    with pytest.raises(ConfigError) as e:
+        validate_spin_config(c)
+    text = str(e.value)
+    for part in (
+        "algorithm.adv_estimator='grpo'",
+        "loss_mode='vanilla'",
+        "algorithm.dpo_beta=0.0 must be > 0",
+        "actor_rollout_ref.actor.dpo_loss_type='hinge'",
+        "set actor_rollout_ref.rollout.n=1 (got 4)",
+        "no rollout log-probs",
+        "trainer.balance_batch=true reorders rows",
+        "data.train_batch_size=3 prompts: every one of the 2 workers",
+        "not divisible by actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+    ):  # the last one is core's
+        assert part in text, (part, text)
+    c = load_spin_config(
+        with_default_config([*PATHS, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3"])
+    )
+    assert any("an even divisor of 16 (whole pairs)" in p for p in spin_problems(c))
+    c = load_spin_config(with_default_config([*PATHS, "algorithm.spin_mode=reward"]))  # n stays 1
+    assert any("rollout.n=1 must be >= 2" in p for p in spin_problems(c))
+
+
+def test_a_bad_cpu_config_fails_before_the_assets_are_built(tmp_path, monkeypatch):
+    import verl.trainer.demo as demo
+    from verl_recipe_spin.main_spin import load_recipe_config
+
+    monkeypatch.setattr(
+        demo, "warm_started_assets", lambda *a, **k: pytest.fail("assets built for a bad config")
+    )
+    with pytest.raises(ConfigError, match="trainer.balance_batch=true reorders rows"):
+        load_recipe_config([f"trainer.default_local_dir={tmp_path}", "trainer.balance_batch=true"])

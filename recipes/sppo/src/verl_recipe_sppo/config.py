@@ -1,0 +1,99 @@
+"""SPPO's config: core's typed schema plus two keys, loaded and validated once.
+
+The recipe extends core's dataclasses instead of copying them (``load_config(schema=...)``): every core
+key keeps its type, default and validation, and the two new keys are typed too, so an unknown or
+mistyped key is still an error before anything starts.
+
+- ``algorithm.sppo_eta`` (default 1.0, upstream): ``beta`` of the ``sppo`` estimator's softmean;
+- ``actor_rollout_ref.actor.sppo_eta`` (default ``${algorithm.sppo_eta}``, upstream's actor key):
+  ``eta`` of the ``sppo`` policy loss (the worker only sees the actor section).
+
+`validate_sppo_config` adds what SPPO needs to core's checks and reports every problem at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from omegaconf import DictConfig
+from verl.trainer.config import (
+    ActorConfig,
+    ActorRolloutRefConfig,
+    AlgorithmConfig,
+    ConfigError,
+    PPOTrainerConfig,
+    load_config,
+    validate_config,
+)
+
+SPPO_ESTIMATORS = ("sppo", "sppo_win_rate")
+
+
+@dataclass
+class SPPOActorConfig(ActorConfig):
+    sppo_eta: float = "${algorithm.sppo_eta}"  # type: ignore[assignment]  # an interpolation
+
+
+@dataclass
+class SPPOActorRolloutRefConfig(ActorRolloutRefConfig):
+    actor: SPPOActorConfig = field(default_factory=SPPOActorConfig)
+
+
+@dataclass
+class SPPOAlgorithmConfig(AlgorithmConfig):
+    sppo_eta: float = 1.0
+
+
+@dataclass
+class SPPOTrainerConfig(PPOTrainerConfig):
+    """Core's root config with the SPPO sections."""
+
+    actor_rollout_ref: SPPOActorRolloutRefConfig = field(default_factory=SPPOActorRolloutRefConfig)
+    algorithm: SPPOAlgorithmConfig = field(default_factory=SPPOAlgorithmConfig)
+
+
+def load_sppo_config(argv: list[str]) -> DictConfig:
+    """Core's loader over the SPPO schema (core defaults < ``--config`` files < ``key=value``)."""
+    return load_config(argv, schema=SPPOTrainerConfig)
+
+
+def sppo_problems(cfg: DictConfig) -> list[str]:
+    """What SPPO needs beyond core's checks, each problem in the user's terms."""
+    problems: list[str] = []
+    algo, actor = cfg.algorithm, cfg.actor_rollout_ref.actor
+    if algo.adv_estimator not in SPPO_ESTIMATORS:
+        problems.append(
+            f"algorithm.adv_estimator={algo.adv_estimator!r}: SPPO's target is a group win rate; use "
+            f"{' or '.join(SPPO_ESTIMATORS)} (upstream's softmean estimate, or the paper's P_hat - 1/2)"
+        )
+    if actor.policy_loss.loss_mode != "sppo":
+        problems.append(
+            f"actor_rollout_ref.actor.policy_loss.loss_mode={actor.policy_loss.loss_mode!r}: SPPO trains with "
+            "its squared log-ratio loss; set it to sppo"
+        )
+    for key, value in (
+        ("algorithm.sppo_eta", algo.sppo_eta),
+        ("actor_rollout_ref.actor.sppo_eta", actor.sppo_eta),
+    ):
+        if not float(value) > 0:
+            problems.append(f"{key}={value} must be > 0")
+    n = int(cfg.actor_rollout_ref.rollout.n)
+    if n < 2:
+        problems.append(
+            f"actor_rollout_ref.rollout.n={n}: SPPO compares the answers to one prompt with each other; "
+            "set rollout.n >= 2"
+        )
+    if cfg.critic.enable:
+        problems.append("critic.enable=true: SPPO has no value model; set critic.enable=false (or null)")
+    return problems
+
+
+def validate_sppo_config(cfg: DictConfig) -> None:
+    """Core's validation plus `sppo_problems`, in one `ConfigError`; the config is read-only after."""
+    problems = sppo_problems(cfg)
+    try:
+        validate_config(cfg)
+    except ConfigError as e:
+        problems = e.problems + problems
+    if problems:
+        raise ConfigError(problems)
