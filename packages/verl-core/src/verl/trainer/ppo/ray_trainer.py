@@ -41,6 +41,7 @@ from verl.trainer.ppo.metric_utils import (
 )
 from verl.trainer.ppo.reward import compute_reward
 from verl.trainer.ppo.stages import NothingToTrainError, TrainerIOMixin
+from verl.utils.device import seed_everything
 
 __all__ = ["NothingToTrainError", "RayPPOTrainer", "ResourcePoolManager", "Role"]
 
@@ -119,7 +120,9 @@ class RayPPOTrainer(TrainerIOMixin):
         self.ray_worker_group_cls = ray_worker_group_cls
         self.reward_fn = reward_fn
         self.val_reward_fn = val_reward_fn
+        # resolved once here; every worker gets it (and trainer.seed, which it offsets by its rank)
         self.device_name = resolve_device(config)
+        seed_everything(int(config.trainer.seed))  # the driver's own draws (reward functions, recipes)
 
         self.hybrid_engine = config.actor_rollout_ref.hybrid_engine
         if not self.hybrid_engine:
@@ -154,15 +157,17 @@ class RayPPOTrainer(TrainerIOMixin):
         """
         cfg = self.config
         steps = self.total_training_steps
+        env = dict(device=self.device_name, seed=int(cfg.trainer.seed))  # every worker: device, seed (+ rank)
         roles: dict[Role, dict[str, Any]] = {
-            self.actor_role: dict(config=cfg.actor_rollout_ref, role=str(self.actor_role), total_training_steps=steps)
+            self.actor_role: dict(config=cfg.actor_rollout_ref, role=str(self.actor_role), total_training_steps=steps,
+                                  **env)
         }
         if self.use_critic:
-            roles[Role.Critic] = dict(config=cfg.critic, total_training_steps=steps)
+            roles[Role.Critic] = dict(config=cfg.critic, total_training_steps=steps, **env)
         if self.use_reference_policy and not self.ref_in_actor:
-            roles[Role.RefPolicy] = dict(config=cfg.actor_rollout_ref, role=str(Role.RefPolicy))
+            roles[Role.RefPolicy] = dict(config=cfg.actor_rollout_ref, role=str(Role.RefPolicy), **env)
         if self.use_rm:
-            roles[Role.RewardModel] = dict(config=cfg.reward.reward_model)
+            roles[Role.RewardModel] = dict(config=cfg.reward.reward_model, **env)
         if cfg.trainer.worker_backend == "local":
             from verl.single_controller.base.worker_group import ClassWithInitArgs
             from verl.single_controller.local import LocalWorkerGroup

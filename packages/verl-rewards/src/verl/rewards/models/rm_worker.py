@@ -14,6 +14,9 @@ Config keys (upstream names)::
     model.trust_remote_code
     micro_batch_size_per_gpu   rows per forward pass (default 8)
     max_length             RM input limit; longer inputs lose their beginning (default 4096)
+
+``device`` (from the trainer: ``trainer.device`` resolved, ``cpu`` or ``cuda``) is where the model runs;
+inputs go there and the scores come back to the CPU.
 """
 
 from __future__ import annotations
@@ -36,15 +39,19 @@ def _get(cfg: Any, dotted: str, default: Any = None) -> Any:
 
 
 class RewardModelWorker(Worker):
-    def __init__(self, config: Any):
+    def __init__(self, config: Any, device: str | None = None, **_: Any):
         super().__init__()
         self.config = config
+        self.device_name = device
         self.micro_batch_size = int(_get(config, "micro_batch_size_per_gpu", 8))
         self.max_length = int(_get(config, "max_length", 4096))
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
+        from verl.utils.device import set_worker_device
+
+        self.device = set_worker_device(self.device_name)  # under Ray: the GPU Ray gave this actor
 
         path = _get(self.config, "model.path")
         if not path:
@@ -55,7 +62,7 @@ class RewardModelWorker(Worker):
         self.rm_tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust)
         self.model = AutoModelForSequenceClassification.from_pretrained(
             path, num_labels=1, torch_dtype=torch.float32, trust_remote_code=trust
-        )
+        ).to(self.device)
         if self.model.config.pad_token_id is None:
             self.model.config.pad_token_id = self.rm_tokenizer.pad_token_id
         self.model.eval()
@@ -112,6 +119,7 @@ class RewardModelWorker(Worker):
                 ids[j, width - len(s) :] = torch.tensor(s, dtype=torch.long)
                 mask[j, width - len(s) :] = 1
             pos = (mask.cumsum(-1) - 1).clamp(min=0)
+            ids, mask, pos = ids.to(self.device), mask.to(self.device), pos.to(self.device)
             with torch.no_grad():
                 hidden = self.model.base_model(
                     input_ids=ids, attention_mask=mask, position_ids=pos
@@ -120,7 +128,7 @@ class RewardModelWorker(Worker):
             if logits is None:
                 with torch.no_grad():
                     logits = self.model(input_ids=ids, attention_mask=mask, position_ids=pos).logits
-            scores.append(logits[:, 0].float())
+            scores.append(logits[:, 0].float().cpu())
         return torch.cat(scores)
 
     def _has_score_head(self) -> bool:

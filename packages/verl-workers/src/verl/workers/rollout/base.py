@@ -58,6 +58,16 @@ class BaseRollout(ABC):
         return None
 
 
+def rollout_generator(config: Any, rank: int, device: torch.device | str = "cpu") -> torch.Generator:
+    """The generator a rollout worker samples with: ``rollout.seed + rank`` on ``device``.
+
+    One per worker, made once and drawn from for the whole run, so two runs with the same config
+    sample the same tokens and data-parallel ranks draw different ones. ``config`` is
+    ``actor_rollout_ref.rollout``; ``rank`` the worker's data-parallel rank.
+    """
+    return torch.Generator(device=device).manual_seed(int(config.seed) + int(rank))
+
+
 def register_rollout(name: str):
     """Class decorator: register a rollout engine under ``rollout.name == name``."""
 
