@@ -12,6 +12,13 @@ from typing import Any
 import numpy as np
 
 from verl.protocol import DataProto
+from verl.trainer.ppo.dumps import (
+    decode_texts,
+    generation_records,
+    ground_truths,
+    pick_samples,
+    write_generations,
+)
 from verl.trainer.ppo.metric_utils import process_validation_metrics
 from verl.trainer.ppo.reward import compute_reward
 from verl.utils.checkpoint import (
@@ -96,13 +103,17 @@ class TrainerIOMixin:
         """Generate for the validation set with ``rollout.val_kwargs`` and score it with val_reward_fn.
 
         Returns ``val/<data_source>/reward`` (mean score) and the mean of each numeric extra score key.
+        With ``trainer.validation_data_dir`` every sample goes to ``{dir}/{step}.jsonl``; with
+        ``trainer.log_val_generations=N``, N of them to the trackers as a table (``ppo.dumps``).
         """
         if self.val_dataloader is None:
             return {}
+        t = self.config.trainer
         val_kwargs = self.config.actor_rollout_ref.rollout.val_kwargs
         scores: list[float] = []
         sources: list[str] = []
         extra_all: dict[str, list] = defaultdict(list)
+        texts: dict[str, list] = defaultdict(list)  # inputs, outputs, gts: only when a dump asks for them
         for batch_dict in self.val_dataloader:
             batch = DataProto.from_single_dict(batch_dict).repeat(val_kwargs.n, interleave=True)
             gen_batch = self._gen_input(batch, do_sample=val_kwargs.do_sample, validate=True)
@@ -110,12 +121,24 @@ class TrainerIOMixin:
             batch.pop(batch_keys=["input_ids", "attention_mask", "position_ids"])
             batch.union(DataProto(batch=output.batch, non_tensor_batch=output.non_tensor_batch, meta_info={}))
             reward_tensor, extra = compute_reward(batch, self.val_reward_fn)
+            if t.validation_data_dir or t.log_val_generations > 0:
+                inputs, outputs = decode_texts(batch, self.tokenizer)
+                texts["inputs"] += inputs
+                texts["outputs"] += outputs
+                texts["gts"] += ground_truths(batch)
             scores.extend(reward_tensor.sum(-1).tolist())
             sources.extend(batch.non_tensor_batch.get("data_source", np.array(["unknown"] * len(batch), dtype=object)))
             for key, values in extra.items():
                 extra_all[key].extend(values)
         if extra_all and any(len(v) != len(scores) for v in extra_all.values()):
             extra_all = {}  # some batches lacked a key: per-key means would be misaligned
+        if t.log_val_generations > 0:
+            samples = pick_samples(texts["inputs"], texts["outputs"], scores, int(t.log_val_generations))
+            self.logger.log_generations(samples, step=self.global_steps)
+        if t.validation_data_dir:
+            records = generation_records(texts["inputs"], texts["outputs"], texts["gts"], scores, extra_all,
+                                         self.global_steps)
+            write_generations(t.validation_data_dir, self.global_steps, records)
         return process_validation_metrics(np.array(sources, dtype=object), scores, extra_all)
 
     # ------------------------------------------------------------------------------------ tracking
