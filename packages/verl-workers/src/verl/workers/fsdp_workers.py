@@ -267,7 +267,13 @@ class ActorRolloutRefWorker(Worker):
         if hdfs_path is not None:
             raise NotImplementedError(f"hdfs_path={hdfs_path!r}: remote checkpoint copies are not supported")
         self.actor_engine.save_checkpoint(local_path, global_step=global_step)
+        if self.rollout is not None and self.rollout.generator is not None:
+            torch.save(self.rollout.generator.get_state(), self._rollout_rng_file(local_path))
         self._ckpt.saved_and_prune(local_path, max_ckpt_to_keep)
+
+    @staticmethod
+    def _rollout_rng_file(local_path: str) -> str:
+        return os.path.join(local_path, f"rollout_rng_rank_{dist.get_rank()}.pt")
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(
@@ -277,6 +283,10 @@ class ActorRolloutRefWorker(Worker):
         if not self._is_actor:
             raise RuntimeError(f"load_checkpoint loads the actor; this worker's role is {self.role!r}")
         self.actor_engine.load_checkpoint(local_path)
+        rng_file = self._rollout_rng_file(local_path)
+        if self.rollout is not None and self.rollout.generator is not None and os.path.isfile(rng_file):
+            # absent when saved by another worker count: sampling then continues from rollout.seed + rank
+            self.rollout.generator.set_state(torch.load(rng_file))
         self._weights_version += 1
         if del_local_after_load and dist.get_rank() == 0:
             shutil.rmtree(local_path, ignore_errors=True)

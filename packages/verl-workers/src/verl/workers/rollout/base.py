@@ -32,6 +32,9 @@ class BaseRollout(ABC):
 
     #: True when the engine reads the trainer's live module (no weight transfer needed).
     shares_trainer_weights: bool = False
+    #: the torch generator sampling draws from (:func:`rollout_generator`); saved with the actor's
+    #: checkpoint so a resumed run samples what an uninterrupted one would. None: the engine seeds its own.
+    generator: torch.Generator | None = None
 
     @abstractmethod
     def generate_sequences(self, prompts: DataProto) -> DataProto:
