@@ -15,6 +15,8 @@ Config keys (upstream names)::
     micro_batch_size_per_gpu   rows per forward pass (default 8)
     max_length             RM input limit; longer inputs lose their beginning (default 4096)
 
+    model.fsdp_config.mixed_precision.param_dtype   the dtype the model runs in (default fp32)
+
 ``device`` (from the trainer: ``trainer.device`` resolved, ``cpu`` or ``cuda``) is where the model runs;
 inputs go there and the scores come back to the CPU.
 """
@@ -50,6 +52,7 @@ class RewardModelWorker(Worker):
     def init_model(self) -> None:
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
         from verl.utils.device import set_worker_device
+        from verl.utils.torch_dtypes import to_dtype
 
         self.device = set_worker_device(self.device_name)  # under Ray: the GPU Ray gave this actor
 
@@ -61,7 +64,9 @@ class RewardModelWorker(Worker):
         trust = bool(_get(self.config, "model.trust_remote_code", False))
         self.rm_tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust)
         self.model = AutoModelForSequenceClassification.from_pretrained(
-            path, num_labels=1, torch_dtype=torch.float32, trust_remote_code=trust
+            path, num_labels=1, trust_remote_code=trust,
+            torch_dtype=to_dtype(_get(self.config, "model.fsdp_config.mixed_precision.param_dtype", "fp32"),
+                                 "reward.reward_model.model.fsdp_config.mixed_precision.param_dtype"),
         ).to(self.device)
         if self.model.config.pad_token_id is None:
             self.model.config.pad_token_id = self.rm_tokenizer.pad_token_id
