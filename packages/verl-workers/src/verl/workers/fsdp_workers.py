@@ -285,7 +285,7 @@ class ActorRolloutRefWorker(Worker):
         self.actor_engine.load_checkpoint(local_path)
         rng_file = self._rollout_rng_file(local_path)
         if self.rollout is not None and self.rollout.generator is not None and os.path.isfile(rng_file):
-            # absent when saved by another worker count: sampling then continues from rollout.seed + rank
+            # absent for ranks the saving run did not have: those keep sampling from rollout.seed + rank
             self.rollout.generator.set_state(torch.load(rng_file))
         self._weights_version += 1
         if del_local_after_load and dist.get_rank() == 0:
