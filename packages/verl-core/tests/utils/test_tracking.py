@@ -109,3 +109,61 @@ def test_swanlab_offline_writes_run_file(tmp_path, monkeypatch):
 
     cfg = yaml.safe_load(open(os.path.join(runs[0], "files", "config.yaml")))
     assert cfg["a"]["value"] == 1, cfg
+
+
+SAMPLES = [("1+2=", "3", 1.0), ("7*8=", "54\nno", 0.0)]
+
+
+def test_generations_on_console_jsonl_and_tensorboard(tmp_path, capsys):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    t = Tracking("p", "e", ["console", "jsonl", "tensorboard"], output_dir=str(tmp_path))
+    t.log_generations(SAMPLES, step=3)
+    t.log_generations(SAMPLES[:1], step=6)
+    t.finish()
+    out = capsys.readouterr().out
+    assert "validation generations (step 3):" in out
+    assert "step  input  output  score\n3     1+2=   3       1\n3     7*8=   54\\nno  0" in out
+    rows = [json.loads(line) for line in open(tmp_path / "val_generations.jsonl")]
+    assert rows == [{"step": 3, "input": "1+2=", "output": "3", "score": 1.0},
+                    {"step": 3, "input": "7*8=", "output": "54\nno", "score": 0.0},
+                    {"step": 6, "input": "1+2=", "output": "3", "score": 1.0}]
+    assert not (tmp_path / "metrics.jsonl").read_text()  # the metrics file keeps one row per step
+    acc = EventAccumulator(str(tmp_path / "tensorboard"), size_guidance={"tensors": 0})
+    acc.Reload()
+    events = acc.Tensors("val/generations/text_summary")
+    assert [e.step for e in events] == [3, 6]
+    text = events[0].tensor_proto.string_val[0].decode()
+    assert text.splitlines()[0] == "| step | input | output | score |" and "| 3 | 7*8= | 54\\nno | 0 |" in text
+
+
+def test_generations_in_mlflow_wandb_swanlab_offline(tmp_path, monkeypatch):
+    pytest.importorskip("mlflow")
+    pytest.importorskip("wandb")
+    pytest.importorskip("swanlab")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("SWANLAB_MODE", "offline")
+    t = Tracking("proj", "exp", ["mlflow", "wandb", "swanlab"], output_dir=str(tmp_path))
+    run_id = t.loggers["mlflow"].run.info.run_id
+    t.log_generations(SAMPLES, step=2)
+    t.finish()
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri="file:" + str(tmp_path / "mlruns"))
+    local = client.download_artifacts(run_id, "val_generations/step_2.json", str(tmp_path / "dl"))
+    assert json.load(open(local)) == [{"input": i, "output": o, "score": s} for i, o, s in SAMPLES]
+    # wandb offline: the table is a run file with every row
+    tables = glob.glob(str(tmp_path / "wandb" / "offline-run-*" / "files" / "media" / "table" / "**" / "*.table.json"),
+                       recursive=True)
+    assert len(tables) == 1, tables
+    table = json.load(open(tables[0]))
+    assert table["columns"] == ["step", "input", "output", "score"]
+    assert table["data"] == [[2, i, o, s] for i, o, s in SAMPLES]
+    # swanlab offline: the run's records name the key; the table is a media file with every row
+    data = glob.glob(str(tmp_path / "swanlog" / "run-*" / "*.swanlab"))
+    assert data and b"val/generations" in open(data[0], "rb").read()
+    (media,) = glob.glob(str(tmp_path / "swanlog" / "run-*" / "media" / "echarts" / "*.json"))
+    rows = json.load(open(media))["rowData"]
+    assert rows == [{"step": 2, "input": i, "output": o, "score": s} for i, o, s in SAMPLES]

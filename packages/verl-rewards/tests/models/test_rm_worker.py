@@ -62,6 +62,14 @@ def _batch(tok):
     return data, p_ids, r_ids
 
 
+def _free_port() -> str:
+    import socket
+
+    with socket.socket() as s:  # a fixed port collides with other runs on a shared machine
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])
+
+
 @pytest.fixture
 def worker_env(monkeypatch):
     for k, v in {
@@ -69,7 +77,7 @@ def worker_env(monkeypatch):
         "WORLD_SIZE": "1",
         "LOCAL_RANK": "0",
         "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": "29999",
+        "MASTER_PORT": _free_port(),
     }.items():
         monkeypatch.setenv(k, v)
 
@@ -93,6 +101,26 @@ def test_scores_land_on_the_last_response_token(dirs, worker_env):
         want = _single(model, p_ids[i] + r_ids[i])  # one unpadded row: an independent forward
         assert rm[i, len(r_ids[i]) - 1].item() == pytest.approx(want, abs=1e-5)
         assert torch.count_nonzero(rm[i]).item() == 1
+
+
+def test_runs_on_its_device_in_the_configured_dtype(dirs, worker_env):
+    """``device`` from the trainer and ``model.fsdp_config.mixed_precision.param_dtype``: the model runs
+    there in bf16, the scores come back as fp32 CPU tensors, near the fp32 model's (bf16 rounding)."""
+    from verl.rewards.models.rm_worker import RewardModelWorker
+
+    _, _, same_dir, policy_tok, model = dirs
+    data, p_ids, r_ids = _batch(policy_tok)
+    cfg = {"model": {"path": str(same_dir), "fsdp_config": {"mixed_precision": {"param_dtype": "bf16"}}}}
+    w = RewardModelWorker(cfg, device="cpu")
+    w.init_model()
+    assert w.engine.device == torch.device("cpu")
+    assert {p.dtype for p in w.engine.module.parameters()} == {torch.bfloat16}
+    rm = w.compute_rm_score(data).batch["rm_scores"]
+    assert rm.dtype == torch.float32 and rm.device.type == "cpu"
+    for i in range(len(CHATS)):
+        want = _single(model, p_ids[i] + r_ids[i])
+        got = rm[i, len(r_ids[i]) - 1].item()
+        assert got == pytest.approx(want, abs=0.05) and got != pytest.approx(want, abs=1e-6)
 
 
 def test_different_tokenizer_retemplates_the_conversation(dirs, worker_env):

@@ -131,12 +131,14 @@ def test_actor_checkpoint_roundtrip_and_keep_count(make_cfg, prompts_for, tiny_m
     assert not (tmp_path / "global_step_0" / "actor").exists()  # only the newest is kept
     trained = w.compute_log_prob(gen).batch["old_log_probs"]
     assert not torch.allclose(trained, saved)
-    sampled_at_1 = w.generate_sequences(prompts)
+    sampling = prompts_for(tok, ["2+2=", "8+1="], n=2, meta={"do_sample": True, "temperature": 1.0})
+    sampled_at_1 = w.generate_sequences(sampling)
     train_step()
+    w.generate_sequences(sampling)  # draws move the sampling generator on
     w.load_checkpoint(str(tmp_path / "global_step_1" / "actor"))
     torch.testing.assert_close(w.compute_log_prob(gen).batch["old_log_probs"], trained, atol=1e-6, rtol=0)
-    # the rollout samples from the reloaded weights too
-    again = w.generate_sequences(prompts)
+    # the rollout samples from the reloaded weights, with the sampling generator as it was saved
+    again = w.generate_sequences(sampling)
     assert torch.equal(again.batch["responses"], sampled_at_1.batch["responses"])
     torch.testing.assert_close(
         again.batch["rollout_log_probs"], sampled_at_1.batch["rollout_log_probs"], atol=1e-6, rtol=0

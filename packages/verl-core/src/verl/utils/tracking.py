@@ -8,6 +8,11 @@ unless ``MLFLOW_TRACKING_URI`` is set). The heavy ones are imported only when ch
 
 ``Tracking`` also keeps the history of the reward and validation scores, so ``finish()`` (and
 ``plot()``) can write a PNG of the reward curve next to the run.
+
+``log_generations(samples, step)`` records validation samples ``(input, output, score)``
+(``trainer.log_val_generations``) as each backend can: a text table on the console, rows in
+``{output_dir}/val_generations.jsonl``, a markdown table as TensorBoard text (``val/generations``), a
+``wandb.Table`` and a SwanLab ECharts table under ``val/generations``, a JSON artifact in MLflow.
 """
 
 from __future__ import annotations
@@ -20,6 +25,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 BACKENDS = ("console", "jsonl", "tensorboard", "wandb", "swanlab", "mlflow")
+GENERATIONS_KEY = "val/generations"
+#: a validation sample as the trackers get it: (prompt text, response text, score)
+Sample = tuple[str, str, float]
 
 # Metric keys the reward plot follows: the training score (first match wins) and validation rewards.
 TRAIN_REWARD_KEYS = ("critic/score/mean", "critic/rewards/mean", "reward/mean")
@@ -49,6 +57,21 @@ def scalar_metrics(data: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
+def generations_table(samples: list[Sample], step: int, markdown: bool = False) -> str:
+    """The samples as a text table (one row each; newlines shown as ``\\n`` so rows stay rows)."""
+    rows = [(str(step), _one_line(i), _one_line(o), f"{float(s):.4g}") for i, o, s in samples]
+    head = ("step", "input", "output", "score")
+    if markdown:
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        return "\n".join(lines + ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows])
+    widths = [max(len(r[k]) for r in [head, *rows]) for k in range(len(head))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [head, *rows])
+
+
+def _one_line(text: str) -> str:
+    return str(text).replace("\n", "\\n")
+
+
 def format_console_line(data: Mapping[str, Any], step: int) -> str:
     """``step:3 - critic/score/mean:0.5 - ...`` with floats shortened to 4 significant digits."""
     parts = [f"step:{step}"]
@@ -69,6 +92,12 @@ class _Console:
 
         tqdm.write(line, file=self.stream or sys.stdout)
 
+    def log_generations(self, samples: list[Sample], step: int) -> None:
+        from tqdm import tqdm
+
+        tqdm.write(f"validation generations (step {step}):\n{generations_table(samples, step)}",
+                   file=self.stream or sys.stdout)
+
     def finish(self) -> None:
         pass
 
@@ -86,6 +115,12 @@ class _Jsonl:
         self._f.write(json.dumps(row) + "\n")
         self._f.flush()
 
+    def log_generations(self, samples: list[Sample], step: int) -> None:
+        path = os.path.join(os.path.dirname(self.path), "val_generations.jsonl")
+        with open(path, "a", encoding="utf-8") as f:
+            for i, o, s in samples:
+                f.write(json.dumps({"step": step, "input": i, "output": o, "score": float(s)}, ensure_ascii=False) + "\n")
+
     def finish(self) -> None:
         self._f.close()
 
@@ -102,6 +137,10 @@ class _TensorBoard:
             self.writer.add_scalar(k, v, global_step=step)
         self.writer.flush()
 
+    def log_generations(self, samples: list[Sample], step: int) -> None:
+        self.writer.add_text(GENERATIONS_KEY, generations_table(samples, step, markdown=True), global_step=step)
+        self.writer.flush()
+
     def finish(self) -> None:
         self.writer.close()
 
@@ -114,9 +153,16 @@ class _Wandb:
         mode = os.environ.get("WANDB_MODE", "offline")  # never reach for the network unless asked
         os.makedirs(out_dir, exist_ok=True)
         self.run = wandb.init(project=project, name=name, config=config, mode=mode, dir=out_dir)
+        self._wandb = wandb
+        self._rows: list[list] = []  # one table grows over the run, as upstream logs it
 
     def log(self, data: dict, step: int) -> None:
         self.run.log(scalar_metrics(data), step=step)
+
+    def log_generations(self, samples: list[Sample], step: int) -> None:
+        self._rows += [[step, i, o, float(s)] for i, o, s in samples]
+        table = self._wandb.Table(columns=["step", "input", "output", "score"], data=list(self._rows))
+        self.run.log({GENERATIONS_KEY: table}, step=step)
 
     def finish(self) -> None:
         self.run.finish()
@@ -133,6 +179,11 @@ class _SwanLab:
 
     def log(self, data: dict, step: int) -> None:
         self._swanlab.log(scalar_metrics(data), step=step)
+
+    def log_generations(self, samples: list[Sample], step: int) -> None:
+        table = self._swanlab.echarts.Table()
+        table.add(headers=["step", "input", "output", "score"], rows=[[step, i, o, float(s)] for i, o, s in samples])
+        self._swanlab.log({GENERATIONS_KEY: table}, step=step)
 
     def finish(self) -> None:
         self._swanlab.finish()
@@ -160,6 +211,10 @@ class _MLflow:
         # mlflow rejects '@' in metric names (e.g. "pass@k").
         metrics = {k.replace("@", "_at_"): v for k, v in scalar_metrics(data).items()}
         self._mlflow.log_metrics(metrics, step=step)
+
+    def log_generations(self, samples: list[Sample], step: int) -> None:
+        rows = [{"input": i, "output": o, "score": float(s)} for i, o, s in samples]
+        self._mlflow.log_dict(rows, f"val_generations/step_{step}.json")
 
     def finish(self) -> None:
         self._mlflow.end_run()
@@ -257,6 +312,11 @@ class Tracking:
             logger.log(data, step)
         if new_val and self.reward_history:
             self.plot()  # refresh the curve at each validation so a running job can be watched
+
+    def log_generations(self, samples: list[Sample], step: int) -> None:
+        """Send validation samples ``(input, output, score)`` to every backend (see the module doc)."""
+        for logger in self.loggers.values():
+            logger.log_generations(samples, step)
 
     def plot(self, path: str | None = None) -> str | None:
         """Write the reward curve (and validation scores) as a PNG; returns its path, or None if no data."""

@@ -373,3 +373,32 @@ def test_dro_needs_a_positive_beta_before_workers_start():
         assert len(problems) == 1 and "loss_mode=dro needs policy_loss.dro_beta > 0" in problems[0], problems
     validate_config(load_config(REQUIRED + ["actor_rollout_ref.actor.policy_loss.loss_mode=dro",
                                             "actor_rollout_ref.actor.policy_loss.dro_beta=0.1"]))
+
+
+def test_precision_keys_follow_model_dtype_and_are_checked():
+    from verl.trainer.sft import load_sft_config, validate_sft_config
+
+    cfg = load_config(["actor_rollout_ref.model.model_dtype=bfloat16", "critic.model.fsdp_config.model_dtype=bf16",
+                       "actor_rollout_ref.ref.fsdp_config.mixed_precision.param_dtype=fp32"])
+    arr = cfg.actor_rollout_ref
+    assert arr.actor.fsdp_config.model_dtype == "bfloat16"  # the older model-level key is the default
+    assert arr.actor.fsdp_config.mixed_precision == {"param_dtype": "bfloat16", "reduce_dtype": "fp32",
+                                                     "buffer_dtype": "fp32"}
+    assert arr.ref.fsdp_config.mixed_precision.param_dtype == "fp32"
+    assert cfg.critic.model.fsdp_config.mixed_precision.param_dtype == "bf16"
+    assert cfg.data.seed == cfg.trainer.seed == 1 and arr.rollout.seed == 42
+    assert load_config(["trainer.seed=7"]).data.seed == 7  # trainer.seed orders the data unless data.seed is set
+
+    bad = load_config(REQUIRED + ["actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp16",
+                                   "actor_rollout_ref.ref.fsdp_config.mixed_precision.param_dtype=fp16",
+                                   "actor_rollout_ref.actor.fsdp_config.mixed_precision.reduce_dtype=half"])
+    with pytest.raises(ConfigError) as err:
+        validate_config(bad)
+    text = str(err.value)
+    assert "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp16 trains in fp16" in text
+    assert "actor_rollout_ref.actor.fsdp_config.mixed_precision.reduce_dtype='half' is not one of" in text
+    assert "ref.fsdp_config.mixed_precision.param_dtype=fp16" not in text  # inference in fp16 is fine
+    sft = load_sft_config(["data.train_files=x.parquet", "model.path=m", "model.model_dtype=float16"])
+    assert sft.model.fsdp_config.mixed_precision.param_dtype == "float16"
+    with pytest.raises(ConfigError, match="model.fsdp_config.mixed_precision.param_dtype=float16 trains in fp16"):
+        validate_sft_config(sft)

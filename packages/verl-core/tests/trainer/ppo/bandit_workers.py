@@ -75,11 +75,13 @@ def _allreduce_grads(params: list[torch.Tensor], world_size: int) -> None:
 class BanditActorRolloutRef(Worker):
     """Actor + rollout + reference of the bandit policy (role actor_rollout, actor_rollout_ref or ref)."""
 
-    def __init__(self, config, role: str = "actor_rollout", total_training_steps: int | None = None):
+    def __init__(self, config, role: str = "actor_rollout", total_training_steps: int | None = None,
+                 device: str | None = None, seed: int | None = None):
         super().__init__()
         self.config = config
         self.role = role
         self.total_training_steps = total_training_steps
+        self.device, self.seed = device, seed
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self):
@@ -193,13 +195,15 @@ class BanditActorRolloutRef(Worker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def get_info(self) -> dict:
         """Test helper: what the worker was constructed with and how often it was updated."""
-        return {"total_training_steps": self.total_training_steps, "updates": self.updates, "role": self.role}
+        return {"total_training_steps": self.total_training_steps, "updates": self.updates, "role": self.role,
+                "device": self.device, "seed": self.seed}
 
 
 class BanditCritic(Worker):
     """Tabular critic: V[last prompt token, response position]."""
 
-    def __init__(self, config, total_training_steps: int | None = None):
+    def __init__(self, config, total_training_steps: int | None = None, device: str | None = None,
+                 seed: int | None = None):
         super().__init__()
         self.config = config
         self.total_training_steps = total_training_steps

@@ -4,6 +4,7 @@ import json
 import os
 
 import cloudpickle
+import pytest
 from verl.trainer.config import load_config, validate_config
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer, ResourcePoolManager, Role
 
@@ -80,6 +81,8 @@ def test_grpo_reward_rises(ray_cluster, tmp_path):
     assert trainer.total_training_steps == 20
     assert trainer.actor_rollout_wg.get_info()[0]["total_training_steps"] == 20
     assert trainer.actor_rollout_wg.get_info()[0]["updates"] == 20
+    # every worker gets the resolved device and trainer.seed (it adds its rank itself)
+    assert {(i["device"], i["seed"]) for i in trainer.actor_rollout_wg.get_info()} == {("cpu", 1)}
     for key in ("critic/advantages/mean", "response_length/mean", "prompt_length/mean", "actor/entropy",
                 "actor/pg_loss", "actor/grad_norm", "actor/pg_clipfrac", "actor/ppo_kl", "timing_s/gen",
                 "timing_s/update_actor", "perf/throughput", "reward_extra/acc/mean"):
@@ -114,8 +117,6 @@ class OverlapProbe(BanditTrainer):
 def test_async_reward_overlaps_the_log_prob_passes(ray_cluster, tmp_path):
     import threading
 
-    import pytest
-
     started = threading.Event()
     threads = set()
 
@@ -149,3 +150,44 @@ def test_async_reward_overlaps_the_log_prob_passes(ray_cluster, tmp_path):
     trainer.reward_fn = broken_reward
     with pytest.raises(ValueError, match="failed on purpose"):
         trainer.fit()
+
+
+class BanditTokenizer:
+    """Text for the bandit's toy vocabulary: token i is letter i ("a" = pad, which the bandit also samples
+    as a response token); EOS is the special token."""
+
+    pad_token_id, eos_token_id = bw.PAD, bw.EOS
+
+    def decode(self, ids, skip_special_tokens=False):
+        return "".join("" if i == bw.EOS and skip_special_tokens else "abcdefgh"[i] for i in ids)
+
+
+def test_rollout_and_validation_dumps_and_generation_table(ray_cluster, tmp_path, capsys):
+    """trainer.rollout_data_dir / validation_data_dir: {step}.jsonl per step with upstream's keys, the
+    score being the reward function's (here the extra key acc equals it); log_val_generations=3: the
+    same 3 prompts at every validation, as a table on the console and rows in val_generations.jsonl."""
+    cfg = bandit_config(tmp_path, "algorithm.adv_estimator=grpo", "trainer.total_epochs=1",
+                        "trainer.experiment_name=dumps", "trainer.test_freq=2", "trainer.log_val_generations=3",
+                        f"trainer.rollout_data_dir={tmp_path / 'rollouts'}",
+                        f"trainer.validation_data_dir={tmp_path / 'val'}")
+    trainer = make_trainer(cfg)
+    trainer.tokenizer = BanditTokenizer()
+    trainer.fit()
+    assert sorted(os.listdir(tmp_path / "rollouts")) == ["1.jsonl", "2.jsonl", "3.jsonl", "4.jsonl"]
+    rows = read_jsonl(tmp_path / "rollouts" / "3.jsonl")
+    assert len(rows) == 8 * 4  # prompts x rollout.n
+    assert {tuple(sorted(r)) for r in rows} == {("acc", "gts", "input", "output", "score", "step")}
+    assert all(r["step"] == 3 and r["gts"] is None and r["score"] == r["acc"] for r in rows)
+    for r in rows:  # the texts are the prompt and the response: the score follows from them
+        first = r["output"][:1]
+        want = "abcdefgh"[bw.target("abcdefgh".index(r["input"][-1]))]
+        assert r["score"] == float(first == want), r
+    assert sorted(os.listdir(tmp_path / "val")) == ["0.jsonl", "2.jsonl", "4.jsonl"]
+    val = read_jsonl(tmp_path / "val" / "4.jsonl")
+    assert len(val) == 12 and all(r["step"] == 4 for r in val)
+    metrics = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if "val/bandit/reward" in r]
+    assert metrics[-1]["val/bandit/reward"] == pytest.approx(sum(r["score"] for r in val) / 12)
+    table = read_jsonl(tmp_path / "val_generations.jsonl")
+    assert [r["step"] for r in table] == [0] * 3 + [2] * 3 + [4] * 3
+    assert [r["input"] for r in table[:3]] == [r["input"] for r in table[6:]]
+    assert "validation generations (step 4):" in capsys.readouterr().out

@@ -8,6 +8,9 @@ see docs/contracts.md). Training runs on a training engine from ``verl.registrie
 
 Per-rank batch sizes are derived from the (read-only) config into worker attributes:
 ``ppo_mini_batch_size_per_rank = ppo_mini_batch_size * rollout.n // dp_size``.
+
+The trainer gives every worker ``device`` (``trainer.device`` resolved once, ``cpu`` or ``cuda``) and
+``seed`` (``trainer.seed``); each worker seeds its RNGs with ``seed + rank`` (see :func:`init_distributed`).
 """
 
 from __future__ import annotations
@@ -27,18 +30,21 @@ ROLES = ("actor_rollout_ref", "actor_rollout", "actor", "rollout", "ref")
 _BUCKET_MB_KEY = "update_weights_bucket_megabytes"
 
 
-def init_distributed() -> None:
-    """Join the worker group's torch.distributed group (env:// from the Worker): gloo on CPU, NCCL on GPU.
+def init_distributed(device: str | None = None, seed: int | None = None) -> torch.device:
+    """Select this worker's device, join the worker group's torch.distributed group (env:// from the
+    Worker; gloo on CPU, NCCL on GPU) and seed Python, NumPy and torch with ``seed + rank``.
 
-    A no-op when already initialised (several roles colocated in one process share the group).
+    ``device``: ``cpu``, ``cuda`` or None/``auto`` (what this process sees). Joining is skipped when
+    already done (several roles colocated in one process share the group). Returns the device.
     """
-    if dist.is_initialized():
-        return
-    if torch.cuda.is_available():
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-        dist.init_process_group(backend="nccl")
-    else:
-        dist.init_process_group(backend="gloo")
+    from verl.utils.device import get_nccl_backend, seed_everything, set_worker_device
+
+    dev = set_worker_device(device)  # under Ray: the GPU Ray gave this actor, not cuda:LOCAL_RANK
+    if not dist.is_initialized():
+        dist.init_process_group(backend=get_nccl_backend(dev.type))
+    if seed is not None:
+        seed_everything(int(seed) + dist.get_rank())
+    return dev
 
 
 def per_rank_size(total_prompts: int, n: int, dp_size: int, what: str) -> int:
@@ -88,13 +94,17 @@ class ActorRolloutRefWorker(Worker):
     bucketed weight sync before the first generation after an update.
     """
 
-    def __init__(self, config: Any, role: str, total_training_steps: int | None = None, **_: Any):
+    def __init__(
+        self, config: Any, role: str, total_training_steps: int | None = None, device: str | None = None,
+        seed: int | None = None, **_: Any,
+    ):
         super().__init__()
         if role not in ROLES:
             raise ValueError(f"unknown ActorRolloutRefWorker role {role!r}; known: {', '.join(ROLES)}")
         self.config = config
         self.role = role
         self.total_training_steps = total_training_steps
+        self.device_name, self.seed = device, seed
         self._is_actor = role in ("actor_rollout_ref", "actor_rollout", "actor")
         self._is_rollout = role in ("actor_rollout_ref", "actor_rollout", "rollout")
         self._is_ref = role in ("actor_rollout_ref", "ref")
@@ -118,7 +128,7 @@ class ActorRolloutRefWorker(Worker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
         """Join torch.distributed and build the actor engine, rollout and reference as the role asks."""
-        init_distributed()
+        init_distributed(self.device_name, self.seed)
         from verl.workers.actor.dp_actor import DataParallelPPOActor
         from verl.workers.engine import build_engine
         from verl.workers.rollout import build_rollout
@@ -155,6 +165,7 @@ class ActorRolloutRefWorker(Worker):
                 tokenizer=self.tokenizer,
                 model_config=cfg.model,
                 reshard_after_forward=bool(cfg.actor.fsdp_config.reshard_after_forward),
+                device=self.actor_engine.device,
             )
         if self._is_ref:
             self.ref_engine = build_engine(
@@ -271,7 +282,13 @@ class ActorRolloutRefWorker(Worker):
         if hdfs_path is not None:
             raise NotImplementedError(f"hdfs_path={hdfs_path!r}: remote checkpoint copies are not supported")
         self.actor_engine.save_checkpoint(local_path, global_step=global_step)
+        if self.rollout is not None and self.rollout.generator is not None:
+            torch.save(self.rollout.generator.get_state(), self._rollout_rng_file(local_path))
         self._ckpt.saved_and_prune(local_path, max_ckpt_to_keep)
+
+    @staticmethod
+    def _rollout_rng_file(local_path: str) -> str:
+        return os.path.join(local_path, f"rollout_rng_rank_{dist.get_rank()}.pt")
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(
@@ -281,6 +298,10 @@ class ActorRolloutRefWorker(Worker):
         if not self._is_actor:
             raise RuntimeError(f"load_checkpoint loads the actor; this worker's role is {self.role!r}")
         self.actor_engine.load_checkpoint(local_path)
+        rng_file = self._rollout_rng_file(local_path)
+        if self.rollout is not None and self.rollout.generator is not None and os.path.isfile(rng_file):
+            # absent for ranks the saving run did not have: those keep sampling from rollout.seed + rank
+            self.rollout.generator.set_state(torch.load(rng_file))
         self._weights_version += 1
         if del_local_after_load and dist.get_rank() == 0:
             shutil.rmtree(local_path, ignore_errors=True)
@@ -289,10 +310,14 @@ class ActorRolloutRefWorker(Worker):
 class CriticWorker(Worker):
     """The value model. ``config`` is ``cfg.critic`` (read only)."""
 
-    def __init__(self, config: Any, total_training_steps: int | None = None, **_: Any):
+    def __init__(
+        self, config: Any, total_training_steps: int | None = None, device: str | None = None,
+        seed: int | None = None, **_: Any,
+    ):
         super().__init__()
         self.config = config
         self.total_training_steps = total_training_steps
+        self.device_name, self.seed = device, seed
         self.ppo_mini_batch_size_per_rank = per_rank_size(
             config.ppo_mini_batch_size, config.rollout_n, self.world_size, "critic.ppo_mini_batch_size"
         )
@@ -303,7 +328,7 @@ class CriticWorker(Worker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
         """Join torch.distributed and build the value model (backbone + scalar head) and its optimizer."""
-        init_distributed()
+        init_distributed(self.device_name, self.seed)
         from verl.workers.critic.dp_critic import DataParallelPPOCritic
         from verl.workers.engine import build_engine
 

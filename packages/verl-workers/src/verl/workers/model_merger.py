@@ -55,9 +55,9 @@ def merge_checkpoint(local_dir: str, target_dir: str, dtype: str | None = None) 
             f"checkpoint at {local_dir!r} does not match its config: missing {missing}, unexpected {unexpected}"
         )
     if dtype is not None:
-        from verl.workers.engine.hf_model import resolve_dtype
+        from verl.workers.engine.precision import resolve_dtype
 
-        model = model.to(resolve_dtype(dtype))
+        model = model.to(resolve_dtype(dtype, "--dtype"))
     os.makedirs(target_dir, exist_ok=True)
     model.save_pretrained(target_dir)
     for name in _TOKENIZER_FILES:

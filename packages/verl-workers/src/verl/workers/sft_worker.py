@@ -47,10 +47,14 @@ def shifted_micro_batches(batch: Any, micro_batch_size: int) -> list[dict[str, t
 class SFTWorker(Worker):
     """Supervised fine-tuning on one data-parallel rank. ``config`` is the whole SFT config (read only)."""
 
-    def __init__(self, config: Any, total_training_steps: int | None = None, **_: Any):
+    def __init__(
+        self, config: Any, total_training_steps: int | None = None, device: str | None = None, **_: Any
+    ):
         super().__init__()
         self.config = config
         self.total_training_steps = total_training_steps
+        # resolved by the trainer from trainer.device; None: what this process sees
+        self.device_name = device if device is not None else config.trainer.device
         self.engine = None
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -59,9 +63,8 @@ class SFTWorker(Worker):
         from verl.workers.engine import build_engine
         from verl.workers.fsdp_workers import init_distributed
 
-        init_distributed()
-        torch.manual_seed(int(self.config.trainer.seed))
         cfg = self.config
+        init_distributed(self.device_name, int(cfg.trainer.seed))
         self.engine = build_engine(
             cfg.model.strategy,
             model_config=cfg.model,

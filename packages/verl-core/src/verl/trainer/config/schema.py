@@ -48,7 +48,7 @@ class DataConfig:
     return_full_prompt: bool = False
     shuffle: bool = True
     validation_shuffle: bool = False
-    seed: int = 1
+    seed: int = _ref("trainer.seed")  # data order
     filter_overlong_prompts: bool = False
     filter_overlong_prompts_workers: int = 1
     truncation: str = "error"  # error | left | right | middle
@@ -73,6 +73,14 @@ class OptimConfig:
 
 
 @dataclass
+class MixedPrecisionConfig:
+    # compute dtype (default: the section's model_dtype); trained weights stay fp32 masters regardless
+    param_dtype: str = "${..model_dtype}"
+    reduce_dtype: str = "fp32"  # cross-rank gradient reduction
+    buffer_dtype: str = "fp32"  # floating buffers (rotary tables)
+
+
+@dataclass
 class FSDPConfig:
     param_offload: bool = False
     optimizer_offload: bool = False
@@ -81,6 +89,13 @@ class FSDPConfig:
     fsdp_size: int = -1  # -1: shard over all workers of the role
     forward_prefetch: bool = False
     wrap_policy: dict[str, Any] = field(default_factory=lambda: {"min_num_params": 0})
+    model_dtype: str = "fp32"  # dtype the checkpoint is loaded in (see verl.workers.engine.precision)
+    mixed_precision: MixedPrecisionConfig = field(default_factory=MixedPrecisionConfig)
+
+
+def _fsdp_following(model_dtype_key: str) -> Any:
+    """An FSDPConfig whose model_dtype defaults to the model section's ``model_dtype`` (the older key)."""
+    return field(default_factory=lambda: FSDPConfig(model_dtype=_ref(model_dtype_key)))
 
 
 @dataclass
@@ -103,7 +118,7 @@ class ModelConfig:
     use_fused_kernels: bool = False
     trust_remote_code: bool = False
     use_shm: bool = False
-    model_dtype: str = "float32"  # dtype of the trained parameters
+    model_dtype: str = "float32"  # default of actor/ref fsdp_config.model_dtype (the compute dtype)
 
 
 @dataclass
@@ -142,7 +157,7 @@ class ActorConfig:
     grad_clip: float = 1.0
     policy_loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
-    fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+    fsdp_config: FSDPConfig = _fsdp_following("actor_rollout_ref.model.model_dtype")
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
 
 
@@ -153,7 +168,7 @@ class RefConfig:
     log_prob_use_dynamic_bsz: bool = _ref(f"{_ACTOR}.use_dynamic_bsz")
     log_prob_max_token_len_per_gpu: int = _ref(f"{_ACTOR}.ppo_max_token_len_per_gpu")
     ulysses_sequence_parallel_size: int = _ref(f"{_ACTOR}.ulysses_sequence_parallel_size")
-    fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+    fsdp_config: FSDPConfig = _fsdp_following("actor_rollout_ref.model.model_dtype")
 
 
 @dataclass
@@ -243,8 +258,8 @@ class CriticModelConfig:
     enable_gradient_checkpointing: bool = True
     use_remove_padding: bool = False
     trust_remote_code: bool = _ref("actor_rollout_ref.model.trust_remote_code")
-    model_dtype: str = "float32"
-    fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+    model_dtype: str = "float32"  # default of critic.model.fsdp_config.model_dtype
+    fsdp_config: FSDPConfig = _fsdp_following("critic.model.model_dtype")
 
 
 def _critic_optim() -> OptimConfig:
@@ -388,7 +403,7 @@ class TrainerConfig:
     rollout_data_dir: str | None = None
     validation_data_dir: str | None = None
     ray_wait_register_center_timeout: int = 300
-    seed: int = 1
+    seed: int = 1  # the driver, every worker (seed + rank) and, through data.seed, the data order
     progress_bar: bool = True
 
 

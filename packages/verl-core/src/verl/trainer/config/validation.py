@@ -377,6 +377,7 @@ def _check_trainer(cfg: DictConfig, problems: list[str]) -> None:
     if trainer.critic_warmup < 0:
         problems.append(f"trainer.critic_warmup={trainer.critic_warmup} must be >= 0")
     _check_offload_on_cpu(cfg, problems)
+    _check_precision(cfg, problems)
     if trainer.worker_backend == "local" and world_size(cfg) != 1:
         problems.append(
             f"trainer.worker_backend=local runs one worker in the driver's process, but "
@@ -410,6 +411,34 @@ def _check_offload_on_cpu(cfg: DictConfig, problems: list[str]) -> None:
             f"{where}.{'/'.join(on)}=true means nothing on CPU (parameters and optimizer state "
             f"already live in host memory); set them to false for trainer.device=cpu"
         )
+
+
+def _check_precision(cfg: DictConfig, problems: list[str]) -> None:
+    sections = dict(_fsdp_sections(cfg))
+    if cfg.reward.reward_model.enable:
+        sections["reward.reward_model.model.fsdp_config"] = cfg.reward.reward_model.model.fsdp_config
+    trained = ("actor_rollout_ref.actor.fsdp_config", "critic.model.fsdp_config")
+    for where, section in sections.items():
+        problems += fsdp_precision_problems(where, section, trained=where in trained)
+
+
+def fsdp_precision_problems(where: str, section: DictConfig, trained: bool) -> list[str]:
+    """Dtype names of one fsdp_config (``model_dtype``, ``mixed_precision.*``); fp16 compute for a trained
+    model needs a loss scaler the engines do not have (a reference, not trained, may run in fp16)."""
+    from verl.utils.torch_dtypes import DTYPE_NAMES
+
+    problems: list[str] = []
+    mp = section.mixed_precision
+    for key, value in (("model_dtype", section.model_dtype), ("mixed_precision.param_dtype", mp.param_dtype),
+                       ("mixed_precision.reduce_dtype", mp.reduce_dtype),
+                       ("mixed_precision.buffer_dtype", mp.buffer_dtype)):
+        _one_of(problems, f"{where}.{key}", str(value), DTYPE_NAMES)
+    if trained and DTYPE_NAMES.get(str(mp.param_dtype)) == "float16":
+        problems.append(
+            f"{where}.mixed_precision.param_dtype={mp.param_dtype} trains in fp16, which needs loss scaling "
+            "the fsdp engines do not do; use bf16 (fp32 master weights are kept either way)"
+        )
+    return problems
 
 
 def _fsdp_sections(cfg: DictConfig) -> dict[str, DictConfig]:

@@ -32,6 +32,7 @@ from verl.single_controller.ray import (
 from verl.trainer.config import resolve_device, use_critic, use_reference_policy
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.balance import balance_batch
+from verl.trainer.ppo.dumps import REWARD_EXTRA_KEYS, rollout_records, write_generations
 from verl.trainer.ppo.metric_utils import (
     compute_data_metrics,
     compute_throughout_metrics,
@@ -41,6 +42,7 @@ from verl.trainer.ppo.metric_utils import (
 )
 from verl.trainer.ppo.reward import compute_reward
 from verl.trainer.ppo.stages import NothingToTrainError, TrainerIOMixin
+from verl.utils.device import seed_everything
 
 __all__ = ["NothingToTrainError", "RayPPOTrainer", "ResourcePoolManager", "Role"]
 
@@ -119,7 +121,9 @@ class RayPPOTrainer(TrainerIOMixin):
         self.ray_worker_group_cls = ray_worker_group_cls
         self.reward_fn = reward_fn
         self.val_reward_fn = val_reward_fn
+        # resolved once here; every worker gets it (and trainer.seed, which it offsets by its rank)
         self.device_name = resolve_device(config)
+        seed_everything(int(config.trainer.seed))  # the driver's own draws (reward functions, recipes)
 
         self.hybrid_engine = config.actor_rollout_ref.hybrid_engine
         if not self.hybrid_engine:
@@ -154,15 +158,17 @@ class RayPPOTrainer(TrainerIOMixin):
         """
         cfg = self.config
         steps = self.total_training_steps
+        env = dict(device=self.device_name, seed=int(cfg.trainer.seed))  # every worker: device, seed (+ rank)
         roles: dict[Role, dict[str, Any]] = {
-            self.actor_role: dict(config=cfg.actor_rollout_ref, role=str(self.actor_role), total_training_steps=steps)
+            self.actor_role: dict(config=cfg.actor_rollout_ref, role=str(self.actor_role), total_training_steps=steps,
+                                  **env)
         }
         if self.use_critic:
-            roles[Role.Critic] = dict(config=cfg.critic, total_training_steps=steps)
+            roles[Role.Critic] = dict(config=cfg.critic, total_training_steps=steps, **env)
         if self.use_reference_policy and not self.ref_in_actor:
-            roles[Role.RefPolicy] = dict(config=cfg.actor_rollout_ref, role=str(Role.RefPolicy))
+            roles[Role.RefPolicy] = dict(config=cfg.actor_rollout_ref, role=str(Role.RefPolicy), **env)
         if self.use_rm:
-            roles[Role.RewardModel] = dict(config=cfg.reward.reward_model)
+            roles[Role.RewardModel] = dict(config=cfg.reward.reward_model, **env)
         if cfg.trainer.worker_backend == "local":
             from verl.single_controller.base.worker_group import ClassWithInitArgs
             from verl.single_controller.local import LocalWorkerGroup
@@ -236,6 +242,7 @@ class RayPPOTrainer(TrainerIOMixin):
             return batch
         reward_tensor, extra = compute_reward(batch, self.reward_fn, metrics=metrics)
         batch.batch["token_level_scores"] = reward_tensor
+        batch.meta_info[REWARD_EXTRA_KEYS] = sorted(extra)  # for the rollout dump (trainer.rollout_data_dir)
         for key, values in extra.items():
             batch.non_tensor_batch[key] = np.array(values, dtype=object)
             numeric = [float(v) for v in values if isinstance(v, bool | int | float | np.number)]
@@ -405,6 +412,9 @@ class RayPPOTrainer(TrainerIOMixin):
                     batch = self._train_step(DataProto.from_single_dict(batch_dict), metrics, timing_raw)
                     if batch is None:
                         continue
+                    if self.config.trainer.rollout_data_dir:
+                        with marked_timer("dump_rollout", timing_raw):
+                            self._dump_rollout_data(batch)
                     is_last = self.global_steps >= total
                     freq = self.config.trainer.test_freq
                     if self.val_reward_fn is not None and freq > 0 and (is_last or self.global_steps % freq == 0):
@@ -429,6 +439,11 @@ class RayPPOTrainer(TrainerIOMixin):
         finally:
             self.logger.finish()
         return last
+
+    def _dump_rollout_data(self, batch: DataProto) -> str:
+        """``trainer.rollout_data_dir/{step}.jsonl``: every trained trajectory (see ``ppo.dumps``)."""
+        records = rollout_records(batch, self.tokenizer, self.global_steps)
+        return write_generations(self.config.trainer.rollout_data_dir, self.global_steps, records)
 
     def _launch_reward(self, batch: DataProto, metrics: dict, timing_raw: dict) -> Callable[[DataProto], DataProto]:
         """Start ``_stage_reward`` in a thread on a shallow snapshot of ``batch`` (the main thread keeps
@@ -455,6 +470,8 @@ class RayPPOTrainer(TrainerIOMixin):
                 target.batch[key] = scored.batch[key]
             for key in scored.non_tensor_batch.keys() - target.non_tensor_batch.keys():
                 target.non_tensor_batch[key] = scored.non_tensor_batch[key]
+            if REWARD_EXTRA_KEYS in scored.meta_info:
+                target.meta_info[REWARD_EXTRA_KEYS] = scored.meta_info[REWARD_EXTRA_KEYS]
             metrics.update(reward_metrics)
             return target
 

@@ -13,6 +13,13 @@ from typing import Any
 import numpy as np
 
 from verl.protocol import DataProto
+from verl.trainer.ppo.dumps import (
+    decode_texts,
+    generation_records,
+    ground_truths,
+    pick_samples,
+    write_generations,
+)
 from verl.trainer.ppo.metric_utils import val_metrics_dict
 from verl.trainer.ppo.reward import compute_reward
 from verl.utils.checkpoint import (
@@ -99,15 +106,19 @@ class TrainerIOMixin:
         Returns upstream's metrics (``val-core/<data_source>/<var>/mean@N``, ``best@k``, ``maj@k`` ...,
         see ``val_metrics``) for ``reward`` and every numeric key the reward function returns, plus
         ``val/<data_source>/reward``, the mean score, which the progress bar and the reward plot read.
+        With ``trainer.validation_data_dir`` every sample goes to ``{dir}/{step}.jsonl``; with
+        ``trainer.log_val_generations=N``, N of them to the trackers as a table (``ppo.dumps``).
         """
         if self.val_dataloader is None:
             return {}
+        t = self.config.trainer
         val_kwargs = self.config.actor_rollout_ref.rollout.val_kwargs
         scores: list[float] = []
         sources: list[str] = []
         uids: list[str] = []
         turns: list[int] = []
         infos: dict[str, list] = defaultdict(list)
+        texts: dict[str, list] = defaultdict(list)  # inputs, outputs, gts: only when a dump asks for them
         for batch_dict in self.val_dataloader:
             batch = DataProto.from_single_dict(batch_dict)
             if "uid" not in batch.non_tensor_batch:
@@ -121,11 +132,24 @@ class TrainerIOMixin:
             reward_tensor, extra = compute_reward(batch, self.val_reward_fn)
             batch_scores = reward_tensor.sum(-1).tolist()
             _extend_infos(infos, len(scores), {**extra, "reward": batch_scores}, len(batch_scores))
+            if t.validation_data_dir or t.log_val_generations > 0:
+                inputs, outputs = decode_texts(batch, self.tokenizer)
+                texts["inputs"] += inputs
+                texts["outputs"] += outputs
+                texts["gts"] += ground_truths(batch)
             scores.extend(batch_scores)
             sources.extend(batch.non_tensor_batch.get("data_source", np.array(["unknown"] * len(batch), dtype=object)))
             uids.extend(batch.non_tensor_batch["uid"])
             if "__num_turns__" in batch.non_tensor_batch:
-                turns.extend(int(t) for t in batch.non_tensor_batch["__num_turns__"])
+                turns.extend(int(n) for n in batch.non_tensor_batch["__num_turns__"])
+        if t.log_val_generations > 0:
+            samples = pick_samples(texts["inputs"], texts["outputs"], scores, int(t.log_val_generations))
+            self.logger.log_generations(samples, step=self.global_steps)
+        if t.validation_data_dir:
+            extra_all = {k: v for k, v in infos.items() if k != "reward"}
+            records = generation_records(texts["inputs"], texts["outputs"], texts["gts"], scores, extra_all,
+                                         self.global_steps)
+            write_generations(t.validation_data_dir, self.global_steps, records)
         metrics = self._val_metrics_update(sources, uids, infos, turns)
         by_source: dict[str, list[float]] = defaultdict(list)
         for src, score in zip(sources, scores):

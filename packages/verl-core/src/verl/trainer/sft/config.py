@@ -7,6 +7,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from verl.trainer.config.loader import ConfigError, load_config
+from verl.trainer.config.validation import fsdp_precision_problems
 from verl.trainer.sft.schema import SFTConfig
 
 SFT_DEFAULTS_YAML = Path(__file__).with_name("sft_trainer.yaml")
@@ -61,6 +62,7 @@ def validate_sft_config(cfg: DictConfig) -> None:
         problems.append(f"trainer.total_training_steps={t.total_training_steps} must be positive or null")
     if float(o.lr) <= 0:
         problems.append(f"optim.lr={o.lr} must be positive")
+    problems += fsdp_precision_problems("model.fsdp_config", m.fsdp_config, trained=True)
     if not problems:
         ws = sft_world_size(cfg)
         bs, mb = int(d.train_batch_size), int(d.micro_batch_size_per_gpu)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl.trainer.config.schema import FSDPConfig, ModelConfig, OptimConfig, RayKwargsConfig
+from verl.trainer.config.schema import FSDPConfig, ModelConfig, OptimConfig, RayKwargsConfig, _fsdp_following
 
 
 @dataclass
@@ -37,7 +37,7 @@ class SFTDataConfig:
 @dataclass
 class SFTModelConfig(ModelConfig):
     strategy: str = "fsdp2"  # a training engine in verl.registries.TRAINING_ENGINES
-    fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+    fsdp_config: FSDPConfig = _fsdp_following("model.model_dtype")
 
 
 @dataclass

@@ -85,13 +85,14 @@ class SFTTrainer:
         from verl.trainer.config import resolve_device
 
         t = self.config.trainer
-        use_gpu = resolve_device(self.config) == "cuda"
+        device = resolve_device(self.config)
+        use_gpu = device == "cuda"
         pool = RayResourcePool(
             process_on_nodes=[int(t.n_gpus_per_node)] * int(t.nnodes), use_gpu=use_gpu, max_colocate_count=1,
             name_prefix="sft", num_cpus_per_worker=1.0 if use_gpu else 0.1,
         )
         cia = RayClassWithInitArgs(cls=self.worker_cls, config=self.config,
-                                   total_training_steps=self.total_training_steps)
+                                   total_training_steps=self.total_training_steps, device=device)
         self.wg = RayWorkerGroup(resource_pool=pool, ray_cls_with_init=cia)
         self.wg.init_model()
 

@@ -35,7 +35,6 @@ Config keys (upstream names)::
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
@@ -73,21 +72,21 @@ def _fsdp_config(cfg: Any) -> Any:
     return OmegaConf.merge(OmegaConf.create(dataclasses.asdict(FSDPConfig())), given)
 
 
-def _init_distributed() -> None:
-    """Join the worker group's torch.distributed group (env:// from the Worker): NCCL on GPU, else gloo."""
-    if dist.is_initialized():
-        return
-    if torch.cuda.is_available():
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-        dist.init_process_group(backend="nccl")
-    else:
-        dist.init_process_group(backend="gloo")
+def _init_distributed(device: str | None) -> None:
+    """Select this worker's device (under Ray: the GPU Ray gave the actor) and join the worker group's
+    torch.distributed group (env:// from the Worker): NCCL on GPU, gloo on CPU."""
+    from verl.utils.device import get_nccl_backend, set_worker_device
+
+    dev = set_worker_device(device)
+    if not dist.is_initialized():
+        dist.init_process_group(backend=get_nccl_backend(dev.type))
 
 
 class RewardModelWorker(Worker):
-    def __init__(self, config: Any, **_: Any):
+    def __init__(self, config: Any, device: str | None = None, **_: Any):
         super().__init__()
         self.config = config
+        self.device_name = device  # trainer.device resolved by the driver (cpu | cuda)
         self.strategy = str(_get(config, "strategy", "fsdp2"))
         if self.strategy not in _STRATEGIES:
             raise NotImplementedError(
@@ -114,7 +113,7 @@ class RewardModelWorker(Worker):
         path = _get(self.config, "model.path")
         if not path:
             raise ValueError("reward.reward_model.model.path is not set (a sequence-classification checkpoint)")
-        _init_distributed()
+        _init_distributed(self.device_name)
         external = _get(self.config, "model.external_lib")
         if external:
             import importlib

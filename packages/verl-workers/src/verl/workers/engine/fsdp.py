@@ -8,8 +8,11 @@ Flags (``fsdp_config``): ``param_offload`` / ``offload_policy`` keep parameters 
 memory between uses; ``optimizer_offload`` keeps optimizer state in host memory outside
 ``optimizer_step``. On CPU everything already lives in host memory, so these flags are rejected there
 with an error rather than silently meaning nothing. ``reshard_after_forward`` as in FSDP2.
+``model_dtype`` and ``mixed_precision.{param,reduce,buffer}_dtype``: fp32 master weights and a compute
+copy, see :mod:`verl.workers.engine.precision`.
 
-``fsdp2`` on a single CPU rank trains the unwrapped module (nothing to shard; see ``FSDP2Engine._wrap``).
+``fsdp2`` on a single CPU rank trains the unwrapped module (nothing to shard; see ``FSDP2Engine._wrap``);
+mixed precision there runs through :class:`~verl.workers.engine.precision.ComputeCast`.
 """
 
 from __future__ import annotations
@@ -24,17 +27,19 @@ import torch.distributed as dist
 from verl.workers.engine.base import BaseEngine, Batch, LossFn, ModelType, register_engine
 from verl.workers.engine.hf_model import check_model_flags, load_hf_model, response_outputs
 from verl.workers.engine.optim import build_lr_scheduler, build_optimizer
+from verl.workers.engine.precision import ComputeCast, cast_model, precision_from_config
 
 
 def _engine_device() -> torch.device:
+    """The device the default group's backend computes on (the worker chose it: ``init_distributed``)."""
+    from verl.utils.device import collective_device
+
     if not dist.is_initialized():
         raise RuntimeError(
             "torch.distributed is not initialised: call dist.init_process_group('gloo' on CPU, 'nccl' on "
             "GPU) in every worker before building a training engine"
         )
-    if dist.get_backend() == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
+    return collective_device()
 
 
 def _check_offload_flags(engine_config: Any, device: torch.device) -> None:
@@ -88,7 +93,9 @@ class _FSDPEngineBase(BaseEngine):
         self._world = dist.get_world_size()
         self._rank = dist.get_rank()
 
-        model = load_hf_model(model_config, model_type)
+        #: the dtypes of this engine: fp32 masters when trained, compute in ``param_dtype``
+        self.precision = precision_from_config(engine_config, trainable=optim_config is not None)
+        model = cast_model(load_hf_model(model_config, model_type, self.precision.model_dtype), self.precision)
         self.hf_config = model.config
         self._sync_new_params(model)
         self.module = self._wrap(model)
@@ -135,7 +142,7 @@ class _FSDPEngineBase(BaseEngine):
         return response_outputs(
             self.module, self._to_device(micro_batch), self.model_type,
             temperature=temperature, calculate_entropy=calculate_entropy, entropy_grad=entropy_grad,
-            remove_padding=self.remove_padding,
+            remove_padding=self.remove_padding, compute_dtype=self.precision.param_dtype,
         )
 
     def infer(
@@ -267,13 +274,16 @@ class FSDP2Engine(_FSDPEngineBase):
 
     def _wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
+        from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
         if self._world == 1 and self.device.type == "cpu":
             # One CPU rank: sharding over a single rank saves nothing, but FSDP2 would still run its
             # unshard/reshard hooks around every layer and DTensor's Python dispatch on every optimizer
             # op (measured 1.3-1.7x the plain update on small models). The plain module trains the same;
-            # DCP checkpoints hold the same keys and reshard to and from any number of ranks.
+            # DCP checkpoints hold the same keys and reshard to and from any number of ranks. Mixed
+            # precision: the casts FSDP2 would make, made by ComputeCast.
+            if self.precision.casts_for_compute:
+                ComputeCast(model, self.precision.param_dtype)
             return model
         fsdp_size = int(self.engine_config.fsdp_size)
         if fsdp_size <= 0 or fsdp_size >= self._world:
@@ -291,6 +301,9 @@ class FSDP2Engine(_FSDPEngineBase):
             mesh=mesh,
             reshard_after_forward=bool(self.engine_config.reshard_after_forward),
             offload_policy=CPUOffloadPolicy() if offload else OffloadPolicy(),
+            mp_policy=MixedPrecisionPolicy(
+                param_dtype=self.precision.param_dtype, reduce_dtype=self.precision.reduce_dtype
+            ),
         )
         layer_classes = tuple(_layer_classes(model))
         for m in model.modules():
@@ -313,7 +326,7 @@ class FSDPEngine(_FSDPEngineBase):
     def _wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         import functools
 
-        from torch.distributed.fsdp import CPUOffload, ShardingStrategy
+        from torch.distributed.fsdp import CPUOffload, MixedPrecision, ShardingStrategy
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
         from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
 
@@ -325,11 +338,15 @@ class FSDPEngine(_FSDPEngineBase):
             )
         offload = self._params_on_host
         policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls=_layer_classes(model))
+        p = self.precision
         return FSDP(
             model,
             auto_wrap_policy=policy,
             sharding_strategy=ShardingStrategy.FULL_SHARD,
             cpu_offload=CPUOffload(offload_params=offload),
+            mixed_precision=MixedPrecision(
+                param_dtype=p.param_dtype, reduce_dtype=p.reduce_dtype, buffer_dtype=p.buffer_dtype
+            ) if p.casts_for_compute else None,
             device_id=self.device,
             use_orig_params=True,
             sync_module_states=False,  # every rank loaded the same checkpoint; new heads are synced

@@ -7,20 +7,11 @@ from typing import Any
 import torch
 from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
 
-DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-          "float16": torch.float16, "fp16": torch.float16}
 
-
-def resolve_dtype(name: str) -> torch.dtype:
-    """``model_dtype`` string -> torch dtype (float32, bfloat16, float16)."""
-    if name not in DTYPES:
-        raise ValueError(f"unknown model_dtype {name!r}; known: {', '.join(DTYPES)}")
-    return DTYPES[name]
-
-
-def load_hf_model(model_config: Any, model_type: str) -> torch.nn.Module:
+def load_hf_model(model_config: Any, model_type: str, dtype: torch.dtype) -> torch.nn.Module:
     """``from_pretrained(model_config.path)`` as a causal LM, or for ``value`` as a token classifier
-    with one label (a causal-LM checkpoint loads too: the backbone is reused, the head is new)."""
+    with one label (a causal-LM checkpoint loads too: the backbone is reused, the head is new).
+    ``dtype``: what to load the weights in (``fsdp_config.model_dtype``, see ``engine.precision``)."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification
 
     path = model_config.path
@@ -30,7 +21,6 @@ def load_hf_model(model_config: Any, model_type: str) -> torch.nn.Module:
     hf_config = AutoConfig.from_pretrained(path, trust_remote_code=trust)
     for key, value in dict(model_config.override_config or {}).items():
         setattr(hf_config, key, value)
-    dtype = resolve_dtype(model_config.model_dtype)
     if model_type == "causal_lm":
         model = AutoModelForCausalLM.from_pretrained(path, config=hf_config, dtype=dtype, trust_remote_code=trust)
     elif model_type == "value":
@@ -84,15 +74,18 @@ def response_outputs(
     calculate_entropy: bool = False,
     entropy_grad: bool = True,
     remove_padding: bool = False,
+    compute_dtype: torch.dtype | None = None,
 ) -> dict[str, torch.Tensor]:
     """Run ``module`` on ``input_ids`` / ``attention_mask`` / ``position_ids`` and keep the outputs of
     the last R positions that predict the response tokens (``responses`` is [B, R]). ``entropy_grad=False``
     computes the entropies without autograd. ``remove_padding`` runs the real tokens packed
-    (:mod:`verl.workers.engine.packing`); outputs outside ``attention_mask`` are then 0."""
+    (:mod:`verl.workers.engine.packing`); outputs outside ``attention_mask`` are then 0.
+    ``compute_dtype``: the dtype the forward runs in when it differs from the stored parameters'
+    (mixed precision, see :mod:`verl.workers.engine.precision`)."""
     if remove_padding:
         return _packed_response_outputs(
             module, micro_batch, model_type, temperature=temperature, calculate_entropy=calculate_entropy,
-            entropy_grad=entropy_grad,
+            entropy_grad=entropy_grad, compute_dtype=compute_dtype or module.dtype,
         )
     input_ids = micro_batch["input_ids"]
     responses = micro_batch["responses"]
@@ -123,7 +116,7 @@ def response_outputs(
 
 def _packed_response_outputs(
     module: torch.nn.Module, micro_batch: Any, model_type: str, *, temperature: float,
-    calculate_entropy: bool, entropy_grad: bool,
+    calculate_entropy: bool, entropy_grad: bool, compute_dtype: torch.dtype,
 ) -> dict[str, torch.Tensor]:
     from verl.workers.engine.packing import bin_width, block_causal_mask, plan_packing, response_index
 
@@ -137,7 +130,7 @@ def _packed_response_outputs(
         )
     longest = int(attention_mask.sum(-1).max())
     plan = plan_packing(input_ids, attention_mask, width=bin_width(module.config, longest))
-    mask = block_causal_mask(plan.segment, None if impl == "sdpa" else module.dtype)
+    mask = block_causal_mask(plan.segment, None if impl == "sdpa" else compute_dtype)
     out = module(input_ids=plan.input_ids, attention_mask=mask, position_ids=plan.position_ids, use_cache=False)
     bins, cols, valid = response_index(plan, attention_mask, responses.shape[-1])
     logits = out.logits[bins, cols]  # [B, R, V]: the packed outputs that predict each response token

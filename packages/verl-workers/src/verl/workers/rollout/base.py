@@ -34,6 +34,9 @@ class BaseRollout(ABC):
 
     #: True when the engine reads the trainer's live module (no weight transfer needed).
     shares_trainer_weights: bool = False
+    #: the torch generator sampling draws from (:func:`rollout_generator`); saved with the actor's
+    #: checkpoint so a resumed run samples what an uninterrupted one would. None: the engine seeds its own.
+    generator: torch.Generator | None = None
 
     @abstractmethod
     def generate_sequences(self, prompts: DataProto) -> DataProto:
@@ -77,6 +80,16 @@ class BaseRollout(ABC):
     def release(self) -> None:
         """Give device memory back to training after generation (no-op unless the engine offloads)."""
         return None
+
+
+def rollout_generator(config: Any, rank: int, device: torch.device | str = "cpu") -> torch.Generator:
+    """The generator a rollout worker samples with: ``rollout.seed + rank`` on ``device``.
+
+    One per worker, made once and drawn from for the whole run, so two runs with the same config
+    sample the same tokens and data-parallel ranks draw different ones. ``config`` is
+    ``actor_rollout_ref.rollout``; ``rank`` the worker's data-parallel rank.
+    """
+    return torch.Generator(device=device).manual_seed(int(config.seed) + int(rank))
 
 
 def register_rollout(name: str):

@@ -14,6 +14,11 @@ reports are exactly defined:
 
 When torch.distributed is up with several ranks (hybrid engine, FSDP), every rank keeps stepping
 until all ranks are done, because each forward of a sharded module is a collective.
+
+Devices: the engine hands the rollout its compute device; prompts are moved there, the outputs come
+back on the CPU. Sampling draws from one generator per worker, seeded with ``rollout.seed + rank``
+(:func:`verl.workers.rollout.base.rollout_generator`). The module runs in its compute dtype (FSDP2's
+gathered parameters, or the one-rank engine's compute copy, see :func:`gathered_fsdp2_params`).
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 from torch import nn
-from verl.workers.rollout.base import BaseRollout, register_rollout
+from verl.workers.engine.precision import compute_params
+from verl.workers.rollout.base import BaseRollout, register_rollout, rollout_generator
 
 if TYPE_CHECKING:
     from verl import DataProto
@@ -69,9 +75,12 @@ def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tenso
 
 
 def _any_rank_running(local_running: bool, group: dist.ProcessGroup | None) -> bool:
+    from verl.utils.device import collective_device
+
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size(group) == 1:
         return local_running
-    flag = torch.tensor([int(local_running)], dtype=torch.int64)
+    # on the device the group's backend reduces on: a CPU tensor cannot go through NCCL
+    flag = torch.tensor([int(local_running)], dtype=torch.int64, device=collective_device(group))
     dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
     return bool(flag.item())
 
@@ -174,13 +183,15 @@ def gathered_fsdp2_params(module: nn.Module, reshard_after_forward: bool = True)
     Without this every decode step all-gathers every layer again (``reshard_after_forward``), which
     doubles generation time even on one rank. On exit the parameters are resharded and the layers'
     ``reshard_after_forward`` is set back to ``reshard_after_forward`` (the engine's setting). A module
-    without FSDP2 sharding passes through untouched.
+    without FSDP2 sharding runs on its compute copy when the one-rank mixed-precision engine trains it
+    (``verl.workers.engine.precision.compute_params``) and passes through untouched otherwise.
     """
     from torch.distributed.fsdp import FSDPModule
 
     fsdp_modules = [m for m in module.modules() if isinstance(m, FSDPModule)]
     if not fsdp_modules:
-        yield
+        with compute_params(module):
+            yield
         return
     # The root too: the engine passes reshard_after_forward to fully_shard explicitly, which turns off
     # FSDP2's keep-the-root-gathered heuristic, so the root would reshard after every decode step and
@@ -255,6 +266,8 @@ class HFRollout(BaseRollout):
     ``do_sample``, ``response_length``, ``calculate_log_probs``, ``val_kwargs.{temperature, top_k,
     top_p, do_sample}``). Per-call overrides come from ``prompts.meta_info``: ``do_sample``,
     ``validate`` (use ``val_kwargs``), ``temperature``, ``top_k``, ``top_p``, ``response_length``.
+    ``device``: where the module computes (the training engine's device; default: its first parameter's).
+    ``rank``: the data-parallel rank that offsets ``rollout.seed`` (default: the torch.distributed rank).
     """
 
     shares_trainer_weights = True
@@ -266,10 +279,17 @@ class HFRollout(BaseRollout):
         tokenizer: Any = None,
         *,
         reshard_after_forward: bool = True,
+        device: torch.device | str | None = None,
+        rank: int | None = None,
         **_: Any,
     ):
         self.module = module
         self.config = config
+        self.device = torch.device(device) if device is not None else next(module.parameters()).device
+        if rank is None:
+            rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+        #: every draw of this worker's sampling, seeded once from rollout.seed + rank
+        self.generator = rollout_generator(config, rank, self.device)
         # the training engine's FSDP2 setting, restored after each generation (see gathered_fsdp2_params)
         self.reshard_after_forward = reshard_after_forward
         self.eos_token_ids, self.pad_token_id = stop_and_pad_ids(module, tokenizer, type(self).__name__)
@@ -287,7 +307,7 @@ class HFRollout(BaseRollout):
         rows = batch["input_ids"].shape[0]
         step = int(self.config.micro_batch_size or rows) or 1
         keys = ("input_ids", "attention_mask", "position_ids")
-        micro_batches = [tuple(batch[k][i : i + step] for k in keys) for i in range(0, rows, step)]
+        micro_batches = [tuple(batch[k][i : i + step].to(self.device) for k in keys) for i in range(0, rows, step)]
         eos = [] if self.config.ignore_eos else self.eos_token_ids
         return self.sampling_params(prompts.meta_info), eos, micro_batches
 
@@ -307,6 +327,7 @@ class HFRollout(BaseRollout):
                         eos,
                         self.pad_token_id,
                         calculate_log_probs=bool(self.config.calculate_log_probs),
+                        generator=self.generator,
                     )
                     for input_ids, attention_mask, position_ids in micro_batches
                 ]
@@ -315,7 +336,7 @@ class HFRollout(BaseRollout):
         tensors = concat_generations(chunks, self.pad_token_id)
         from verl import DataProto
 
-        return DataProto.from_dict(tensors=tensors)
+        return DataProto.from_dict(tensors={k: v.cpu() for k, v in tensors.items()})
 
 
 def concat_generations(chunks: list[dict[str, torch.Tensor]], pad_token_id: int) -> dict[str, torch.Tensor]:
@@ -337,6 +358,6 @@ def concat_generations(chunks: list[dict[str, torch.Tensor]], pad_token_id: int)
                 )
             elif extra and key == "position_ids":
                 last = value[:, p - 1 : p]
-                value = torch.cat([value[:, :p], last + torch.arange(1, r + 1, dtype=value.dtype)], dim=1)
+                value = torch.cat([value[:, :p], last + torch.arange(1, r + 1, dtype=value.dtype, device=value.device)], dim=1)
             out[key].append(value)
     return {k: torch.cat(v, dim=0) for k, v in out.items()}

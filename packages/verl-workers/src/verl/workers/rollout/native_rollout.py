@@ -342,7 +342,8 @@ def pad_responses_to(gen: dict[str, torch.Tensor], length: int, pad_token_id: in
         if key in out:
             out[key] = F.pad(out[key], (0, extra), value=fill)
     pos = out["position_ids"]
-    out["position_ids"] = torch.cat([pos, pos[:, -1:] + torch.arange(1, extra + 1, dtype=pos.dtype)], dim=1)
+    steps = torch.arange(1, extra + 1, dtype=pos.dtype, device=pos.device)
+    out["position_ids"] = torch.cat([pos, pos[:, -1:] + steps], dim=1)
     return out
 
 
@@ -369,6 +370,7 @@ class NativeRollout(HFRollout):
                     eos,
                     self.pad_token_id,
                     calculate_log_probs=bool(self.config.calculate_log_probs),
+                    generator=self.generator,
                     weights=weights,
                 )
                 for input_ids, attention_mask, position_ids in micro_batches
@@ -376,15 +378,15 @@ class NativeRollout(HFRollout):
             del weights  # the fused copies and unsharded views must not outlive the gather
         tensors = concat_generations(chunks, self.pad_token_id)
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            from verl.utils.device import collective_device
+
             # ranks decode independently; the batch keeps one R across data-parallel ranks
-            r = torch.tensor(
-                [tensors["responses"].shape[1]], dtype=torch.int64, device=tensors["responses"].device
-            )
+            r = torch.tensor([tensors["responses"].shape[1]], dtype=torch.int64, device=collective_device())
             dist.all_reduce(r, op=dist.ReduceOp.MAX)
             tensors = pad_responses_to(tensors, int(r.item()), self.pad_token_id)
         from verl import DataProto
 
-        return DataProto.from_dict(tensors=tensors)
+        return DataProto.from_dict(tensors={k: v.cpu() for k, v in tensors.items()})
 
 
 __all__ = [

@@ -1,0 +1,164 @@
+"""Mixed precision for the training engines: fp32 master weights, a lower-precision compute copy.
+
+Config (upstream names, per role in ``fsdp_config``)::
+
+    model_dtype                    dtype the checkpoint is loaded in (default: the model section's
+                                   ``model_dtype``, itself default fp32)
+    mixed_precision.param_dtype    compute dtype of forward and backward (default: model_dtype)
+    mixed_precision.reduce_dtype   dtype of the cross-rank gradient reduction (default fp32)
+    mixed_precision.buffer_dtype   dtype of floating buffers such as rotary tables (default fp32)
+
+A trained engine always keeps its parameters, gradients and optimizer state in fp32 (the master
+weights), whatever ``model_dtype`` or ``param_dtype`` say: AdamW steps of ``lr * ~1`` are below bf16's
+resolution for weights of ordinary size, so a bf16 optimizer would leave most weights unchanged. An
+engine without an optimizer (the reference policy) stores its parameters in the compute dtype.
+
+How the compute copy is made: FSDP2 through ``MixedPrecisionPolicy``, FSDP1 through ``MixedPrecision``
+(both cast the gathered parameters to ``param_dtype`` and reduce gradients in ``reduce_dtype``). The
+one-CPU-rank ``fsdp2`` engine trains the plain module, so :class:`ComputeCast` does what FSDP2 does
+there: each module that owns parameters runs its forward on ``param.to(param_dtype)`` (an autograd
+cast, so gradients reach the fp32 masters cast back to fp32, as FSDP2's reduction does on one rank).
+For generation, :func:`compute_params` swaps in one detached compute copy for the whole call instead
+of a cast per decode step.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from verl.utils.torch_dtypes import to_dtype
+
+
+def resolve_dtype(name: Any, key: str = "model_dtype") -> torch.dtype:
+    """A dtype name (``fp32``, ``bf16``, ``bfloat16``, ...) -> torch dtype; ``key`` names it in errors."""
+    return to_dtype(name, key)
+
+
+@dataclass(frozen=True)
+class Precision:
+    """The dtypes one engine uses (see the module doc)."""
+
+    model_dtype: torch.dtype
+    param_dtype: torch.dtype
+    reduce_dtype: torch.dtype
+    buffer_dtype: torch.dtype
+    trainable: bool
+
+    @property
+    def storage_dtype(self) -> torch.dtype:
+        """What the parameters are kept in: fp32 masters when trained, else the compute dtype."""
+        return torch.float32 if self.trainable else self.param_dtype
+
+    @property
+    def casts_for_compute(self) -> bool:
+        """True when the forward runs in a lower precision than the stored parameters."""
+        return self.param_dtype != self.storage_dtype
+
+
+def precision_from_config(engine_config: Any, trainable: bool) -> Precision:
+    """The :class:`Precision` of ``fsdp_config`` (``model_dtype``, ``mixed_precision.*``)."""
+    mp = engine_config.mixed_precision
+    p = Precision(
+        model_dtype=resolve_dtype(engine_config.model_dtype, "fsdp_config.model_dtype"),
+        param_dtype=resolve_dtype(mp.param_dtype, "fsdp_config.mixed_precision.param_dtype"),
+        reduce_dtype=resolve_dtype(mp.reduce_dtype, "fsdp_config.mixed_precision.reduce_dtype"),
+        buffer_dtype=resolve_dtype(mp.buffer_dtype, "fsdp_config.mixed_precision.buffer_dtype"),
+        trainable=trainable,
+    )
+    if trainable and p.param_dtype == torch.float16:
+        raise ValueError(
+            "fsdp_config.mixed_precision.param_dtype=fp16 needs loss scaling to train, which these engines do "
+            "not do; use bf16 (same memory, fp32's exponent range)"
+        )
+    return p
+
+
+def cast_model(model: nn.Module, precision: Precision) -> nn.Module:
+    """Parameters to the storage dtype, floating buffers to ``buffer_dtype`` (in place)."""
+    for p in model.parameters():
+        if p.is_floating_point() and p.dtype != precision.storage_dtype:
+            p.data = p.data.to(precision.storage_dtype)
+    for b in model.buffers():
+        if b.is_floating_point() and b.dtype != precision.buffer_dtype:
+            b.data = b.data.to(precision.buffer_dtype)
+    return model
+
+
+class ComputeCast:
+    """Run every forward of ``module`` on ``dtype`` copies of its (fp32 master) parameters.
+
+    Hooks sit on each submodule that owns parameters, not only on the root, so the recomputation of
+    gradient checkpointing casts again exactly as the first forward did. Tied parameters (one
+    ``Parameter`` in two modules) get one gradient, summed over both uses.
+    """
+
+    def __init__(self, module: nn.Module, dtype: torch.dtype):
+        self.dtype = dtype
+        self._owners = [m for m in module.modules() if any(p is not None for p in m._parameters.values())]
+        self._masters: dict[nn.Module, dict[str, nn.Parameter]] = {}
+        self._held = False
+        for m in self._owners:
+            m.register_forward_pre_hook(self._cast)
+            m.register_forward_hook(self._restore, always_call=True)
+        _CASTS[module] = self
+
+    def _cast(self, module: nn.Module, args: Any) -> None:
+        if self._held:
+            return
+        masters = {n: p for n, p in module._parameters.items() if p is not None}
+        self._masters[module] = masters
+        for name, p in masters.items():
+            # the torch-blessed way to put a non-leaf tensor in a parameter slot (torch.func does it too)
+            module._parameters[name] = p.to(self.dtype)
+
+    def _restore(self, module: nn.Module, args: Any, output: Any) -> None:
+        masters = self._masters.pop(module, None)
+        if masters is not None:
+            module._parameters.update(masters)
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """One detached compute copy in every parameter slot for the whole block (generation)."""
+        if self._held:
+            yield
+            return
+        copies: dict[int, torch.Tensor] = {}  # per master: tied parameters stay one tensor
+        saved = []
+        with torch.no_grad():
+            for m in self._owners:
+                masters = {n: p for n, p in m._parameters.items() if p is not None}
+                saved.append((m, masters))
+                for name, p in masters.items():
+                    m._parameters[name] = copies.setdefault(id(p), p.detach().to(self.dtype))
+        self._held = True
+        try:
+            yield
+        finally:
+            self._held = False
+            for m, masters in saved:
+                m._parameters.update(masters)
+
+
+_CASTS: weakref.WeakKeyDictionary[nn.Module, ComputeCast] = weakref.WeakKeyDictionary()
+
+
+@contextmanager
+def compute_params(module: nn.Module) -> Iterator[None]:
+    """Inside the block ``module``'s parameters are its compute copy when a :class:`ComputeCast` runs it
+    (the one-rank mixed-precision engine); any other module passes through untouched."""
+    cast = _CASTS.get(module)
+    if cast is None:
+        yield
+        return
+    with cast.held():
+        yield
+
+
+__all__ = ["ComputeCast", "Precision", "cast_model", "compute_params", "precision_from_config",
+           "resolve_dtype"]
