@@ -363,7 +363,6 @@ register_dispatch_mode("DP_COMPUTE_METRIC", dispatch_dp_compute_data_proto, coll
 # after them): importing this module is what registers every predefined mode.
 from verl.single_controller.base import megatron_dispatch as _megatron_dispatch  # noqa: E402, F401
 
-
 # ----------------------------------------------------------------------------------------------
 # The decorator
 
