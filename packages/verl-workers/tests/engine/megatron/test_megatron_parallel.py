@@ -1,12 +1,12 @@
 """strategy=megatron at world size 2 on CPU (gloo), each layout against the same model trained by the
 FSDP2 engine on one process (HF weights, same batch, same PPO loss):
 
-- TP=2 (sequence parallel, plain Megatron optimizer): logits, log-probs, entropies, loss metrics, grad
-  norm and the weights after one optimizer step; then a distributed checkpoint and a second step;
-- PP=2 (1F1B over 3 micro-batches, distributed optimizer): the same; then it loads TP=2's checkpoint
-  (resharded from tensor- to pipeline-parallel): weights exactly TP=2's, and the second step equals
-  the reference's second step (so Adam's state came back);
-- DP=2 (distributed optimizer sharded over both ranks): each rank gets half the rows.
+- TP=2 (sequence parallel): logits, log-probs, entropies, loss metrics, grad norm and the weights
+  after one optimizer step; then a distributed checkpoint and a second step;
+- PP=2 (1F1B over 3 micro-batches): the same; then it loads TP=2's checkpoint (resharded from tensor-
+  to pipeline-parallel): weights exactly TP=2's, and the second step equals the reference's second
+  step (so Adam's state came back). Both use the plain Megatron optimizer, whose state reshards;
+- DP=2 with the distributed optimizer (Adam state sharded over both ranks): each rank gets half the rows.
 
 One spawned pair of processes per layout; every check reads what the fixture's runs wrote.
 """
@@ -27,11 +27,11 @@ COMMON = [
     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3", "actor_rollout_ref.actor.use_kl_loss=true",
     "actor_rollout_ref.actor.entropy_coeff=0.01",
 ]
+PLAIN_OPTIMIZER = "actor_rollout_ref.actor.megatron.use_distributed_optimizer=false"
 LAYOUTS = {
-    "tp2": ["actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
-            "actor_rollout_ref.actor.megatron.use_distributed_optimizer=false"],
-    "pp2": ["actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2"],
-    "dp2": [],
+    "tp2": ["actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2", PLAIN_OPTIMIZER],
+    "pp2": ["actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2", PLAIN_OPTIMIZER],
+    "dp2": ["actor_rollout_ref.actor.megatron.use_distributed_optimizer=true"],
 }
 
 
@@ -172,5 +172,6 @@ def test_distributed_checkpoint_reshards_tensor_to_pipeline_parallel_with_optimi
     ref, results, _ = runs
     tp2, pp2 = results["tp2"][0], results["pp2"][0]
     _assert_weights(pp2["loaded"], tp2["after"], atol=0)  # saved under TP=2, loaded under PP=2: exact
-    _assert_weights(tp2["after2"], ref["after2"], atol=0.05 * LR)
-    _assert_weights(pp2["after2"], ref["after2"], atol=0.05 * LR)
+    # two steps, each within the bound above
+    _assert_weights(tp2["after2"], ref["after2"], atol=0.1 * LR)
+    _assert_weights(pp2["after2"], ref["after2"], atol=0.1 * LR)

@@ -8,9 +8,14 @@ trainer's resume logic reads it alike)::
     huggingface/                 config.json, tokenizer files (+ full HF weights with ``hf_model``)
     checkpoint_meta.json         written last, by rank 0, after every rank finished
 
-Parameters are saved by their global shape (Megatron's ``sharded_state_dict``) and the distributed
-optimizer's state in the ``fully_sharded_model_space`` format, so a checkpoint reloads under another
-tensor / pipeline / data-parallel split; RNG states are restored only with the same world size.
+Parameters are saved by their global shape (Megatron's ``sharded_state_dict``), so the weights reload
+under any other tensor / pipeline / data-parallel split. The optimizer state follows the optimizer:
+with ``use_distributed_optimizer=false`` it is per parameter too and reshards like the weights; the
+distributed optimizer's state is saved in Megatron's ``dp_reshardable`` format, which reloads under
+another data-parallel size but the same tensor/pipeline split (Megatron-Core 0.16's
+``fully_reshardable`` format cannot be loaded back into torch's AdamW, the optimizer used without
+apex / Transformer Engine; a load that would need it is refused). RNG states are restored only with
+the same world size.
 """
 
 from __future__ import annotations
@@ -37,6 +42,68 @@ if TYPE_CHECKING:
     from verl.workers.engine.megatron.engine import MegatronEngine
 
 DIST_DIR = "dist_ckpt"
+# the distributed optimizer's checkpoint format (see the module doc; the default one, with flattened
+# ranges, is refused by Megatron-Core 0.16's own ShardedTensor checks)
+_OPTIM_METADATA = {"distrib_optim_sharding_type": "dp_reshardable"}
+
+
+def _distributed_optimizer(engine: MegatronEngine) -> bool:
+    return engine.optimizer is not None and bool(engine.engine_config.use_distributed_optimizer)
+
+
+def _check_optimizer_layout(engine: MegatronEngine, meta: dict, path: str) -> None:
+    saved = meta.get("parallel", {})
+    now = {"tp": engine.sizes.tp, "pp": engine.sizes.pp}
+    if meta.get("distributed_optimizer") != _distributed_optimizer(engine):
+        raise ValueError(
+            f"checkpoint at {path!r} holds the state of a {'distributed' if meta.get('distributed_optimizer') else 'plain'} "
+            f"optimizer; this engine has megatron.use_distributed_optimizer={_distributed_optimizer(engine)}: "
+            "use the same setting, or leave 'optimizer' out of checkpoint.load_contents"
+        )
+    if _distributed_optimizer(engine) and {k: saved.get(k) for k in now} != now:
+        raise ValueError(
+            f"checkpoint at {path!r} was saved with tensor/pipeline parallel {saved.get('tp')}/{saved.get('pp')}, "
+            f"this engine uses {now['tp']}/{now['pp']}: the distributed optimizer's state reloads only under the "
+            "same split (weights reshard freely); leave 'optimizer' out of checkpoint.load_contents or save with "
+            "megatron.use_distributed_optimizer=false"
+        )
+
+
+def _inner_optimizers(optimizer) -> list:
+    from megatron.core.optimizer import ChainedOptimizer
+
+    chained = optimizer.chained_optimizers if isinstance(optimizer, ChainedOptimizer) else [optimizer]
+    return [o.optimizer for o in chained]
+
+
+def _unshare_adam_steps(optimizer) -> None:
+    """Give every parameter its own Adam ``step`` tensor after a load.
+
+    Megatron-Core 0.16's distributed optimizer restores torch AdamW's per-parameter ``step`` as one
+    tensor object shared by all parameters; AdamW increments it in place once per parameter, so every
+    later step would bias-correct each parameter with a different count.
+    """
+    for opt in _inner_optimizers(optimizer):
+        for state in opt.state.values():
+            if isinstance(state.get("step"), torch.Tensor):
+                state["step"] = state["step"].clone()
+
+
+def _materialize_optimizer_state(optimizer) -> None:
+    """Give every parameter an Adam state (one zero-gradient step) so there is state to load into.
+
+    Megatron-Core builds the loading layout from the optimizer's current state and, without apex or
+    Transformer Engine (torch's AdamW), asserts that it has a ``step``; a fresh engine has none. The
+    values are placeholders: the checkpoint overwrites the state and the parameters right after.
+    """
+    for opt in _inner_optimizers(optimizer):
+        if all(len(opt.state.get(p, {})) for g in opt.param_groups for p in g["params"]):
+            continue
+        for group in opt.param_groups:
+            for p in group["params"]:
+                p.grad = torch.zeros_like(p)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
 
 
 def _sharded_state_dict(engine: MegatronEngine, with_optimizer: bool, is_loading: bool) -> dict:
@@ -45,7 +112,7 @@ def _sharded_state_dict(engine: MegatronEngine, with_optimizer: bool, is_loading
     else:
         state = {f"model{i}": chunk.sharded_state_dict() for i, chunk in enumerate(engine.chunks)}
     if with_optimizer:
-        state["optimizer"] = engine.optimizer.sharded_state_dict(state, is_loading=is_loading)
+        state["optimizer"] = engine.optimizer.sharded_state_dict(state, is_loading=is_loading, metadata=_OPTIM_METADATA)
     return state
 
 
@@ -79,7 +146,8 @@ def save_megatron_checkpoint(engine: MegatronEngine, path: str, global_step: int
     if rank == 0:
         meta = {"global_step": int(global_step), "world_size": world, "model_type": engine.model_type,
                 "strategy": "megatron", "contents": sorted(contents),
-                "parallel": {"tp": engine.sizes.tp, "pp": engine.sizes.pp, "dp": engine.sizes.dp}}
+                "parallel": {"tp": engine.sizes.tp, "pp": engine.sizes.pp, "dp": engine.sizes.dp},
+                "distributed_optimizer": _distributed_optimizer(engine)}
         tmp = os.path.join(path, META_FILE + ".tmp")
         with open(tmp, "w") as f:
             json.dump(meta, f)
@@ -109,6 +177,9 @@ def load_megatron_checkpoint(engine: MegatronEngine, path: str) -> None:
             f"only {sorted(saved)}; drop them from load_contents"
         )
     with_optimizer = "optimizer" in wanted
+    if with_optimizer:
+        _check_optimizer_layout(engine, meta, path)
+        _materialize_optimizer_state(engine.optimizer)
     state = dist_checkpointing.load(
         _sharded_state_dict(engine, with_optimizer, is_loading=True), os.path.join(path, DIST_DIR)
     )
@@ -118,7 +189,9 @@ def load_megatron_checkpoint(engine: MegatronEngine, path: str) -> None:
         for i, chunk in enumerate(engine.chunks):
             chunk.load_state_dict(state[f"model{i}"])
     if with_optimizer:
-        engine.optimizer.load_state_dict(state["optimizer"])
+        with torch.no_grad():  # fp32 main parameters are views of the (grad-requiring) model parameters
+            engine.optimizer.load_state_dict(state["optimizer"])
+        _unshare_adam_steps(engine.optimizer)
     if "extra" not in wanted:
         return
     rank, world = dist.get_rank(), dist.get_world_size()
