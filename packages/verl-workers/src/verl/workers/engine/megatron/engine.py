@@ -164,20 +164,19 @@ class MegatronEngine(BaseEngine):
         self.rank = rank_info()
         self.optimizer = self.lr_scheduler = None
         self._ddp_chunks = None
+        # bf16/fp16 parameters (GPU): Megatron's Float16Module casts inputs and outputs, inside DDP
+        run_chunks = chunks
+        if self.dtype != torch.float32:
+            from megatron.core.transformer.module import Float16Module
+
+            run_chunks = [Float16Module(self.tf_config, c) for c in chunks]
         if self.optim_config is not None:
             self._ddp_chunks, self.optimizer = build_optimizer(
-                chunks, self.tf_config, self.optim_config, self.engine_config, self.grad_clip
+                run_chunks, self.tf_config, self.optim_config, self.engine_config, self.grad_clip
             )
             self.lr_scheduler = LRSchedule(self.optimizer, self.optim_config, self.total_training_steps)
-        self._run_chunks = self._ddp_chunks if self._ddp_chunks is not None else self._fp_chunks(chunks)
-
-    def _fp_chunks(self, chunks: list) -> list:
-        """Inference chunks: Megatron's Float16Module casts inputs/outputs for bf16/fp16 parameters."""
-        if self.dtype == torch.float32:
-            return chunks
-        from megatron.core.transformer.module import Float16Module
-
-        return [Float16Module(self.tf_config, c) for c in chunks]
+            run_chunks = self._ddp_chunks
+        self._run_chunks = run_chunks
 
     @property
     def dp_rank(self) -> int:
