@@ -12,9 +12,9 @@ import pytest
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-SFT_STEPS = 120
-STEPS = 12
-WINDOW = 4  # steps averaged at each end
+SFT_STEPS = 180  # the demo's warm start
+STEPS = 20
+WINDOW = 5  # steps averaged at each end
 
 
 @pytest.fixture(scope="module")
