@@ -135,3 +135,18 @@ def test_one_mini_batch_per_step_and_pipeline_forwards_need_no_grad(dist_world1,
         engine.forward_micro_batch(data.batch)
     with torch.no_grad():
         assert engine.forward_micro_batch(data.batch)["log_probs"].shape == (2, 5)
+
+
+def test_gradient_checkpointing_maps_to_recompute_with_the_same_gradients(dist_world1, tiny_model_dir):
+    data = make_rl_batch(n=4, seed=4)
+
+    def loss_fn(out, mb):
+        return (out["log_probs"] * mb["advantages"]).sum() / 20, {}
+
+    norms = []
+    for flag in ("false", "true"):
+        engine = _engine(tiny_model_dir, f"actor_rollout_ref.model.enable_gradient_checkpointing={flag}")
+        assert engine.tf_config.recompute_granularity == (None if flag == "false" else "full")
+        engine.forward_backward([mb.batch for mb in data.split(2)], loss_fn)
+        norms.append(engine.optimizer_step())
+    assert norms[0] > 0 and norms[1] == pytest.approx(norms[0], rel=1e-6)

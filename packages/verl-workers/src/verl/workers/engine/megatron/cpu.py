@@ -12,7 +12,8 @@ over gloo on CPU, except where it names CUDA directly in spots no flag reaches:
 - ``torch.cuda.synchronize()`` / ``torch.cuda.Stream`` / ``torch.cuda.current_stream()`` (p2p,
   DDP's communication stream, ``finalize_model_grads``) and ``tensor.cuda()`` (optimizer state load);
 - ``param.type() == 'torch.cuda.FloatTensor'`` type-string checks in the (distributed) optimizer,
-  which decide whether a parameter gets an fp32 main copy.
+  which decide whether a parameter gets an fp32 main copy;
+- the CUDA generator state that activation recompute saves and restores around each layer.
 
 :func:`cpu_support` covers all of them for the duration of a ``with`` block: ``torch.cuda`` gets a
 ``current_device`` that answers ``"cpu"``, no-op ``synchronize`` / streams, and a
@@ -102,7 +103,7 @@ def _no_stream_context(stream=None):
     return contextlib.nullcontext()
 
 
-_PATCHES = {
+_CUDA_PATCHES = {
     "current_device": lambda: "cpu",
     "synchronize": lambda device=None: None,
     "current_stream": lambda device=None: _NoStream(),
@@ -112,9 +113,22 @@ _PATCHES = {
     "empty_cache": lambda: None,
 }
 
+
+def _patches() -> list[tuple[object, str, object]]:
+    """``(object, attribute, replacement)`` for the block. Activation recompute saves and restores the
+    CUDA generator around each recomputed layer: on CPU there is none (the CPU generator is saved
+    separately by Megatron), so its state reads as the CPU one and restoring it does nothing."""
+    from megatron.core.tensor_parallel import random as mcore_random
+
+    patches: list[tuple[object, str, object]] = [(torch.cuda, k, v) for k, v in _CUDA_PATCHES.items()]
+    patches.append((torch.cuda.random, "get_rng_state", lambda device="cuda": torch.get_rng_state()))
+    patches.append((mcore_random, "_lazy_call", lambda callback: None))
+    return patches
+
+
 _lock = threading.RLock()
 _depth = 0
-_saved: dict[str, object] = {}
+_saved: list[tuple[object, str, object]] = []
 
 
 @contextlib.contextmanager
@@ -123,9 +137,9 @@ def cpu_support() -> Iterator[None]:
     global _depth
     with _lock:
         if _depth == 0:
-            for name, fn in _PATCHES.items():
-                _saved[name] = getattr(torch.cuda, name)
-                setattr(torch.cuda, name, fn)
+            for obj, name, value in _patches():
+                _saved.append((obj, name, getattr(obj, name)))
+                setattr(obj, name, value)
         _depth += 1
     try:
         with _CudaOnCpu():
@@ -134,8 +148,8 @@ def cpu_support() -> Iterator[None]:
         with _lock:
             _depth -= 1
             if _depth == 0:
-                for name, fn in _saved.items():
-                    setattr(torch.cuda, name, fn)
+                for obj, name, value in reversed(_saved):
+                    setattr(obj, name, value)
                 _saved.clear()
 
 
