@@ -94,3 +94,20 @@ def test_unsupported_models_and_splits_are_refused():
         model_shape(GPT2Config(), 1)
     with pytest.raises(NotImplementedError, match="RoPE scaling"):
         model_shape(_qwen2(rope_scaling={"rope_type": "linear", "factor": 2.0}), 1)
+
+
+def test_uneven_pipeline_split_puts_the_remainder_on_the_end_stages():
+    from types import SimpleNamespace
+
+    from verl.workers.engine.megatron.model import _pipeline_split
+
+    def split(layers, pp, **overrides):
+        return _pipeline_split(layers, SimpleNamespace(pp=pp, vpp=None), overrides)
+
+    assert split(3, 2) == {"num_layers_in_first_pipeline_stage": 2, "num_layers_in_last_pipeline_stage": 1}
+    # 7 layers over 3 stages: 3 + 2 (middle: 7 // 3) + 2
+    assert split(7, 3) == {"num_layers_in_first_pipeline_stage": 3, "num_layers_in_last_pipeline_stage": 2}
+    assert split(4, 2) == {} and split(3, 1) == {}
+    assert split(3, 2, num_layers_in_first_pipeline_stage=1) == {}  # the user's override stands
+    with pytest.raises(ValueError, match="pipeline_model_parallel_size=4 is more than the model's 3 layers"):
+        split(3, 4)

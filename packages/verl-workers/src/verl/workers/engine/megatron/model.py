@@ -137,8 +137,26 @@ def transformer_config(
         variable_seq_lengths=parallel.pp > 1,
         moe_token_dispatcher_type="alltoall",
     )
-    kwargs.update(dict(overrides or {}))
+    overrides = dict(overrides or {})
+    kwargs.update(_pipeline_split(shape.num_layers, parallel, overrides))
+    kwargs.update(overrides)
     return TransformerConfig(**kwargs)
+
+
+def _pipeline_split(num_layers: int, parallel: Any, overrides: dict[str, Any]) -> dict[str, int]:
+    """Layers per pipeline stage when ``pp`` does not divide them: the middle stages get
+    ``num_layers // pp`` each, the first and last stages share the rest (the first one more)."""
+    pp = parallel.pp
+    if pp == 1 or num_layers % pp == 0 or parallel.vpp is not None or any(
+        k in overrides for k in ("num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage")
+    ):
+        return {}
+    middle = num_layers // pp
+    if middle == 0:
+        raise ValueError(f"pipeline_model_parallel_size={pp} is more than the model's {num_layers} layers")
+    rest = num_layers - middle * pp
+    return {"num_layers_in_first_pipeline_stage": middle + (rest + 1) // 2,
+            "num_layers_in_last_pipeline_stage": middle + rest // 2}
 
 
 class RMSNorm(torch.nn.RMSNorm):
