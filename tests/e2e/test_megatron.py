@@ -1,20 +1,24 @@
-"""strategy=megatron end to end through main_ppo on CPU: the default task (two-digit addition), the
-demo's SFT warm start, then GRPO with a tensor-parallel actor (TP=2) and PPO with a pipeline-parallel
-actor and Megatron critic (PP=2), two Ray workers each; the training reward must rise.
+"""strategy=megatron end to end through main_ppo on CPU, on the default task (two-digit addition, exact
+match): the demo's SFT warm start (FSDP2), then, with two Ray workers each,
 
-Reward rises are judged on the mean exact-match score of the first and last steps of each run (each
-step scores 16 prompts x 8 samples); the warm start leaves the model at roughly a third of the problems.
+- GRPO with a tensor-parallel actor (TP=2, sequence parallel), the demo's RL settings;
+- PPO (GAE) with a pipeline-parallel actor and a Megatron critic (PP=2 over the 3-layer model: an
+  uneven split, 2 + 1 layers).
+
+The reward must rise: held-out greedy exact match from before RL to after 30 steps (measured here:
+30.8% -> 45.2% after 60 GRPO steps, 30.8% -> 42.3% after 30 PPO steps, machine loaded), and the mean
+training reward of the last 10 steps above that of the first 10.
 """
 
 import json
+import math
 
 import pytest
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 SFT_STEPS = 180  # the demo's warm start
-STEPS = 20
-WINDOW = 5  # steps averaged at each end
+STEPS = 30
 
 
 @pytest.fixture(scope="module")
@@ -35,39 +39,43 @@ def _run(task_data, model, out, *overrides):
     from verl.trainer.main_ppo import run_ppo
 
     args = rl_args(model, task_data, out, STEPS, 2) + [
-        "trainer.val_before_train=false", "trainer.test_freq=-1", "trainer.logger=[jsonl]",
-        "trainer.progress_bar=false", "actor_rollout_ref.actor.optim.lr=2e-4",
+        f"trainer.test_freq={STEPS}", "trainer.logger=[jsonl]", "trainer.progress_bar=false",
         "actor_rollout_ref.actor.strategy=megatron", *overrides,
     ]
     cfg = load_config(args)
     validate_config(cfg)
     run_ppo(cfg)
     rows = [json.loads(line) for line in open(out / "metrics.jsonl")]
-    return [r for r in rows if "critic/score/mean" in r]
+    train = [r for r in rows if "critic/score/mean" in r]
+    val = [(r["step"], r["val/arithmetic/reward"]) for r in rows if "val/arithmetic/reward" in r]
+    assert [r["step"] for r in train] == list(range(1, STEPS + 1))
+    assert [step for step, _ in val] == [0, STEPS]
+    return train, val
 
 
-def _rise(train):
-    scores = [r["critic/score/mean"] for r in train]
-    return sum(scores[-WINDOW:]) / WINDOW - sum(scores[:WINDOW]) / WINDOW
+def _assert_reward_rises(train, val):
+    scores = [round(r["critic/score/mean"], 3) for r in train]
+    assert val[-1][1] > val[0][1] + 0.04, (val, scores)
+    assert sum(scores[-10:]) > sum(scores[:10]), scores
 
 
 def test_grpo_with_a_tensor_parallel_megatron_actor(warm_model, task_data, tmp_path):
-    train = _run(task_data, warm_model, tmp_path, "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2")
-    assert [r["step"] for r in train] == list(range(1, STEPS + 1))
-    assert all(r["actor/grad_norm"] > 0 for r in train)
-    assert _rise(train) > 0.05, [round(r["critic/score/mean"], 3) for r in train]
+    train, val = _run(task_data, warm_model, tmp_path, "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2")
+    assert all(math.isfinite(r["actor/pg_loss"]) and r["actor/grad_norm"] > 0 for r in train)
+    # the rollout's log-probs (the HF copy, refreshed after every update) are the old log-probs: the
+    # first mini-batch's ratio is 1 up to float rounding when the copy holds the Megatron weights
+    assert all(abs(r["actor/ppo_kl"]) < 1e-5 for r in train)
+    _assert_reward_rises(train, val)
 
 
 def test_ppo_with_pipeline_parallel_megatron_actor_and_critic(warm_model, task_data, tmp_path):
     pp2 = "megatron.pipeline_model_parallel_size=2"
-    train = _run(
+    train, val = _run(
         task_data, warm_model, tmp_path, "algorithm.adv_estimator=gae", "algorithm.lam=0.95",
-        f"actor_rollout_ref.actor.{pp2}", f"critic.{pp2}", f"critic.model.path={warm_model}",
-        "critic.model.enable_gradient_checkpointing=false", "critic.optim.lr=1e-3",
-        "critic.ppo_micro_batch_size_per_gpu=16",
+        f"actor_rollout_ref.actor.{pp2}", f"critic.{pp2}", "critic.model.enable_gradient_checkpointing=false",
+        "critic.optim.lr=1e-3", "critic.ppo_micro_batch_size_per_gpu=16",
     )
-    assert [r["step"] for r in train] == list(range(1, STEPS + 1))
-    assert all(r["critic/grad_norm"] > 0 and r["actor/grad_norm"] > 0 for r in train)
-    # the value head learns: its loss falls from the untrained head's
-    assert train[-1]["critic/vf_loss"] < train[0]["critic/vf_loss"]
-    assert _rise(train) > 0.05, [round(r["critic/score/mean"], 3) for r in train]
+    for r in train:
+        assert r["critic/grad_norm"] > 0 and r["actor/grad_norm"] > 0
+        assert math.isfinite(r["critic/vf_loss"]) and math.isfinite(r["critic/vf_explained_var"])
+    _assert_reward_rises(train, val)
