@@ -11,6 +11,8 @@ WORKER_CLASSES = Registry(
     {
         "actor_rollout_ref": "verl-workers",
         "critic": "verl-workers",
+        "megatron_actor_rollout_ref": "verl-workers[megatron]",
+        "megatron_critic": "verl-workers[megatron]",
         "sft": "verl-workers",
         "reward_model": "verl-rewards",
         "agent_actor_rollout_ref": "verl-agent",

@@ -57,6 +57,19 @@ def test_role_mapping_comes_from_the_registry():
     assert kl == {Role.ActorRolloutRef: actor}
 
 
+def test_megatron_strategy_maps_to_the_megatron_worker_classes():
+    from verl.registries import WORKER_CLASSES
+
+    meg = ["actor_rollout_ref.actor.strategy=megatron", "algorithm.adv_estimator=gae", "critic.model.path=m"]
+    mapping = main_ppo.build_role_worker_mapping(_cfg(*meg))
+    assert mapping == {Role.ActorRollout: WORKER_CLASSES.get("megatron_actor_rollout_ref"),
+                       Role.Critic: WORKER_CLASSES.get("megatron_critic")}
+    assert WORKER_CLASSES.get("megatron_actor_rollout_ref") is not WORKER_CLASSES.get("actor_rollout_ref")
+    # the critic follows its own strategy (an FSDP critic next to a Megatron actor)
+    mixed = main_ppo.build_role_worker_mapping(_cfg(*meg, "critic.strategy=fsdp2"))
+    assert mixed[Role.Critic] is WORKER_CLASSES.get("critic")
+
+
 def test_unknown_worker_class_names_the_package(monkeypatch):
     from verl.registries import WORKER_CLASSES
 

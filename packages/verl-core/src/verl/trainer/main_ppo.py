@@ -56,11 +56,15 @@ def build_role_worker_mapping(config: DictConfig) -> dict:
     from verl.trainer.ppo.ray_trainer import Role
 
     # Multi-turn rollouts run agent loops inside the actor's process (verl-agent's subclass of the worker).
+    # strategy=megatron roles are separate classes (their data goes to Megatron's data-parallel ranks)
     multi_turn = config.actor_rollout_ref.rollout.multi_turn.enable
-    actor_cls = WORKER_CLASSES.get("agent_actor_rollout_ref" if multi_turn else "actor_rollout_ref")
-    mapping = {(Role.ActorRolloutRef if _use_ref(config) else Role.ActorRollout): actor_cls}
+    actor_key = "agent_actor_rollout_ref" if multi_turn else "actor_rollout_ref"
+    if config.actor_rollout_ref.actor.strategy == "megatron":
+        actor_key = "megatron_actor_rollout_ref"
+    mapping = {(Role.ActorRolloutRef if _use_ref(config) else Role.ActorRollout): WORKER_CLASSES.get(actor_key)}
     if _use_critic(config):
-        mapping[Role.Critic] = WORKER_CLASSES.get("critic")
+        critic_key = "megatron_critic" if config.critic.strategy == "megatron" else "critic"
+        mapping[Role.Critic] = WORKER_CLASSES.get(critic_key)
     if config.reward.reward_model.enable:
         mapping[Role.RewardModel] = WORKER_CLASSES.get("reward_model")
     return mapping

@@ -11,7 +11,9 @@ When a worker group is built, every marked method is bound onto the group as one
 ``Dispatch`` and ``Execute`` are extensible enums; ``register_dispatch_mode(name, dispatch_fn,
 collect_fn)`` adds a mode (a taken name is an error; an unknown name lists the known ones). A mode can
 also be given inline as ``{"dispatch_fn": ..., "collect_fn": ...}``, which is what
-``make_nd_compute_dataproto_dispatch_fn(mesh_name)`` returns.
+``make_nd_compute_dataproto_dispatch_fn(mesh_name)`` returns. The ``MEGATRON_*`` modes (data to the
+data-parallel ranks, results from the last pipeline stage's tensor rank 0) are in
+``verl.single_controller.base.megatron_dispatch``.
 
 This module never imports Ray: it only recognises Ray futures when Ray is already loaded.
 """
@@ -357,7 +359,9 @@ register_dispatch_mode(
     "DP_COMPUTE_PROTO_WITH_FUNC", dispatch_dp_compute_data_proto_with_func, collect_dp_compute_data_proto
 )
 register_dispatch_mode("DP_COMPUTE_METRIC", dispatch_dp_compute_data_proto, collect_dp_compute)
-
+# The MEGATRON_* modes live in their own module (it needs the helpers above, so it is imported here,
+# after them): importing this module is what registers every predefined mode.
+from verl.single_controller.base import megatron_dispatch as _megatron_dispatch  # noqa: E402, F401
 
 # ----------------------------------------------------------------------------------------------
 # The decorator

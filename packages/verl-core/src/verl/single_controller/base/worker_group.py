@@ -84,6 +84,7 @@ class WorkerGroup:
         self._method_attrs: dict[str, dict] = {}  # group method name -> @register settings
         self._worker_cls: type | None = None
         self._mesh_info: dict[str, tuple[list[int], list[bool]]] = {}
+        self._megatron_info: list | None = None
 
     @property
     def world_size(self) -> int:
@@ -151,6 +152,36 @@ class WorkerGroup:
                 )
             self._mesh_info[mesh_name] = (list(dp_ranks), list(is_collect))
         return self._mesh_info[mesh_name]
+
+
+    def _query_megatron_info(self) -> list:
+        """Per worker: ``(DistRankInfo, DistGlobalInfo)`` of a ``MegatronWorker`` group (cached once
+        every worker has registered; see ``verl.single_controller.base.megatron``)."""
+        if self._megatron_info is None:
+            if "_query_megatron_rank_info" not in self._method_attrs:
+                name = self._worker_cls.__name__ if self._worker_cls is not None else "this group's worker class"
+                raise TypeError(
+                    f"the MEGATRON_* dispatch modes need workers that subclass "
+                    f"verl.single_controller.base.megatron.MegatronWorker; {name} does not"
+                )
+            infos = self._query_megatron_rank_info()  # the bound ONE_TO_ALL method: one value per worker
+            missing = [r for r, info in enumerate(infos) if info is None]
+            if missing:
+                raise ValueError(
+                    f"worker ranks {missing} have not called _register_megatron_rank_info yet (do it in init_model, "
+                    f"before any MEGATRON_* call)"
+                )
+            sizes = {info[1] for info in infos}
+            if len(sizes) != 1:
+                raise ValueError(f"the workers disagree on the Megatron layout: {sorted(map(str, sizes))}")
+            glob = infos[0][1]
+            if glob.tp_size * glob.dp_size * glob.pp_size * glob.cp_size != len(infos):
+                raise ValueError(f"Megatron layout {glob} does not have {len(infos)} workers")
+            coords = {(r.tp_rank, r.dp_rank, r.pp_rank, r.cp_rank) for r, _ in infos}
+            if len(coords) != len(infos):
+                raise ValueError("two workers registered the same Megatron (tp, dp, pp, cp) ranks")
+            self._megatron_info = infos
+        return self._megatron_info
 
 
 def _make_group_method(wg: WorkerGroup, method_name: str, attrs: dict) -> Callable:

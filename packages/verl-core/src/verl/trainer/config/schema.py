@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from verl.trainer.config.megatron import MegatronConfig, ref_megatron_config
+
 # Interpolation strings are typed as the target type for OmegaConf; the ignore keeps type checkers quiet.
 _ACTOR = "actor_rollout_ref.actor"
 
@@ -134,7 +136,7 @@ class PolicyLossConfig:
 
 @dataclass
 class ActorConfig:
-    strategy: str = "fsdp2"  # fsdp2 | fsdp
+    strategy: str = "fsdp2"  # fsdp2 | fsdp | megatron
     ppo_mini_batch_size: int = 256  # prompts per optimizer step
     ppo_micro_batch_size_per_gpu: int | None = 4  # trajectories per worker per forward/backward
     use_dynamic_bsz: bool = False
@@ -158,6 +160,7 @@ class ActorConfig:
     policy_loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     fsdp_config: FSDPConfig = _fsdp_following("actor_rollout_ref.model.model_dtype")
+    megatron: MegatronConfig = field(default_factory=MegatronConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
 
 
@@ -169,6 +172,7 @@ class RefConfig:
     log_prob_max_token_len_per_gpu: int = _ref(f"{_ACTOR}.ppo_max_token_len_per_gpu")
     ulysses_sequence_parallel_size: int = _ref(f"{_ACTOR}.ulysses_sequence_parallel_size")
     fsdp_config: FSDPConfig = _fsdp_following("actor_rollout_ref.model.model_dtype")
+    megatron: MegatronConfig = field(default_factory=ref_megatron_config)
 
 
 @dataclass
@@ -284,6 +288,7 @@ class CriticConfig:
     grad_clip: float = 1.0
     ulysses_sequence_parallel_size: int = 1
     model: CriticModelConfig = field(default_factory=CriticModelConfig)
+    megatron: MegatronConfig = field(default_factory=MegatronConfig)
     optim: OptimConfig = field(default_factory=_critic_optim)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
 

@@ -12,6 +12,7 @@ import warnings
 from omegaconf import DictConfig, OmegaConf
 
 from verl.trainer.config.loader import ConfigError
+from verl.trainer.config.megatron import check_megatron, data_parallel_size
 
 TRUNCATION_MODES = ("error", "left", "right", "middle")
 STRATEGIES = ("fsdp2", "fsdp", "megatron")
@@ -85,6 +86,9 @@ def validate_config(cfg: DictConfig) -> None:
     _check_sizes(cfg, problems)
     _check_algorithm(cfg, problems)
     _check_trainer(cfg, problems)
+    if "megatron" in (cfg.actor_rollout_ref.actor.strategy, cfg.actor_rollout_ref.ref.strategy, cfg.critic.strategy):
+        on_cpu = resolve_device(cfg) == "cpu"
+        check_megatron(cfg, problems, world_size(cfg), use_critic(cfg), on_cpu)
     if problems:
         raise ConfigError(problems)
     OmegaConf.set_readonly(cfg, True)
@@ -190,16 +194,18 @@ def _check_sizes(cfg: DictConfig, problems: list[str]) -> None:
             problems.append(
                 f"data.gen_batch_size={gen} prompts x rollout.n={n} = {gen * n} trajectories is not divisible by {workers}"
             )
-    _check_minibatch(
-        problems,
-        "actor_rollout_ref.actor",
-        actor,
-        int(data.train_batch_size),
-        n,
-        ws,
-        workers,
-        actor.use_dynamic_bsz,
-    )
+    actor_dp, actor_workers = _dp(ws, workers, actor.strategy, actor.megatron, "actor_rollout_ref.actor")
+    if actor_dp:
+        _check_minibatch(
+            problems,
+            "actor_rollout_ref.actor",
+            actor,
+            int(data.train_batch_size),
+            n,
+            actor_dp,
+            actor_workers,
+            actor.use_dynamic_bsz,
+        )
     for key, sub in (("actor_rollout_ref.rollout", rollout), ("actor_rollout_ref.ref", arr.ref)):
         if not sub.log_prob_use_dynamic_bsz:
             _positive(
@@ -219,14 +225,25 @@ def _check_sizes(cfg: DictConfig, problems: list[str]) -> None:
             )
     if use_critic(cfg):
         critic = cfg.critic
-        if _positive(problems, "critic.ppo_mini_batch_size", critic.ppo_mini_batch_size):
+        critic_dp, critic_workers = _dp(ws, workers, critic.strategy, critic.megatron, "critic")
+        if _positive(problems, "critic.ppo_mini_batch_size", critic.ppo_mini_batch_size) and critic_dp:
             _check_minibatch(
-                problems, "critic", critic, int(data.train_batch_size), n, ws, workers, critic.use_dynamic_bsz
+                problems, "critic", critic, int(data.train_batch_size), n, critic_dp, critic_workers,
+                critic.use_dynamic_bsz,
             )
         if not critic.use_dynamic_bsz:
             _positive(
                 problems, "critic.forward_micro_batch_size_per_gpu", critic.forward_micro_batch_size_per_gpu
             )
+
+
+def _dp(ws: int, workers: str, strategy: str, megatron: DictConfig, key: str) -> tuple[int, str]:
+    """Data-parallel size of a role and how to name it (Megatron: workers / model-parallel size;
+    0 when that does not divide, which check_megatron reports)."""
+    dp = data_parallel_size(ws, strategy, megatron)
+    if strategy != "megatron" or not dp:
+        return dp, workers
+    return dp, f"{ws} workers / ({key}.megatron tensor x pipeline x context parallel {ws // dp}) = {dp} data-parallel ranks"
 
 
 def _check_minibatch(problems, key, sec, train_bs: int, n: int, ws: int, workers: str, dynamic: bool) -> None:

@@ -214,7 +214,7 @@ class DataParallelPPOActor:
                 mask = response_mask_of(mb)
                 info = GlobalBatchInfo.from_mask(mask)
                 if self.engine.dp_size > 1:
-                    info = info.all_reduce()
+                    info = info.all_reduce(group=self.engine.dp_group)
                 micro_batches, _ = split_for_engine(
                     mb, self.engine, rows=micro, use_dynamic_bsz=bool(cfg.use_dynamic_bsz),
                     max_token_len=cfg.ppo_max_token_len_per_gpu,
@@ -223,7 +223,7 @@ class DataParallelPPOActor:
                     micro_batches, self._loss_fn(info), temperature=temperature,
                     calculate_entropy=self._update_entropy, entropy_grad=cfg.entropy_coeff != 0,
                 )
-                summed = _sum_over_ranks(per_micro, self.engine.dp_size)
+                summed = _sum_over_ranks(per_micro, self.engine.dp_size, self.engine.dp_group)
                 summed["grad_norm"] = self.engine.optimizer_step()
                 step_metrics.append(summed)
         self.engine.lr_scheduler_step()
@@ -276,12 +276,13 @@ def _response_mask(mb) -> torch.Tensor:
     return mb["attention_mask"][:, -mb["responses"].shape[-1]:]
 
 
-def _sum_over_ranks(per_micro: list[dict[str, Any]], dp_size: int) -> dict[str, float]:
-    """Sum each metric over micro-batches and ranks: every metric here is a share of a global value."""
+def _sum_over_ranks(per_micro: list[dict[str, Any]], dp_size: int, group=None) -> dict[str, float]:
+    """Sum each metric over micro-batches and data-parallel ranks (``group``; None: the default group):
+    every metric here is a share of a global value."""
     keys = sorted({k for m in per_micro for k in m if k != "loss"})
     local = torch.tensor([sum(m.get(k, 0.0) for m in per_micro) for k in keys], dtype=torch.float64)
     if dp_size > 1:
-        dev = "cuda" if dist.get_backend() == "nccl" else "cpu"
+        dev = "cuda" if dist.get_backend(group) == "nccl" else "cpu"
         local = local.to(dev)
-        dist.all_reduce(local, op=dist.ReduceOp.SUM)
+        dist.all_reduce(local, op=dist.ReduceOp.SUM, group=group)
     return {k: float(v) for k, v in zip(keys, local.cpu().tolist())}

@@ -117,13 +117,13 @@ class DataParallelPPOCritic:
             for mb in data.split(mini):
                 info = GlobalBatchInfo.from_mask(response_mask_of(mb))
                 if self.engine.dp_size > 1:
-                    info = info.all_reduce()
+                    info = info.all_reduce(group=self.engine.dp_group)
                 micro_batches, _ = split_for_engine(
                     mb, self.engine, rows=micro, use_dynamic_bsz=bool(cfg.use_dynamic_bsz),
                     max_token_len=cfg.ppo_max_token_len_per_gpu,
                 )
                 per_micro = self.engine.forward_backward(micro_batches, self._loss_fn(info))
-                summed = _sum_over_ranks(per_micro, self.engine.dp_size)
+                summed = _sum_over_ranks(per_micro, self.engine.dp_size, self.engine.dp_group)
                 summed["grad_norm"] = self.engine.optimizer_step()
                 step_metrics.append(summed)
         self.engine.lr_scheduler_step()

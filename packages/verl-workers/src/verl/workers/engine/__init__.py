@@ -1,9 +1,11 @@
-"""Training engines (``actor.strategy`` / ``critic.strategy``): the seam and the FSDP engines.
+"""Training engines (``actor.strategy`` / ``critic.strategy``): the seam, the FSDP engines and Megatron.
 
-Importing this package registers ``fsdp2`` and ``fsdp`` in ``verl.registries.TRAINING_ENGINES``.
+Importing this package registers ``fsdp2``, ``fsdp`` and ``megatron`` in
+``verl.registries.TRAINING_ENGINES`` (Megatron-Core itself is imported only when that engine is built).
 """
 
 from verl.workers.engine.base import BaseEngine, LossFn, build_engine, register_engine
 from verl.workers.engine.fsdp import FSDP2Engine, FSDPEngine
+from verl.workers.engine.megatron import MegatronEngine
 
-__all__ = ["BaseEngine", "FSDP2Engine", "FSDPEngine", "LossFn", "build_engine", "register_engine"]
+__all__ = ["BaseEngine", "FSDP2Engine", "FSDPEngine", "LossFn", "MegatronEngine", "build_engine", "register_engine"]

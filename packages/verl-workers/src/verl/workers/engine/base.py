@@ -17,8 +17,10 @@ Engines register in ``verl.registries.TRAINING_ENGINES`` under the strategy name
         total_training_steps=total_steps,                # for LR schedules; never read from config
     )
 
-``torch.distributed`` must be initialised before an engine is built (gloo on CPU, NCCL on GPU); every
-rank of the default group holds one data-parallel shard.
+``torch.distributed`` must be initialised before an engine is built (gloo on CPU, NCCL on GPU). For the
+FSDP engines every rank of the default group holds one data-parallel shard; engines with model
+parallelism (``megatron``) name their data-parallel group in :attr:`BaseEngine.dp_group`, and run a
+mini-batch's micro-batches through a pipeline schedule in one :meth:`BaseEngine.forward_backward` call.
 
 Micro-batches are mappings of tensors with the batch keys of docs/contracts.md: ``input_ids``,
 ``attention_mask``, ``position_ids`` ([B, P+R]) and ``responses`` ([B, R]); outputs are per response
@@ -64,6 +66,13 @@ class BaseEngine(ABC):
     @abstractmethod
     def dp_size(self) -> int:
         """Number of data-parallel ranks (the sum of per-rank losses is what gradients follow)."""
+
+    @property
+    def dp_group(self):
+        """The data-parallel process group, over which batch counts and metrics are summed (None: the
+        default group, i.e. every rank is its own data-parallel shard, as with FSDP). Engines with
+        model parallelism (Megatron: TP/PP ranks hold the same data) return their DP group."""
+        return None
 
     @abstractmethod
     def forward_micro_batch(
