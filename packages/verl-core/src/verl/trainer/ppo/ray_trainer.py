@@ -40,6 +40,7 @@ from verl.trainer.ppo.metric_utils import (
     reduce_metrics,
 )
 from verl.trainer.ppo.reward import compute_reward
+from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
 from verl.trainer.ppo.stages import NothingToTrainError, TrainerIOMixin
 
 __all__ = ["NothingToTrainError", "RayPPOTrainer", "ResourcePoolManager", "Role"]
@@ -254,14 +255,19 @@ class RayPPOTrainer(TrainerIOMixin):
     def _stage_old_log_prob(self, batch: DataProto, metrics: dict) -> DataProto:
         """The current policy's log-probs of the sampled tokens (``old_log_probs``) and its entropy.
 
-        With ``actor.use_rollout_log_probs`` they are the rollout's own ``rollout_log_probs`` (computed
-        while sampling, from the same weights): no forward pass, and the update reports the entropy.
+        With ``actor.use_rollout_log_probs`` or ``algorithm.rollout_correction.bypass_mode`` they are the
+        rollout's own ``rollout_log_probs`` (computed while sampling): no forward pass, and the update
+        reports the entropy. Otherwise the actor computes them and, with ``rollout_correction.rollout_is``,
+        the truncated importance weights pi_old / pi_rollout join the batch as ``rollout_is_weights``
+        (the actor's loss multiplies by them; see ``ppo.rollout_corr_helper``).
         """
-        if self.config.actor_rollout_ref.actor.use_rollout_log_probs:
+        correction = self.config.algorithm.rollout_correction
+        if self.config.actor_rollout_ref.actor.use_rollout_log_probs or correction.bypass_mode:
             if "rollout_log_probs" not in batch.batch:
                 raise KeyError(
-                    "actor.use_rollout_log_probs=true but the rollout returned no 'rollout_log_probs' "
-                    f"(batch keys: {sorted(batch.batch.keys())}); the engine must honour rollout.calculate_log_probs"
+                    "actor.use_rollout_log_probs / rollout_correction.bypass_mode is on but the rollout returned "
+                    f"no 'rollout_log_probs' (batch keys: {sorted(batch.batch.keys())}); the engine must honour "
+                    "rollout.calculate_log_probs"
                 )
             batch.batch["old_log_probs"] = batch.batch["rollout_log_probs"]
             return batch
@@ -272,6 +278,8 @@ class RayPPOTrainer(TrainerIOMixin):
             metrics["actor/entropy"] = float(agg.item())
         batch, lp_metrics = merge_outputs(batch, output)
         metrics.update(reduce_metrics(lp_metrics))
+        batch, is_metrics = compute_rollout_correction_and_add_to_batch(batch, correction)
+        metrics.update(is_metrics)
         return batch
 
     def _stage_ref_log_prob(self, batch: DataProto, metrics: dict) -> DataProto:
