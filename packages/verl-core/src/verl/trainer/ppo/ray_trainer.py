@@ -97,6 +97,10 @@ class RayPPOTrainer(TrainerIOMixin):
         train_dataset / val_dataset / collate_fn / train_sampler: the prompt data.
     """
 
+    #: A subclass that runs the rollout on a resource pool of its own (its own ``init_workers`` and
+    #: loop, e.g. recipes/fully_async) sets this, so ``actor_rollout_ref.hybrid_engine=false`` is accepted.
+    separate_rollout_pool: bool = False
+
     def __init__(
         self,
         config: DictConfig,
@@ -123,8 +127,11 @@ class RayPPOTrainer(TrainerIOMixin):
         self.device_name = resolve_device(config)
 
         self.hybrid_engine = config.actor_rollout_ref.hybrid_engine
-        if not self.hybrid_engine:
-            raise NotImplementedError("actor_rollout_ref.hybrid_engine=false (separate rollout workers) is not supported yet")
+        if not self.hybrid_engine and not self.separate_rollout_pool:
+            raise NotImplementedError(
+                "actor_rollout_ref.hybrid_engine=false (rollout workers on a pool of their own): core's loop "
+                "colocates them; the asynchronous trainers of recipes/fully_async (verl-recipe-fully-async) do not"
+            )
         self.actor_role = Role.ActorRolloutRef if Role.ActorRolloutRef in self.role_worker_mapping else Role.ActorRollout
         if self.actor_role not in self.role_worker_mapping:
             raise ValueError(
