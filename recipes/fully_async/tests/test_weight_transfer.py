@@ -83,3 +83,30 @@ def test_object_store_path_delivers_the_same_weights(ray_cluster):
 def test_unknown_weight_name_is_an_error():
     with pytest.raises(KeyError, match="no counterpart"):
         load_full_weights(tiny(0), [("model.extra.weight", torch.zeros(2))])
+
+
+def _load_into_sharded(rank, world, out_dir):
+    """Two rollout ranks with an FSDP2-sharded copy each take the same full tensors (as broadcast to them)."""
+    import torch.distributed as dist
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import DTensor
+
+    source, module = tiny(0), tiny(1)
+    for layer in module.model.layers:
+        fully_shard(layer)
+    fully_shard(module)
+    assert all(isinstance(p, DTensor) for p in module.parameters())
+    load_full_weights(module, source.state_dict().items())
+    full = get_model_state_dict(module, options=StateDictOptions(full_state_dict=True))
+    same = all(torch.equal(full[k].cpu(), v) for k, v in source.state_dict().items())
+    torch.save(same, f"{out_dir}/rank{rank}.pt")
+    dist.barrier()
+
+
+@pytest.mark.slow  # two spawned processes
+def test_fsdp2_sharded_rollout_ranks_load_their_shards(tmp_path):
+    from verl.workers.engine.testing import run_gloo
+
+    run_gloo(_load_into_sharded, 2, str(tmp_path), str(tmp_path))
+    assert torch.load(tmp_path / "rank0.pt") and torch.load(tmp_path / "rank1.pt")

@@ -110,8 +110,12 @@ def load_full_weights(module: nn.Module, named: Iterable[tuple[str, torch.Tensor
                 raise KeyError(f"weight {name!r} from the trainer has no counterpart in the rollout's module")
             target = targets[name]
             if isinstance(target, DTensor):
+                # every rollout rank holds the full tensor: take the local shard without communicating
                 shard = distribute_tensor(
-                    full.to(target.device_mesh.device_type), target.device_mesh, target.placements
+                    full.to(target.device_mesh.device_type),
+                    target.device_mesh,
+                    target.placements,
+                    src_data_rank=None,
                 )
                 target.to_local().copy_(shard.to_local())
             else:
