@@ -122,6 +122,9 @@ class AsyncActorRolloutWorker(ActorRolloutRefWorker):
             self._wave_finished = self._wave.finished.cpu()
         else:
             self._wave = self.rollout.generate_sequences(prompts)
+            # one segment: every token comes from the weights the wave started with
+            mask = self._wave.batch["response_mask"].bool()
+            self._wave.batch["token_segments"] = torch.where(mask, 0, -1).to(torch.long)
             self._wave_finished = torch.ones(len(prompts), dtype=torch.bool)
         self._wave_emitted = torch.zeros(len(prompts), dtype=torch.bool)
         return len(prompts)
