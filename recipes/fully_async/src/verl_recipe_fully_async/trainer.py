@@ -149,6 +149,8 @@ class FullyAsyncRayTrainer(RayPPOTrainer):
             if self.val_reward_fn is not None and cfg.trainer.val_before_train:
                 val_metrics = self._validate()
                 self.logger.log(val_metrics, step=self.global_steps)
+                if cfg.trainer.val_only:
+                    return val_metrics
             self._t0 = time.perf_counter()
             self._first_step = self.global_steps + 1
             thread.start()
