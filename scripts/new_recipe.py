@@ -5,7 +5,9 @@
     uv lock && uv run --package verl-recipe-NAME pytest recipes/NAME/tests     # it passes as generated
 
 NAME is lower case (letters, digits, ``-``/``_``); the package is ``verl-recipe-NAME`` importing as
-``verl_recipe_NAME`` with the console script ``verl-NAME``. The skeleton holds:
+``verl_recipe_NAME`` with the console script ``verl-NAME`` (distribution and script names spell ``_`` as
+``-``, the module ``-`` as ``_``: ``fully_async`` gives ``verl-recipe-fully-async``, ``verl_recipe_fully_async``,
+``verl-fully-async``; the folder keeps NAME). The skeleton holds:
 
     recipes/NAME/pyproject.toml      depends on verl-core, verl-workers, verl-rewards (workspace sources)
     recipes/NAME/README.md           paper, command, expected number: the acceptance bar, to fill in
@@ -44,7 +46,7 @@ dependencies = [
 ]
 
 [project.scripts]
-verl-{name} = "{module}.main:main"
+{script} = "{module}.main:main"
 
 [dependency-groups]
 dev = ["pytest>=8", "pytest-timeout>=2.3"]
@@ -80,9 +82,9 @@ stage overrides, registered losses / estimators, reward manager, or plain config
 ## Run
 
     # CPU default (minutes, tiny model)
-    uv run --package {dist} verl-{name}
+    uv run --package {dist} {script}
     # the paper's setting on GPUs
-    uv run --package {dist} verl-{name} --config recipes/{name}/configs/TODO.yaml key=value ...
+    uv run --package {dist} {script} --config recipes/{name}/configs/TODO.yaml key=value ...
 
 ## Expected numbers
 
@@ -97,7 +99,7 @@ stage overrides, registered losses / estimators, reward manager, or plain config
 """
 
 CPU_YAML = """# {title}, the CPU default:
-#   uv run --package {dist} verl-{name} [key=value ...]
+#   uv run --package {dist} {script} [key=value ...]
 # Merged over core's defaults (verl/trainer/config/ppo_trainer.yaml); key=value overrides win.
 # Give data.train_files / data.val_files and actor_rollout_ref.model.path (python -m
 # verl.utils.dataset.tasks writes the built-in arithmetic task; verl.workers.tiny builds a tiny model).
@@ -148,7 +150,7 @@ class Ray{cls}Trainer(RayPPOTrainer):
         return batch
 '''
 
-MAIN = '''"""``verl-{name}``: load the config (the CPU default unless --config is given), validate, train."""
+MAIN = '''"""``{script}``: load the config (the CPU default unless --config is given), validate, train."""
 
 from __future__ import annotations
 
@@ -238,7 +240,8 @@ def names(name: str) -> dict[str, str]:
         )
     module = "verl_recipe_" + name.replace("-", "_")
     cls = "".join(part.capitalize() for part in re.split(r"[-_]", name))
-    return {"name": name, "dist": f"verl-recipe-{name.replace('_', '-')}", "module": module, "cls": cls}
+    dashed = name.replace("_", "-")
+    return {"name": name, "dist": f"verl-recipe-{dashed}", "module": module, "cls": cls, "script": f"verl-{dashed}"}
 
 
 def create(name: str, dest: Path, title: str | None = None) -> Path:

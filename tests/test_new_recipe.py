@@ -121,4 +121,5 @@ def test_names_are_derived_consistently():
         "dist": "verl-recipe-one-two",
         "module": "verl_recipe_one_two",
         "cls": "OneTwo",
+        "script": "verl-one-two",
     }

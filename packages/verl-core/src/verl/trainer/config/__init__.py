@@ -38,6 +38,7 @@ from verl.trainer.config.schema import (
     RewardModelConfig,
     RewardModelModelConfig,
     RolloutConfig,
+    RolloutCorrectionConfig,
     TrainerConfig,
     ValKwargsConfig,
 )
@@ -79,6 +80,7 @@ __all__ = [
     "RewardModelConfig",
     "RewardModelModelConfig",
     "RolloutConfig",
+    "RolloutCorrectionConfig",
     "TrainerConfig",
     "ValKwargsConfig",
     "config_to_yaml",

@@ -368,6 +368,19 @@ class FilterGroupsConfig:
 
 
 @dataclass
+class RolloutCorrectionConfig:
+    """``algorithm.rollout_correction`` (upstream's keys and defaults; see ``ppo.rollout_corr_helper``)."""
+
+    rollout_is: str | None = None  # null (off) | token | sequence: truncated IS weights pi_old / pi_rollout
+    rollout_is_threshold: float = 2.0  # upper bound of the weights (TIS)
+    rollout_rs: str | None = None  # rejection sampling: not implemented, must stay null
+    rollout_rs_threshold: float | None = None  # (with rollout_rs) must stay null
+    bypass_mode: bool = False  # true: old_log_probs := rollout_log_probs (no trainer forward, no weights)
+    loss_type: str = "ppo_clip"  # bypass-mode loss; only ppo_clip is implemented
+    rollout_is_batch_normalize: bool = False  # divide the weights by their batch mean
+
+
+@dataclass
 class AlgorithmConfig:
     adv_estimator: str = "grpo"
     gamma: float = 1.0
@@ -377,6 +390,7 @@ class AlgorithmConfig:
     kl_penalty: str = "kl"
     kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
     filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)
+    rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
 
 
 # ------------------------------------------------------------------------------------------ trainer

@@ -362,6 +362,38 @@ def _check_algorithm(cfg: DictConfig, problems: list[str]) -> None:
         problems.append(
             "algorithm.filter_groups.enable=true needs algorithm.filter_groups.metric (e.g. acc or score)"
         )
+    _check_rollout_correction(cfg, problems)
+
+
+def _check_rollout_correction(cfg: DictConfig, problems: list[str]) -> None:
+    rc = cfg.algorithm.rollout_correction
+    key = "algorithm.rollout_correction"
+    if rc.rollout_is is not None:
+        _one_of(problems, f"{key}.rollout_is", rc.rollout_is, ("token", "sequence"))
+    if not float(rc.rollout_is_threshold) > 0:
+        problems.append(f"{key}.rollout_is_threshold={rc.rollout_is_threshold} must be > 0 (the weights' upper bound)")
+    if rc.rollout_rs is not None or rc.rollout_rs_threshold is not None:
+        problems.append(
+            f"{key}.rollout_rs={rc.rollout_rs!r} / rollout_rs_threshold={rc.rollout_rs_threshold!r}: rejection "
+            "sampling is not implemented; leave both null (truncated IS weights: rollout_is=token or sequence)"
+        )
+    if rc.loss_type != "ppo_clip":
+        problems.append(
+            f"{key}.loss_type={rc.loss_type!r}: only ppo_clip is implemented (the PPO ratio against the "
+            "rollout policy; reinforce with explicit weights is not)"
+        )
+    needs_lp = [k for k in ("rollout_is", "bypass_mode") if rc[k]]
+    if needs_lp and not cfg.actor_rollout_ref.rollout.calculate_log_probs:
+        problems.append(
+            f"{key}.{'/'.join(needs_lp)} compares with the rollout's log-probs, but "
+            "actor_rollout_ref.rollout.calculate_log_probs=false; set it to true"
+        )
+    if rc.rollout_is is not None and (rc.bypass_mode or cfg.actor_rollout_ref.actor.use_rollout_log_probs):
+        warnings.warn(
+            f"{key}.rollout_is={rc.rollout_is} has no effect when the rollout's log-probs are the old "
+            "log-probs (bypass_mode or actor.use_rollout_log_probs): the PPO ratio is already pi / pi_rollout",
+            stacklevel=3,
+        )
 
 
 def _check_registered(problems: list[str], key: str, name: str, getter: str) -> None:

@@ -41,6 +41,7 @@ from verl.trainer.ppo.metric_utils import (
     reduce_metrics,
 )
 from verl.trainer.ppo.reward import compute_reward
+from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
 from verl.trainer.ppo.stages import NothingToTrainError, TrainerIOMixin
 from verl.utils.device import seed_everything
 
@@ -98,6 +99,10 @@ class RayPPOTrainer(TrainerIOMixin):
         train_dataset / val_dataset / collate_fn / train_sampler: the prompt data.
     """
 
+    #: A subclass that runs the rollout on a resource pool of its own (its own ``init_workers`` and
+    #: loop, e.g. recipes/fully_async) sets this, so ``actor_rollout_ref.hybrid_engine=false`` is accepted.
+    separate_rollout_pool: bool = False
+
     def __init__(
         self,
         config: DictConfig,
@@ -126,8 +131,11 @@ class RayPPOTrainer(TrainerIOMixin):
         seed_everything(int(config.trainer.seed))  # the driver's own draws (reward functions, recipes)
 
         self.hybrid_engine = config.actor_rollout_ref.hybrid_engine
-        if not self.hybrid_engine:
-            raise NotImplementedError("actor_rollout_ref.hybrid_engine=false (separate rollout workers) is not supported yet")
+        if not self.hybrid_engine and not self.separate_rollout_pool:
+            raise NotImplementedError(
+                "actor_rollout_ref.hybrid_engine=false (rollout workers on a pool of their own): core's loop "
+                "colocates them; the asynchronous trainers of recipes/fully_async (verl-recipe-fully-async) do not"
+            )
         self.actor_role = Role.ActorRolloutRef if Role.ActorRolloutRef in self.role_worker_mapping else Role.ActorRollout
         if self.actor_role not in self.role_worker_mapping:
             raise ValueError(
@@ -261,14 +269,19 @@ class RayPPOTrainer(TrainerIOMixin):
     def _stage_old_log_prob(self, batch: DataProto, metrics: dict) -> DataProto:
         """The current policy's log-probs of the sampled tokens (``old_log_probs``) and its entropy.
 
-        With ``actor.use_rollout_log_probs`` they are the rollout's own ``rollout_log_probs`` (computed
-        while sampling, from the same weights): no forward pass, and the update reports the entropy.
+        With ``actor.use_rollout_log_probs`` or ``algorithm.rollout_correction.bypass_mode`` they are the
+        rollout's own ``rollout_log_probs`` (computed while sampling): no forward pass, and the update
+        reports the entropy. Otherwise the actor computes them and, with ``rollout_correction.rollout_is``,
+        the truncated importance weights pi_old / pi_rollout join the batch as ``rollout_is_weights``
+        (the actor's loss multiplies by them; see ``ppo.rollout_corr_helper``).
         """
-        if self.config.actor_rollout_ref.actor.use_rollout_log_probs:
+        correction = self.config.algorithm.rollout_correction
+        if self.config.actor_rollout_ref.actor.use_rollout_log_probs or correction.bypass_mode:
             if "rollout_log_probs" not in batch.batch:
                 raise KeyError(
-                    "actor.use_rollout_log_probs=true but the rollout returned no 'rollout_log_probs' "
-                    f"(batch keys: {sorted(batch.batch.keys())}); the engine must honour rollout.calculate_log_probs"
+                    "actor.use_rollout_log_probs / rollout_correction.bypass_mode is on but the rollout returned "
+                    f"no 'rollout_log_probs' (batch keys: {sorted(batch.batch.keys())}); the engine must honour "
+                    "rollout.calculate_log_probs"
                 )
             batch.batch["old_log_probs"] = batch.batch["rollout_log_probs"]
             return batch
@@ -279,6 +292,8 @@ class RayPPOTrainer(TrainerIOMixin):
             metrics["actor/entropy"] = float(agg.item())
         batch, lp_metrics = merge_outputs(batch, output)
         metrics.update(reduce_metrics(lp_metrics))
+        batch, is_metrics = compute_rollout_correction_and_add_to_batch(batch, correction)
+        metrics.update(is_metrics)
         return batch
 
     def _stage_ref_log_prob(self, batch: DataProto, metrics: dict) -> DataProto:

@@ -18,6 +18,9 @@ Supported: ``model_type`` in :data:`SUPPORTED_MODEL_TYPES` without sliding-windo
 plain HF module or FSDP2-sharded (parameters are gathered once for the whole generation, so the
 loop runs no collectives and ranks decode independently). Anything else (FSDP1, other
 architectures) falls back to the ``hf`` decode loop, with one warning.
+
+Partial rollouts (pause a generation, change the weights, resume it) build on this loop:
+:mod:`verl.workers.rollout.partial_rollout`.
 """
 
 from __future__ import annotations

@@ -1,0 +1,213 @@
+"""The recipe's config: core's schema plus upstream's ``rollout`` (the rollout pool) and ``async_training``
+sections, loaded with core's loader and validated once (core's checks and this recipe's, one error).
+
+Keys added here (upstream's names and defaults unless marked *ours*):
+
+- ``rollout.nnodes`` (1), ``rollout.n_gpus_per_node`` (8): the rollout pool; ``trainer.nnodes`` x
+  ``trainer.n_gpus_per_node`` is the trainer pool. On CPU, "gpus" are worker processes.
+- ``rollout.total_rollout_steps``: the sample budget in prompts (upstream: 100; here null means
+  ``trainer.total_training_steps x data.train_batch_size``, so the budget is never silently capped).
+- ``async_training.staleness_threshold`` (0.1), ``trigger_parameter_sync_step`` (4), ``require_batches``
+  (1), ``partial_rollout`` (true): see ``message_queue`` for what they bound.
+- ``async_training.weight_sync`` (*ours*, ``collective``): ``collective`` (a gloo group spanning both
+  pools) or ``object_store`` (Ray's object store; the trainer does not wait for the rollouter).
+- ``async_training.partial_rollout_step_tokens`` (*ours*, 4): tokens a wave decodes between two checks
+  for new weights (the granularity of a partial-rollout pause).
+
+Core keys with a meaning here: ``data.train_batch_size`` is one trainer step (must equal
+``require_batches x ppo_mini_batch_size`` prompts), ``data.gen_batch_size`` the prompts the rollout pool
+decodes together (a *wave*), ``actor_rollout_ref.hybrid_engine`` must be false.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from omegaconf import DictConfig
+from verl.trainer.config import ConfigError, load_config, validate_config
+from verl.trainer.config.schema import PPOTrainerConfig
+
+from verl_recipe_fully_async.weight_transfer import TRANSPORTS
+
+# engines this recipe can run on the rollout pool; native also pauses waves (partial rollout)
+ROLLOUT_ENGINES = ("native", "hf")
+
+
+@dataclass
+class RolloutPoolConfig:
+    nnodes: int = 1
+    n_gpus_per_node: int = 8
+    total_rollout_steps: int | None = None
+
+
+@dataclass
+class AsyncTrainingConfig:
+    staleness_threshold: float = 0.1
+    trigger_parameter_sync_step: int = 4
+    require_batches: int = 1
+    partial_rollout: bool = True
+    weight_sync: str = "collective"
+    partial_rollout_step_tokens: int = 4
+
+
+@dataclass
+class FullyAsyncPPOConfig(PPOTrainerConfig):
+    """Core's trainer config plus the rollout pool and the asynchronous-training settings."""
+
+    rollout: RolloutPoolConfig = field(default_factory=RolloutPoolConfig)
+    async_training: AsyncTrainingConfig = field(default_factory=AsyncTrainingConfig)
+
+
+def load_async_config(argv: list[str]) -> DictConfig:
+    """Core's loader with this schema (defaults < ``--config`` files < ``key=value``); not validated."""
+    return load_config(argv, schema=FullyAsyncPPOConfig)
+
+
+def rollout_world_size(cfg: DictConfig) -> int:
+    return int(cfg.rollout.nnodes) * int(cfg.rollout.n_gpus_per_node)
+
+
+def samples_per_version(cfg: DictConfig) -> int:
+    """W: prompts the trainer consumes between two weight syncs."""
+    return int(cfg.async_training.trigger_parameter_sync_step) * int(cfg.data.train_batch_size)
+
+
+def total_training_steps(cfg: DictConfig) -> int | None:
+    """Trainer steps the sample budget buys (None: core derives them from epochs)."""
+    if cfg.rollout.total_rollout_steps is not None:
+        return int(cfg.rollout.total_rollout_steps) // int(cfg.data.train_batch_size)
+    if cfg.trainer.total_training_steps is not None and int(cfg.trainer.total_training_steps) > 0:
+        return int(cfg.trainer.total_training_steps)
+    return None
+
+
+def async_problems(cfg: DictConfig) -> list[str]:
+    """This recipe's checks (core's run separately), each in the user's terms."""
+    p: list[str] = []
+    arr, at, data = cfg.actor_rollout_ref, cfg.async_training, cfg.data
+    if arr.hybrid_engine:
+        p.append(
+            "actor_rollout_ref.hybrid_engine=true: this recipe runs the rollout on a pool of its own "
+            "(rollout.nnodes x rollout.n_gpus_per_node); set it to false"
+        )
+    if cfg.trainer.worker_backend != "ray":
+        p.append(f"trainer.worker_backend={cfg.trainer.worker_backend}: two resource pools need Ray; use ray")
+    for key in ("nnodes", "n_gpus_per_node"):
+        if int(cfg.rollout[key]) < 1:
+            p.append(f"rollout.{key}={cfg.rollout[key]} must be >= 1")
+    name = arr.rollout.name
+    if name not in ROLLOUT_ENGINES:
+        p.append(
+            f"actor_rollout_ref.rollout.name={name}: this recipe runs {' or '.join(ROLLOUT_ENGINES)} on the "
+            "rollout pool (vllm/sglang hold their own weights and run in side environments where this "
+            "recipe's weight transfer and partial rollouts are not wired); use native"
+        )
+    elif at.partial_rollout and name != "native":
+        p.append(
+            f"async_training.partial_rollout=true pauses generations mid-way, which the {name} engine "
+            "cannot; use actor_rollout_ref.rollout.name=native or partial_rollout=false"
+        )
+    if at.weight_sync not in TRANSPORTS:
+        p.append(f"async_training.weight_sync={at.weight_sync!r} is not one of: {', '.join(TRANSPORTS)}")
+    for key in ("trigger_parameter_sync_step", "require_batches", "partial_rollout_step_tokens"):
+        if int(at[key]) < 1:
+            p.append(f"async_training.{key}={at[key]} must be >= 1")
+    s = float(at.staleness_threshold)
+    if not 0.0 <= s <= 1.0:
+        p.append(
+            f"async_training.staleness_threshold={s} must be in [0, 1] (the share of a sync window that "
+            "may come from the previous weights; above 1 samples could be more than one sync old)"
+        )
+    step = int(at.require_batches) * int(arr.actor.ppo_mini_batch_size)
+    if int(data.train_batch_size) != step:
+        p.append(
+            f"data.train_batch_size={data.train_batch_size} must equal async_training.require_batches x "
+            f"actor.ppo_mini_batch_size = {at.require_batches} x {arr.actor.ppo_mini_batch_size} = {step} "
+            "prompts (what one trainer step consumes)"
+        )
+    rws = rollout_world_size(cfg)
+    if rws >= 1:
+        ahead = math.floor(s * samples_per_version(cfg))
+        for what, value in (
+            ("data.train_batch_size", int(data.train_batch_size)),
+            ("data.gen_batch_size", int(data.gen_batch_size)),
+            (f"floor(staleness_threshold x {samples_per_version(cfg)})", ahead),
+        ):
+            if value % rws:
+                p.append(
+                    f"{what}={value} prompts is not divisible by the {rws} rollout workers "
+                    "(every rollout worker generates whole prompt groups)"
+                )
+    if cfg.rollout.total_rollout_steps is not None:
+        budget, tbs = int(cfg.rollout.total_rollout_steps), int(data.train_batch_size)
+        if budget < tbs or budget % tbs:
+            p.append(
+                f"rollout.total_rollout_steps={budget} prompts must be a positive multiple of "
+                f"data.train_batch_size={tbs}"
+            )
+        elif (
+            cfg.trainer.total_training_steps is not None
+            and int(cfg.trainer.total_training_steps) != budget // tbs
+        ):
+            p.append(
+                f"rollout.total_rollout_steps={budget} gives {budget // tbs} trainer steps but "
+                f"trainer.total_training_steps={cfg.trainer.total_training_steps}; set only one of them"
+            )
+    save = int(cfg.trainer.save_freq)
+    if save > 0 and save % int(at.trigger_parameter_sync_step):
+        p.append(
+            f"trainer.save_freq={save} must be a multiple of async_training.trigger_parameter_sync_step="
+            f"{at.trigger_parameter_sync_step}: checkpoints are taken at weight syncs"
+        )
+    refused = {
+        "reward.reward_model.enable": (
+            cfg.reward.reward_model.enable,
+            "a reward model needs a pool of its own here",
+        ),
+        "algorithm.filter_groups.enable": (
+            cfg.algorithm.filter_groups.enable,
+            "groups stream to the trainer one by one, unfiltered",
+        ),
+        "reward.launch_reward_fn_async": (
+            cfg.reward.launch_reward_fn_async,
+            "the rollouter scores every group as it finishes",
+        ),
+        "actor_rollout_ref.rollout.multi_turn.enable": (
+            arr.rollout.multi_turn.enable,
+            "agent loops are not wired to the rollout pool",
+        ),
+    }
+    for key, (on, why) in refused.items():
+        if on:
+            p.append(f"{key}=true is not supported by this recipe: {why}; set it to false")
+    if cfg.algorithm.adv_estimator == "remax":
+        p.append(
+            "algorithm.adv_estimator=remax needs a greedy rollout next to each sample, which the rollout pool "
+            "does not make; use grpo, rloo, reinforce_plus_plus or gae"
+        )
+    return p
+
+
+def validate_async_config(cfg: DictConfig) -> None:
+    """Core's validation and this recipe's, as one `ConfigError`; then ``cfg`` is read-only."""
+    problems = async_problems(cfg)
+    try:
+        validate_config(cfg)
+    except ConfigError as e:
+        problems = list(e.problems) + problems
+    if problems:
+        raise ConfigError(problems)
+
+
+__all__ = [
+    "AsyncTrainingConfig",
+    "FullyAsyncPPOConfig",
+    "RolloutPoolConfig",
+    "async_problems",
+    "load_async_config",
+    "rollout_world_size",
+    "samples_per_version",
+    "total_training_steps",
+    "validate_async_config",
+]

@@ -1,0 +1,229 @@
+"""The rollouter: a driver thread that keeps the rollout pool generating.
+
+Loop: load new weights when the trainer published some (at a safe point, see below); otherwise start a
+*wave* of up to ``data.gen_batch_size`` prompts when the staleness bound admits samples (the
+`Coordinator` decides), or advance the running wave by ``async_training.partial_rollout_step_tokens``
+tokens; every prompt group that finished is scored (the trainer's ``_stage_reward``) and queued as a
+`Sample` at once (streaming), tagged with the versions of the weights that generated it.
+
+Safe points. With ``partial_rollout`` a wave is paused between two steps, the weights are loaded, and it
+resumes under them (its later tokens come from the new weights). Without, a pending sync waits for the
+running wave to finish, and no new wave starts meanwhile (upstream's two modes).
+
+Checkpoints happen at a sync: the rollouter reports its state (`state_dict`): the queue's samples and
+counters, the dataloader position, and the prompts it drew but has not finished: the unfinished groups
+of the running wave are deliberately dropped (counted in ``dropped_partial_samples``) and their prompts,
+like those drawn but not started, are generated again from scratch after a resume. Nothing drawn from
+the data is lost.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import ray
+from verl import DataProto
+
+from verl_recipe_fully_async.message_queue import Coordinator, Sample, Stopped, SyncRequest
+
+# prompt tensors the rollout replaces with prompt + response tensors of the same names
+_PROMPT_TENSORS = ("input_ids", "attention_mask", "position_ids")
+
+
+def wait_refs(coord: Coordinator, refs: list) -> list:
+    """``ray.get(refs)``, giving up (`Stopped`) when the run stops meanwhile: a weight broadcast whose
+    other side failed would otherwise block until gloo's timeout."""
+    pending = list(refs)
+    while pending:
+        _, pending = ray.wait(pending, num_returns=len(pending), timeout=0.5)
+        if pending and coord.stopped:
+            coord.raise_if_stopped()
+    return ray.get(refs)
+
+
+@dataclass
+class Wave:
+    """One batch of prompts in flight on the rollout pool."""
+
+    prompts: DataProto  # the prompt rows, one per prompt (as drawn; for a checkpoint)
+    batch: DataProto  # the rows as generated: each prompt repeated rollout.n times, with its uid
+    first_index: int  # sample index of the first prompt
+    versions: list[int]  # weights version of each decode segment (segment k -> versions[k])
+    rows_per_worker: int
+    emitted: set[int] = field(default_factory=set)  # prompts whose group was queued
+
+    @property
+    def finished(self) -> bool:
+        return len(self.emitted) == len(self.prompts)
+
+
+class Rollouter:
+    """Drives the rollout worker group; ``trainer`` supplies the data, the reward stage and the config."""
+
+    def __init__(self, trainer: Any, coord: Coordinator, rollout_wg: Any):
+        self.trainer = trainer
+        self.coord = coord
+        self.wg = rollout_wg
+        cfg = trainer.config
+        at = cfg.async_training
+        self.n = int(cfg.actor_rollout_ref.rollout.n)
+        self.wave_prompts = int(cfg.data.gen_batch_size)
+        self.step_tokens = int(at.partial_rollout_step_tokens)
+        self.partial_rollout = bool(at.partial_rollout)
+        self.transport = str(at.weight_sync)
+        self.do_sample = bool(cfg.actor_rollout_ref.rollout.do_sample)
+        self.temperature = float(cfg.actor_rollout_ref.rollout.temperature)
+        self.wave: Wave | None = None
+        self.buffer: deque[DataProto] = deque()  # prompts drawn from the loader, not started yet
+        self.pending: deque[DataProto] = deque()  # prompts to generate first (restored from a checkpoint)
+        self.next_index = coord.started
+        self.dropped_partial_samples = 0
+        self.busy_s = 0.0  # seconds the rollout pool spent in calls
+        self.sync_s = 0.0
+
+    # ------------------------------------------------------------------ thread body
+    def run(self) -> None:
+        try:
+            while True:
+                self._serve_sync()
+                if self.wave is None:
+                    admitted = self.coord.admit(self.wave_prompts)
+                    if admitted == 0:
+                        self.coord.wait_for_work()
+                        continue
+                    self._start_wave(admitted)
+                else:
+                    self._step_wave()
+        except Stopped:
+            return
+        except BaseException as e:  # the trainer thread re-raises it from its next wait
+            self.coord.stop(e)
+
+    def _call(self, fn, *args):
+        t0 = time.perf_counter()
+        out = fn(*args)
+        self.busy_s += time.perf_counter() - t0
+        return out
+
+    # ------------------------------------------------------------------ weights
+    def _serve_sync(self) -> None:
+        if not self.coord.sync_pending() or (self.wave is not None and not self.partial_rollout):
+            return
+        request = self.coord.take_sync()
+        if request is None:
+            return
+        t0 = time.perf_counter()
+        paused = self.wave is not None
+        if paused:
+            self._call(self.wg.pause_wave)
+        self._call(self.load, request)
+        self.coord.finish_sync(request, self.state_dict if request.snapshot else None)
+        if paused:
+            self.wave.versions.append(request.version)
+            self._call(self.wg.resume_wave)
+        self.sync_s += time.perf_counter() - t0
+
+    def load(self, request: SyncRequest) -> None:
+        """Load ``request``'s weights into the rollout pool (blocks until they are in)."""
+        if self.transport == "collective":
+            wait_refs(self.coord, self.wg.receive_weights())
+        else:
+            self.wg.load_weights(request.payload)
+
+    # ------------------------------------------------------------------ waves
+    def _take_prompts(self, k: int) -> DataProto:
+        rows = []
+        while len(rows) < k:
+            if self.pending:
+                rows.append(self.pending.popleft())
+                continue
+            if not self.buffer:
+                drawn = DataProto.from_single_dict(self.trainer._next_batch())
+                self.buffer.extend(drawn.slice(i, i + 1) for i in range(len(drawn)))
+            rows.append(self.buffer.popleft())
+        return DataProto.concat(rows)
+
+    def _start_wave(self, k: int) -> None:
+        prompts = self._take_prompts(k)
+        batch = DataProto(batch=prompts.batch, non_tensor_batch=dict(prompts.non_tensor_batch), meta_info={})
+        batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(k)], dtype=object)
+        batch = batch.repeat(repeat_times=self.n, interleave=True)
+        gen = self.trainer._gen_input(batch, do_sample=self.do_sample, validate=False)
+        gen.meta_info["temperature"] = self.temperature
+        self._call(self.wg.start_wave, gen)
+        batch.pop(batch_keys=list(_PROMPT_TENSORS))
+        self.wave = Wave(
+            prompts=prompts,
+            batch=batch,
+            first_index=self.next_index,
+            versions=[self.coord.rollout_version],
+            rows_per_worker=len(batch) // self.wg.world_size,
+        )
+        self.next_index += k
+
+    def _step_wave(self) -> None:
+        wave = self.wave
+        outputs = self._call(self.wg.step_wave, self.step_tokens, self.n)
+        for rank, (rows, out) in enumerate(outputs):
+            if out is None:
+                continue
+            for g in range(len(rows) // self.n):
+                first = rank * wave.rows_per_worker + rows[g * self.n]
+                gen = out.slice(g * self.n, (g + 1) * self.n)
+                self._queue_group(wave, first // self.n, gen)
+        if wave.finished:
+            self.wave = None
+
+    def _queue_group(self, wave: Wave, prompt: int, gen: DataProto) -> None:
+        rows = wave.batch.slice(prompt * self.n, (prompt + 1) * self.n)
+        data = DataProto(batch=gen.batch, non_tensor_batch=dict(rows.non_tensor_batch), meta_info={})
+        data = self.trainer._stage_reward(data, {})  # the trainer's metrics come from its whole batch
+        segments = data.batch["token_segments"][data.batch["response_mask"].bool()]
+        first_seg, last_seg = (int(segments.min()), int(segments.max())) if len(segments) else (0, 0)
+        sample = Sample(
+            data=data,
+            version=wave.versions[first_seg],
+            end_version=wave.versions[last_seg],
+            index=wave.first_index + prompt,
+        )
+        if not self.coord.put(sample):
+            raise RuntimeError(
+                f"the sample queue (capacity {self.coord.queue.capacity}) is full while a weight sync waits; "
+                "the staleness bound should make this impossible"
+            )
+        wave.emitted.add(prompt)
+
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict:
+        """Called at a sync point (the rollout pool is idle between two calls)."""
+        unfinished = []
+        if self.wave is not None:
+            unfinished = [
+                self.wave.prompts.slice(i, i + 1)
+                for i in range(len(self.wave.prompts))
+                if i not in self.wave.emitted
+            ]
+        t = self.trainer
+        return {
+            "coordinator": self.coord.state_dict(),
+            "prompts_to_generate": [*unfinished, *self.pending, *self.buffer],
+            "dropped_partial_samples": self.dropped_partial_samples + len(unfinished),
+            "dataloader": t.train_dataloader.state_dict(),
+            "batches_consumed": t._batches_consumed,
+            "epoch": t.epoch,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume: the queue and counters come back; unfinished and unstarted prompts go first."""
+        self.coord.load_state_dict(state["coordinator"])
+        self.pending = deque(state["prompts_to_generate"])
+        self.dropped_partial_samples = int(state["dropped_partial_samples"])
+        self.next_index = self.coord.started
+
+
+__all__ = ["Rollouter", "Wave"]

@@ -1,0 +1,174 @@
+"""The worker of both pools: core's ``ActorRolloutRefWorker`` plus weight transfer and resumable waves.
+
+On the trainer pool it runs as ``actor_rollout`` (or ``actor_rollout_ref``): core's update, log-prob and
+checkpoint methods, its rollout (sharing the actor's module) only for validation, and the sending half
+of the weight sync. On the rollout pool it runs as ``rollout``: a model copy without optimizer that
+generates *waves* (one batch of prompts decoded together, split over the rollout ranks) step by step,
+so the rollouter can stream finished groups and pause a wave for a weight sync (partial rollout).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from verl import DataProto
+from verl.single_controller.base.decorator import Dispatch, register
+from verl.workers.fsdp_workers import ActorRolloutRefWorker
+
+from verl_recipe_fully_async.weight_transfer import BUCKET_MB_KEY, CrossPoolGroup, buckets_of, receive_into
+
+
+class AsyncActorRolloutWorker(ActorRolloutRefWorker):
+    """``ActorRolloutRefWorker`` with the methods the asynchronous trainer calls (see the module doc)."""
+
+    def __init__(self, config: Any, role: str, *args: Any, **kwargs: Any):
+        super().__init__(config, role, *args, **kwargs)
+        self._sync_group: CrossPoolGroup | None = None
+        self._sync_store = None
+        self._wave = None  # ResumableGeneration, or the finished output of a non-resumable engine
+        self._wave_finished: torch.Tensor | None = None
+        self._wave_emitted: torch.Tensor | None = None
+        self._generator: torch.Generator | None = None
+
+    def _bucket_mb(self) -> int:
+        return int(dict(self.config.rollout.engine_kwargs or {}).get(BUCKET_MB_KEY, 512))
+
+    # ------------------------------------------------------------------ cross-pool group
+    @register(dispatch_mode=Dispatch.RANK_ZERO)
+    def host_sync_group(self, size: int) -> tuple[str, int]:
+        """Trainer rank 0: start the rendezvous store of the cross-pool group; returns (host, port)."""
+        import ray
+
+        host = ray.util.get_node_ip_address()
+        self._sync_store = CrossPoolGroup.host_store(host, size)
+        return host, int(self._sync_store.port)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
+    def join_sync_group(self, host: str, port: int, first_rank: int, size: int) -> None:
+        """Join the cross-pool group as rank ``first_rank + rank`` (trainer: only rank 0 joins)."""
+        if self._is_actor and dist.get_rank() != 0:
+            return
+        self._sync_group = CrossPoolGroup(
+            host, port, first_rank + dist.get_rank(), size, store=self._sync_store
+        )
+
+    # ------------------------------------------------------------------ trainer side
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
+    def send_weights(self) -> int:
+        """Broadcast the actor's full weights over the cross-pool group (every trainer rank gathers;
+        rank 0 sends). Returns the bytes sent (0 on other ranks)."""
+        state = self.actor_engine.full_state_dict()  # a collective over the trainer pool
+        if dist.get_rank() != 0:
+            return 0
+        return self._sync_group.send_buckets(buckets_of(state, self._bucket_mb()))
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def put_weights(self) -> list | None:
+        """Rank 0: the actor's full weights as object-store references, one per bucket."""
+        import ray
+
+        state = self.actor_engine.full_state_dict()
+        if dist.get_rank() != 0:
+            return None
+        return [ray.put(bucket) for bucket in buckets_of(state, self._bucket_mb())]
+
+    # ------------------------------------------------------------------ rollout side
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
+    def receive_weights(self) -> int:
+        """Load the weights trainer rank 0 broadcasts; returns the tensors loaded."""
+        return receive_into(self.actor_engine.module, self._sync_group.recv_buckets())
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def load_weights(self, refs: list) -> int:
+        """Load the weights behind object-store references (from :meth:`put_weights`)."""
+        import ray
+
+        return receive_into(self.actor_engine.module, (ray.get(ref) for ref in refs))
+
+    @property
+    def stepwise(self) -> bool:
+        """Whether waves decode step by step (and can pause): the native engine on a module it runs."""
+        from verl.workers.rollout.native_rollout import NativeRollout, unsupported_reason
+
+        return isinstance(self.rollout, NativeRollout) and unsupported_reason(self.rollout.module) is None
+
+    @register(dispatch_mode=Dispatch.RANK_ZERO)
+    def can_pause(self) -> bool:
+        return self.stepwise
+
+    def _rollout_generator(self) -> torch.Generator:
+        # one per worker, seeded rollout.seed + rank and drawn from for the whole run
+        if self._generator is None:
+            device = next(self.actor_engine.module.parameters()).device
+            self._generator = torch.Generator(device=device).manual_seed(
+                int(self.config.rollout.seed) + dist.get_rank()
+            )
+        return self._generator
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_METRIC)
+    def start_wave(self, prompts: DataProto) -> int:
+        """Begin generating this rank's share of a wave; returns its row count. On the native engine the
+        share decodes step by step (``ResumableGeneration``: groups stream out as they finish, and the
+        wave can pause for a weight sync); other engines generate the whole share here, at once."""
+        if self._wave is not None:
+            raise RuntimeError("start_wave while a wave is still running on this worker")
+        if self.stepwise:
+            from verl.workers.rollout.partial_rollout import ResumableGeneration
+
+            self._wave = ResumableGeneration(self.rollout, prompts, generator=self._rollout_generator())
+            self._wave_finished = self._wave.finished.cpu()
+        else:
+            self._wave = self.rollout.generate_sequences(prompts)
+            # one segment: every token comes from the weights the wave started with
+            mask = self._wave.batch["response_mask"].bool()
+            self._wave.batch["token_segments"] = torch.where(mask, 0, -1).to(torch.long)
+            self._wave_finished = torch.ones(len(prompts), dtype=torch.bool)
+        self._wave_emitted = torch.zeros(len(prompts), dtype=torch.bool)
+        return len(prompts)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def step_wave(self, max_new_tokens: int, group_size: int) -> tuple[list[int], DataProto | None]:
+        """Decode up to ``max_new_tokens`` more tokens; return the local rows of groups (``group_size``
+        adjacent rows) that completed since the last call, and their generation (None if none)."""
+        wave = self._wave
+        if wave is None:
+            return [], None
+        if not isinstance(wave, DataProto):
+            wave.step(max_new_tokens)
+            self._wave_finished = wave.finished.cpu()
+        done = self._wave_finished.view(-1, group_size).all(-1).repeat_interleave(group_size)
+        new = (done & ~self._wave_emitted).nonzero().squeeze(-1)
+        self._wave_emitted |= done
+        out = None
+        if len(new):
+            out = wave.select_idxs(new) if isinstance(wave, DataProto) else wave.result(new)
+        if bool(self._wave_emitted.all()):
+            self._wave = None
+        return new.tolist(), out
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def pause_wave(self) -> None:
+        if self._wave is not None and not isinstance(self._wave, DataProto):
+            self._wave.pause()
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def resume_wave(self) -> None:
+        if self._wave is not None and not isinstance(self._wave, DataProto):
+            self._wave.resume()
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def drop_wave(self) -> int:
+        """Forget the running wave (rows not yet returned are lost); returns how many rows that was."""
+        lost = 0 if self._wave is None else int((~self._wave_emitted).sum())
+        self._wave = None
+        return lost
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def process_info(self) -> dict:
+        return {"pid": os.getpid(), "role": self.role, "rank": dist.get_rank()}
+
+
+__all__ = ["AsyncActorRolloutWorker"]

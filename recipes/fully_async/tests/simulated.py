@@ -1,0 +1,123 @@
+"""A simulated rollout pool and trainer for the rollouter's loop (no Ray, no model).
+
+The simulated pool keeps ``ResumableGeneration``'s bookkeeping (rows of random lengths decoded a few
+tokens per step, ``token_segments`` advanced by each pause/resume), so partial rollouts span syncs for real.
+"""
+
+import random
+import time
+
+import numpy as np
+import torch
+from omegaconf import OmegaConf
+from verl import DataProto
+
+
+class SimulatedPool:
+    """A rollout worker group of one worker: waves of rows with random lengths, decoded step by step."""
+
+    world_size = 1
+
+    def __init__(self, seed, step_delay, min_len=1):
+        self.rng = random.Random(seed)
+        self.step_delay = step_delay
+        self.min_len = min_len
+        self.wave = None
+        self.loaded = []
+
+    def start_wave(self, gen):
+        rows = len(gen)
+        self.lengths = [self.rng.randint(self.min_len, 6) for _ in range(rows)]
+        self.segments = [[] for _ in range(rows)]
+        self.segment = 0
+        self.emitted = [False] * rows
+        self.wave = gen
+        return [rows]
+
+    def step_wave(self, k, n):
+        time.sleep(self.step_delay * self.rng.random())
+        for segs, length in zip(self.segments, self.lengths):
+            for _ in range(min(k, length - len(segs))):
+                segs.append(self.segment)
+        done = [len(s) == length for s, length in zip(self.segments, self.lengths)]
+        new = []
+        for g in range(len(done) // n):
+            rows = range(g * n, (g + 1) * n)
+            if all(done[r] for r in rows) and not self.emitted[g * n]:
+                new.extend(rows)
+                for r in rows:
+                    self.emitted[r] = True
+        out = None
+        if new:
+            width = max(self.lengths[r] for r in new)
+            seg = torch.full((len(new), width), -1, dtype=torch.long)
+            mask = torch.zeros((len(new), width), dtype=torch.long)
+            for i, r in enumerate(new):
+                seg[i, : self.lengths[r]] = torch.tensor(self.segments[r])
+                mask[i, : self.lengths[r]] = 1
+            out = DataProto.from_dict(
+                tensors={"token_segments": seg, "response_mask": mask, "responses": torch.zeros_like(mask)}
+            )
+        if all(self.emitted):
+            self.wave = None
+        return [(new, out)]
+
+    def pause_wave(self):
+        pass
+
+    def resume_wave(self):
+        if self.wave is not None:
+            self.segment += 1
+
+    def load_weights(self, payload):
+        self.loaded.append(payload)
+
+
+class FakeTrainer:
+    """What the rollouter asks of the trainer: prompts, the rollout input, the reward stage, the config."""
+
+    def __init__(self, cfg):
+        self.config = cfg
+        self.drawn = 0
+        self.global_steps = 0
+        self.epoch = 0
+        self.train_dataloader = self  # the loader's state is how many prompts were drawn
+
+    @property
+    def _batches_consumed(self):
+        return self.drawn // 4
+
+    def state_dict(self):
+        return {"drawn": self.drawn}
+
+    def _next_batch(self):
+        ids = torch.arange(self.drawn, self.drawn + 4).unsqueeze(1)
+        self.drawn += 4
+        return {
+            "input_ids": ids,
+            "attention_mask": torch.ones_like(ids),
+            "position_ids": torch.zeros_like(ids),
+            "prompt_id": np.arange(self.drawn - 4, self.drawn).astype(object),
+        }
+
+    def _gen_input(self, batch, do_sample, validate):
+        return DataProto(batch=batch.batch, non_tensor_batch=dict(batch.non_tensor_batch), meta_info={})
+
+    def _stage_reward(self, data, metrics):
+        return data
+
+
+def config(s, trigger, tbs, wave, partial):
+    return OmegaConf.create(
+        {
+            "data": {"train_batch_size": tbs, "gen_batch_size": wave},
+            "actor_rollout_ref": {"rollout": {"n": 2, "do_sample": True, "temperature": 1.0}},
+            "async_training": {
+                "staleness_threshold": s,
+                "trigger_parameter_sync_step": trigger,
+                "partial_rollout": partial,
+                "partial_rollout_step_tokens": 2,
+                "weight_sync": "object_store",
+            },
+        }
+    )
