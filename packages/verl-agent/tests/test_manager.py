@@ -82,6 +82,10 @@ def test_agent_name_picks_the_loop(tokenizer, stop_ids, rollout_config):
     out = manager.generate_sequences(rows(["1+2=", "3+4="], agent_name=["tool_agent", None]))
     # tool_agent runs two model turns; the default single_turn_agent stops after the call text.
     assert out.non_tensor_batch["num_turns"].tolist() == [3, 1]
+    # the loops' extra fields reach the batch: tool_agent's conversation; None for the single-turn row
+    messages = out.non_tensor_batch["messages"]
+    assert [m["role"] for m in messages[0]] == ["user", "assistant", "tool", "assistant"]
+    assert messages[0][-1]["content"] == "#### 3" and messages[1] is None
     with pytest.raises(KeyError, match="unknown agent loop 'nope'"):
         manager.generate_sequences(rows(["1+2="], agent_name=["nope"]))
 

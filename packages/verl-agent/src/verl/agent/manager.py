@@ -10,7 +10,9 @@ agent's rewards, which verl-rewards' managers add to the token-level reward (wei
 ``verl.rewards.managers.base``): ``reward_score`` (the trajectory's reward from an interaction or an
 endpoint agent; NaN when none), ``tool_rewards`` / ``turn_scores`` (lists of step rewards: tool
 calls, interaction turns) with ``tool_reward_positions`` / ``turn_score_positions`` (the response
-index of the last token of the assistant turn each rewards); and ``meta_info["metrics"]`` with
+index of the last token of the assistant turn each rewards); every other key a loop puts in
+``AgentLoopOutput.extra_fields`` (e.g. ``messages``, the conversation; upstream passes them all on too),
+one object per row, None for rows whose loop did not set it; and ``meta_info["metrics"]`` with
 per-row lists under ``agent/<name>`` (the trainer averages them), e.g. ``agent/has_tool_call``.
 
 ``rollout.agent.agent_loop_config_path`` names a YAML list of loops (upstream's format)::
@@ -222,6 +224,13 @@ class AgentLoopManager:
             column = np.empty(n, dtype=object)  # filled one by one: lists must stay lists, not a 2-D array
             for i, o in enumerate(outputs):
                 column[i] = list(o.extra_fields.get(key, []))
+            non_tensors[key] = column
+        # The loops' other extra fields (reward managers read them, e.g. a conversation to judge).
+        handled = {"stop_reason", *STEP_REWARD_FIELDS, *non_tensors}
+        for key in sorted({k for o in outputs for k in o.extra_fields} - handled):
+            column = np.empty(n, dtype=object)
+            for i, o in enumerate(outputs):
+                column[i] = o.extra_fields.get(key)
             non_tensors[key] = column
         metric_names = sorted({k for o in outputs for k in o.metrics})
         metrics: dict[str, list[float]] = {

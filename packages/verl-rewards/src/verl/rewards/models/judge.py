@@ -17,7 +17,9 @@ Config (``reward.reward_kwargs.judge``; also read from ``reward.reward_model.jud
     prompt_template: null      # str with {question} {response} {ground_truth}; default below
     max_score: 10              # the judge's scale; the score is reply / max_score, in [0, 1]
     max_new_tokens: 64
-    timeout: 60
+    timeout: 60                # openai: seconds per attempt
+    max_retries: 2             # openai: retries of time-outs, connection errors, 429 and 5xx (with backoff)
+    max_concurrency: 8         # openai: requests in flight from this judge
     device: null               # hf only: cpu | cuda | cuda:N (default cpu)
     dtype: null                # hf only: float32 | bfloat16 | float16 (default float32)
     weight: 1.0                # combined score = rule score + weight * judge score
@@ -26,12 +28,11 @@ Config (``reward.reward_kwargs.judge``; also read from ``reward.reward_model.jud
 
 from __future__ import annotations
 
-import os
 import re
 import threading
 from typing import Any
 
-import requests
+from verl.rewards.models.chat_client import ChatClient
 
 DEFAULT_TEMPLATE = (
     "You are grading an answer.\n"
@@ -71,6 +72,8 @@ class GenerativeJudge:
         max_score: float = 10.0,
         max_new_tokens: int = 64,
         timeout: float = 60.0,
+        max_retries: int | None = None,
+        max_concurrency: int | None = None,
         device: str | None = None,
         dtype: str | None = None,
     ):
@@ -80,6 +83,11 @@ class GenerativeJudge:
             raise ValueError("judge backend 'openai' needs url (e.g. http://127.0.0.1:8000/v1)")
         if not model:
             raise ValueError(f"judge backend {backend!r} needs model (the served name or a local path)")
+        if backend == "hf" and (max_retries is not None or max_concurrency is not None):
+            raise ValueError(
+                "judge options max_retries/max_concurrency shape HTTP calls of the 'openai' backend; the 'hf' "
+                "backend runs in process; remove them"
+            )
         if backend == "openai" and (device is not None or dtype is not None):
             raise ValueError(
                 "judge options device/dtype place a local (backend 'hf') model; the 'openai' backend's server "
@@ -98,6 +106,17 @@ class GenerativeJudge:
         self.timeout = float(timeout)
         self._hf = None
         self._hf_lock = threading.Lock()
+        self._client = None
+        if backend == "openai":
+            self._client = ChatClient(
+                url,
+                model,
+                api_key_env=api_key_env,
+                timeout=self.timeout,
+                max_retries=2 if max_retries is None else max_retries,
+                backoff=0.5,
+                max_concurrency=8 if max_concurrency is None else max_concurrency,
+            )
 
     def build_prompt(self, solution_str: str, ground_truth: Any, extra_info: dict | None) -> str:
         extra = extra_info or {}
@@ -110,21 +129,9 @@ class GenerativeJudge:
         return self._openai(prompt) if self.backend == "openai" else self._local(prompt)
 
     def _openai(self, prompt: str) -> str:
-        headers = {"Content-Type": "application/json"}
-        key = os.environ.get(self.api_key_env) if self.api_key_env else None
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        body = {
-            "model": self.model,
-            "messages": [{"role": "user", "content": prompt}],
-            "max_tokens": self.max_new_tokens,
-            "temperature": 0.0,
-        }
-        endpoint = self.url.rstrip("/") + "/chat/completions"
-        resp = requests.post(endpoint, json=body, headers=headers, timeout=self.timeout)
-        if resp.status_code != 200:
-            raise RuntimeError(f"judge endpoint {endpoint} answered {resp.status_code}: {resp.text[:300]}")
-        return resp.json()["choices"][0]["message"]["content"]
+        return self._client.chat(
+            [{"role": "user", "content": prompt}], max_tokens=self.max_new_tokens, temperature=0.0
+        )
 
     def _local(self, prompt: str) -> str:
         import torch

@@ -180,7 +180,10 @@ class RewardModelWorker(Worker):
             return token_budget_groups([len(s) + 1 for s in seqs], int(self.max_token_len))
         if self.use_dynamic_bsz:
             rows = rows_per_micro_batch(
-                self._width(seqs), micro_batch_size=None, use_dynamic_bsz=True, max_token_len=int(self.max_token_len)
+                self._width(seqs),
+                micro_batch_size=None,
+                use_dynamic_bsz=True,
+                max_token_len=int(self.max_token_len),
             )
         else:
             rows = self.micro_batch_size or n
@@ -207,7 +210,9 @@ class RewardModelWorker(Worker):
                 ids[j, width - len(s) :] = torch.tensor(s, dtype=torch.long)
                 mask[j, width - len(s) :] = 1
             pos = (mask.cumsum(-1) - 1).clamp(min=0)
-            batches.append({"input_ids": ids, "attention_mask": mask, "position_ids": pos, "responses": ids[:, -1:]})
+            batches.append(
+                {"input_ids": ids, "attention_mask": mask, "position_ids": pos, "responses": ids[:, -1:]}
+            )
         values = self.engine.infer(batches)["values"][:, 0].float().cpu()
         order = torch.tensor([r for rows in groups for r in rows])
         scores = torch.empty(len(seqs))

@@ -1,0 +1,111 @@
+"""CollabLLM's config: core's typed schema plus one key, loaded and validated once.
+
+The recipe extends core's dataclasses instead of copying them (``load_config(schema=...)``), so every
+core key keeps its type, default and validation and an unknown key is still an error:
+
+- ``actor_rollout_ref.rollout.multi_turn.num_repeat_rollouts`` (upstream's key, default None): the
+  future conversations ``collabllm_agent`` samples per trained turn.
+
+The reward options live in core's open dict ``reward.reward_kwargs`` (``metric_weights``,
+``llm_judge_kwargs``, upstream's names); `collabllm_problems` checks them with the manager's own check,
+and what the loop and the manager need of the rest, before anything starts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+from verl.trainer.config import (
+    ActorRolloutRefConfig,
+    ConfigError,
+    PPOTrainerConfig,
+    load_config,
+    validate_config,
+)
+from verl.trainer.config.schema import MultiTurnConfig, RolloutConfig
+
+from verl_recipe_collabllm.reward_manager import check_reward_kwargs
+
+MT = "actor_rollout_ref.rollout.multi_turn"
+
+
+@dataclass
+class CollabLLMMultiTurnConfig(MultiTurnConfig):
+    num_repeat_rollouts: int | None = None
+
+
+@dataclass
+class CollabLLMRolloutConfig(RolloutConfig):
+    multi_turn: CollabLLMMultiTurnConfig = field(default_factory=CollabLLMMultiTurnConfig)
+
+
+@dataclass
+class CollabLLMActorRolloutRefConfig(ActorRolloutRefConfig):
+    rollout: CollabLLMRolloutConfig = field(default_factory=CollabLLMRolloutConfig)
+
+
+@dataclass
+class CollabLLMTrainerConfig(PPOTrainerConfig):
+    """Core's root config with ``rollout.multi_turn.num_repeat_rollouts``."""
+
+    actor_rollout_ref: CollabLLMActorRolloutRefConfig = field(default_factory=CollabLLMActorRolloutRefConfig)
+
+
+def load_collabllm_config(argv: list[str]) -> DictConfig:
+    """Core's loader over the CollabLLM schema (core defaults < ``--config`` files < ``key=value``)."""
+    return load_config(argv, schema=CollabLLMTrainerConfig)
+
+
+def collabllm_problems(cfg: DictConfig) -> list[str]:
+    """What CollabLLM needs beyond core's checks, each problem in the user's terms."""
+    problems: list[str] = []
+    rollout = cfg.actor_rollout_ref.rollout
+    mt = rollout.multi_turn
+    if cfg.reward.reward_manager != "collabllm":
+        problems.append(
+            f"reward.reward_manager={cfg.reward.reward_manager!r}: CollabLLM's reward is the multiturn-aware "
+            "reward of the collabllm manager; set it to collabllm"
+        )
+    if not mt.enable:
+        problems.append(f"{MT}.enable=false: the futures are sampled by an agent loop; set it to true")
+    if rollout.agent.default_agent_loop != "collabllm_agent":
+        problems.append(
+            f"actor_rollout_ref.rollout.agent.default_agent_loop={rollout.agent.default_agent_loop!r}: set it to "
+            "collabllm_agent (rows may also name it in agent_name)"
+        )
+    if mt.num_repeat_rollouts is None or mt.num_repeat_rollouts < 1:
+        problems.append(
+            f"{MT}.num_repeat_rollouts={mt.num_repeat_rollouts}: futures per trained turn; must be >= 1"
+        )
+    if mt.max_user_turns is None or mt.max_user_turns < 1:
+        problems.append(
+            f"{MT}.max_user_turns={mt.max_user_turns}: must be >= 1 (each future has a user turn)"
+        )
+    if mt.max_assistant_turns is None or mt.max_assistant_turns < 2:
+        problems.append(
+            f"{MT}.max_assistant_turns={mt.max_assistant_turns}: must be >= 2 (the trained turn and one after it)"
+        )
+    if not mt.interaction_config_path:
+        problems.append(f"{MT}.interaction_config_path is unset: name the simulated user's interaction YAML")
+    elif mt.interaction_config_path != "(built-in)" and not Path(mt.interaction_config_path).is_file():
+        problems.append(f"{MT}.interaction_config_path={mt.interaction_config_path!r}: no such file")
+    kwargs = OmegaConf.to_container(cfg.reward.reward_kwargs, resolve=True)
+    problems += check_reward_kwargs(
+        kwargs.get("metric_weights"),
+        kwargs.get("llm_judge_kwargs"),
+        kwargs.get("normalize_by_data_source", False),
+    )
+    return problems
+
+
+def validate_collabllm_config(cfg: DictConfig) -> None:
+    """Core's validation plus `collabllm_problems`, in one `ConfigError`; the config is read-only after."""
+    problems = collabllm_problems(cfg)
+    try:
+        validate_config(cfg)
+    except ConfigError as e:
+        problems = e.problems + problems
+    if problems:
+        raise ConfigError(problems)
