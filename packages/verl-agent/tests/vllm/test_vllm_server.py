@@ -26,7 +26,12 @@ QUESTIONS = ["1+1=", "what is 23+45?", "hi", "a longer question here"]
 
 @function_tool
 def add(a: int, b: int) -> int:
-    """Add two integers."""
+    """Add two integers.
+
+    Args:
+        a: the first addend
+        b: the second addend
+    """
     return a + b
 
 

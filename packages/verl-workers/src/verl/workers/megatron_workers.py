@@ -128,7 +128,7 @@ class ActorRolloutRefWorker(_MegatronRole):
             self.tokenizer = hf_tokenizer(
                 cfg.model.tokenizer_path or cfg.model.path, trust_remote_code=bool(cfg.model.trust_remote_code)
             )
-            module = load_hf_model(cfg.model, "causal_lm").to(self.actor_engine.device)
+            module = load_hf_model(cfg.model, "causal_lm", self.actor_engine.dtype).to(self.actor_engine.device)
             module.requires_grad_(False)
             self._hf_copy = HFWeightCopy(module)
             self.rollout = build_rollout(
