@@ -91,8 +91,13 @@ def load_tokenizer(config: DictConfig):
 
 
 def build_trainer(config: DictConfig, tokenizer: Any = None, reward_fn: Any = None, val_reward_fn: Any = None,
-                  role_worker_mapping: dict | None = None, trainer_cls: type | None = None):
-    """Everything ``fit`` needs: tokenizer, datasets, reward managers, roles and pools, the trainer."""
+                  role_worker_mapping: dict | None = None, trainer_cls: type | None = None,
+                  resource_pool_manager: Any = None):
+    """Everything ``fit`` needs: tokenizer, datasets, reward managers, roles and pools, the trainer.
+
+    Each piece given is used as is; ``resource_pool_manager`` (default: `build_resource_pool_manager`, one
+    shared pool) lets a recipe give a role its own pool.
+    """
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
     from verl.trainer.ppo.reward import load_reward_manager
     from verl.utils.dataset.rl_dataset import collate_fn, create_rl_dataset
@@ -107,8 +112,10 @@ def build_trainer(config: DictConfig, tokenizer: Any = None, reward_fn: Any = No
     if config.data.val_files:
         val_dataset = create_rl_dataset(config.data.val_files, config.data, tokenizer, is_train=False)
     mapping = role_worker_mapping if role_worker_mapping is not None else build_role_worker_mapping(config)
+    if resource_pool_manager is None:
+        resource_pool_manager = build_resource_pool_manager(config, mapping)
     return (trainer_cls or RayPPOTrainer)(
-        config, tokenizer, mapping, build_resource_pool_manager(config, mapping),
+        config, tokenizer, mapping, resource_pool_manager,
         reward_fn=reward_fn, val_reward_fn=val_reward_fn, train_dataset=train_dataset,
         val_dataset=val_dataset, collate_fn=collate_fn,
     )
