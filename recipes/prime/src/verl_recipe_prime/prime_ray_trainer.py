@@ -146,23 +146,25 @@ class RayPRIMETrainer(RayPPOTrainer):
         return metrics
 
     def _validate_prm(self) -> dict[str, float]:
-        """The PRM on held-out outcome labels: ``rollout.n`` answers sampled (the training sampling) per
-        held-out prompt, labelled by the validation reward, scored by the PRM as it is now (no training).
+        """The PRM on held-out outcome labels: ``rollout.val_kwargs.n`` answers per held-out prompt, sampled
+        as validation samples (``val_kwargs``), labelled by the validation reward, scored by the PRM as it
+        is now (never trained on them).
 
-        ``val-prm/acc``: share of answers whose implicit outcome ``sum q`` has the label's sign (the PRM
-        says right for the right ones); ``val-prm/positive_rate``: share of right answers (``acc`` of a
-        PRM that always says "right"); ``val-prm/pair_acc``: pairs of one prompt's answers with different
-        labels that the PRM orders correctly (upstream's ``dpo_acc``).
+        ``val-prm/pair_acc``: pairs of one prompt's answers with different labels that the PRM orders right
+        (upstream's ``dpo_acc``; 0.5 is chance; needs ``val_kwargs.n >= 2`` and sampling);
+        ``val-prm/acc``: share of answers whose implicit outcome ``sum q`` has the label's sign (upstream's
+        ``dpo_abs_acc``); ``val-prm/positive_rate``: share of right answers (``1 - positive_rate`` is the
+        ``acc`` of a PRM that always says "wrong").
         """
-        rollout = self.config.actor_rollout_ref.rollout
+        val_kwargs = self.config.actor_rollout_ref.rollout.val_kwargs
         qs, labels, masks, uids = [], [], [], []
         for batch_dict in self.val_dataloader:
             batch = DataProto.from_single_dict(batch_dict)
             batch.non_tensor_batch["uid"] = np.array(
                 [f"val{len(uids)}-{i}" for i in range(len(batch))], dtype=object
             )
-            batch = batch.repeat(int(rollout.n), interleave=True)
-            gen = self._gen_input(batch, do_sample=bool(rollout.do_sample), validate=False)
+            batch = batch.repeat(int(val_kwargs.n), interleave=True)
+            gen = self._gen_input(batch, do_sample=bool(val_kwargs.do_sample), validate=True)
             output = self.actor_rollout_wg.generate_sequences(gen)
             batch.pop(batch_keys=["input_ids", "attention_mask", "position_ids"])
             batch.union(DataProto(batch=output.batch, non_tensor_batch=output.non_tensor_batch, meta_info={}))
