@@ -177,6 +177,7 @@ class RayPPOTrainer(TrainerIOMixin):
             roles[Role.RefPolicy] = dict(config=cfg.actor_rollout_ref, role=str(Role.RefPolicy), **env)
         if self.use_rm:
             roles[Role.RewardModel] = dict(config=cfg.reward.reward_model, **env)
+        roles = self._role_init_kwargs(roles)
         if cfg.trainer.worker_backend == "local":
             from verl.single_controller.base.worker_group import ClassWithInitArgs
             from verl.single_controller.local import LocalWorkerGroup
@@ -202,6 +203,14 @@ class RayPPOTrainer(TrainerIOMixin):
         self.actor_rollout_wg.init_model()
         if self.ref_in_actor:
             self.ref_policy_wg = self.actor_rollout_wg
+
+    def _role_init_kwargs(self, roles: dict[Role, dict[str, Any]]) -> dict[Role, dict[str, Any]]:
+        """Hook: the constructor keywords of each role's worker class, before any worker starts.
+
+        A recipe whose worker takes more than core passes (e.g. ``total_training_steps`` for a reward model
+        it trains online) returns an extended copy. Default: unchanged.
+        """
+        return roles
 
     def _spawn_ray_worker_groups(self, roles: dict[Role, dict[str, Any]]) -> dict[str, Any]:
         """The resource pools, then one Ray worker group per pool holding its roles (colocated)."""
@@ -248,6 +257,12 @@ class RayPPOTrainer(TrainerIOMixin):
                 raise ValueError("no reward: pass reward_fn to RayPPOTrainer or enable reward.reward_model")
             batch.batch["token_level_scores"] = batch.batch["rm_scores"]
             return batch
+        return self._rule_reward(batch, metrics)
+
+    def _rule_reward(self, batch: DataProto, metrics: dict) -> DataProto:
+        """``reward_fn``'s scores -> ``token_level_scores``, its extra columns -> ``non_tensor_batch`` (and the
+        means of the numeric ones -> ``reward_extra/<key>/mean``). The rule part of `_stage_reward`, on its own
+        for a recipe whose reward model runs in another stage."""
         reward_tensor, extra = compute_reward(batch, self.reward_fn, metrics=metrics)
         batch.batch["token_level_scores"] = reward_tensor
         batch.meta_info[REWARD_EXTRA_KEYS] = sorted(extra)  # for the rollout dump (trainer.rollout_data_dir)

@@ -210,15 +210,28 @@ class TrainerIOMixin:
         t = self.config.trainer
         root = t.default_local_dir
         with atomic_checkpoint(root, self.global_steps) as tmp:
-            # Pruning is the driver's job (whole dirs); workers get max_ckpt_to_keep=None.
-            self.actor_rollout_wg.save_checkpoint(os.path.join(tmp, "actor"), self.global_steps, None)
-            if self.use_critic:
-                self.critic_wg.save_checkpoint(os.path.join(tmp, "critic"), self.global_steps, None)
+            self._save_worker_checkpoints(tmp)
             save_trainer_state(tmp, self._trainer_state())
         limits = [x for x in (t.max_actor_ckpt_to_keep, t.max_critic_ckpt_to_keep) if x is not None and x > 0]
         keep = max(limits) if limits else None
         prune_checkpoints(root, keep, {"actor": t.max_actor_ckpt_to_keep, "critic": t.max_critic_ckpt_to_keep})
         return os.path.join(root, f"global_step_{self.global_steps}")
+
+    def _save_worker_checkpoints(self, ckpt_dir: str) -> None:
+        """Each trained role saves into its subfolder of ``ckpt_dir`` (``actor/``, ``critic/``).
+
+        A hook: a recipe that trains another model (e.g. an online reward model) extends it, and
+        `_load_worker_checkpoints` with it. Pruning is the driver's job (whole dirs): max_ckpt_to_keep=None.
+        """
+        self.actor_rollout_wg.save_checkpoint(os.path.join(ckpt_dir, "actor"), self.global_steps, None)
+        if self.use_critic:
+            self.critic_wg.save_checkpoint(os.path.join(ckpt_dir, "critic"), self.global_steps, None)
+
+    def _load_worker_checkpoints(self, ckpt_dir: str) -> None:
+        """Load what `_save_worker_checkpoints` wrote (a hook, extended together with it)."""
+        self.actor_rollout_wg.load_checkpoint(os.path.join(ckpt_dir, "actor"))
+        if self.use_critic:
+            self.critic_wg.load_checkpoint(os.path.join(ckpt_dir, "critic"))
 
     def _resume_path(self) -> str | None:
         t = self.config.trainer
@@ -262,9 +275,7 @@ class TrainerIOMixin:
         self.global_steps = int(state["global_step"])
         self.epoch = int(state["epoch"])
         self._batches_consumed = int(state["batches_consumed"])
-        self.actor_rollout_wg.load_checkpoint(os.path.join(path, "actor"))
-        if self.use_critic:
-            self.critic_wg.load_checkpoint(os.path.join(path, "critic"))
+        self._load_worker_checkpoints(path)
         self.train_dataloader.load_state_dict(state["dataloader"])
         self._train_iter = None
         set_rng_state(state["rng"])

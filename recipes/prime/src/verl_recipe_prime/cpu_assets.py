@@ -1,0 +1,152 @@
+"""What the CPU default needs and a fresh clone does not have: a multi-step task and a warm-started model.
+
+The task: chained single-digit sums shown step by step. The prompt ``3+5+8=`` asks for the running sums
+``8,16``; verl-rewards' exact-match ``arithmetic`` scorer gives 1 only when every step is right (a wrong
+first sum makes the whole answer wrong), so the outcome reward is sparse and says nothing about *which*
+step failed: the case the implicit PRM's per-token rewards are for. All 1000 problems ``a+b+c=`` (digits
+0-9) are split by a fixed hash (core's ``arithmetic_split`` rule: one in ten is held out).
+
+The model: core's demo Qwen2 (``verl.trainer.demo.MODEL_SIZES``, about 450k parameters, character
+tokenizer) briefly fine-tuned in process (plain torch) on the train split's answers, so it samples a
+fully right answer about one time in ten: RL from a random model never sees a reward, and a model that
+already knows the task has nothing to learn. The same weights start the policy and the PRM.
+
+When the config leaves ``data.train_files`` or ``actor_rollout_ref.model.path`` unset, `asset_overrides`
+writes them under ``{trainer.default_local_dir}/assets`` (reused when there) and returns the ``key=value``
+overrides that point the config at them.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import zlib
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+NUMBERS = 3  # operands per problem: NUMBERS - 1 steps
+TEST_BUCKETS = 10  # one problem in TEST_BUCKETS (by a fixed hash) is held out
+DATA_SOURCE = "arithmetic"  # verl-rewards' exact-match scorer
+WARM_START_STEPS = 180
+WARM_START_BATCH = 64
+WARM_START_LR = 3e-3
+SEED = 0
+WARM_START_MARKER = "warm_start.json"
+
+
+def chain_problem(digits: tuple[int, ...]) -> tuple[str, str]:
+    """``(prompt, answer)``: ``"3+5+8="`` and its running sums ``"8,16"``."""
+    sums, total = [], digits[0]
+    for d in digits[1:]:
+        total += d
+        sums.append(str(total))
+    return "+".join(map(str, digits)) + "=", ",".join(sums)
+
+
+def split_of(prompt: str) -> str:
+    return "test" if zlib.crc32(prompt.encode()) % TEST_BUCKETS == 0 else "train"
+
+
+def task_rows(split: str) -> list[dict]:
+    """Every problem of ``split`` in the RL row contract (``data_source="arithmetic"``)."""
+    import itertools
+
+    rows = []
+    for digits in itertools.product(range(10), repeat=NUMBERS):
+        prompt, answer = chain_problem(digits)
+        if split_of(prompt) != split:
+            continue
+        rows.append({
+            "data_source": DATA_SOURCE,
+            "prompt": [{"role": "user", "content": prompt}],
+            "ability": "math",
+            "reward_model": {"style": "rule", "ground_truth": answer},
+            "extra_info": {"split": split, "index": len(rows)},
+        })  # fmt: skip
+    return rows
+
+
+def write_task(out_dir: Path) -> tuple[Path, Path]:
+    """Train and test parquet files (the same rows every time)."""
+    from verl.utils.dataset import write_parquet
+
+    return (
+        write_parquet(task_rows("train"), out_dir / "train.parquet"),
+        write_parquet(task_rows("test"), out_dir / "test.parquet"),
+    )
+
+
+def warm_start_tiny_model(out_dir: Path, train_file: Path, steps: int | None = None) -> Path:
+    """Build the demo's tiny Qwen2 and fine-tune it in process on the train split's answers.
+
+    Loss on the answer tokens and EOS only, prompts rendered with the tokenizer's chat template exactly as
+    the RL dataset renders them; AdamW, ``WARM_START_LR`` after a 10-step linear warm-up, batches of
+    ``WARM_START_BATCH`` problems drawn with a fixed seed, ``steps`` (default ``WARM_START_STEPS``) times.
+    Saves model + tokenizer to ``out_dir``.
+    """
+    import pyarrow.parquet as pq
+    import torch
+    from transformers import AutoModelForCausalLM
+    from verl.trainer.demo import build_model
+    from verl.workers.tokenizer import hf_tokenizer
+
+    steps = WARM_START_STEPS if steps is None else int(steps)
+    build_model(out_dir)
+    tok = hf_tokenizer(str(out_dir))
+    torch.manual_seed(SEED)
+    model = AutoModelForCausalLM.from_pretrained(str(out_dir), dtype=torch.float32)
+    examples = []
+    for row in pq.read_table(train_file).to_pylist():
+        prompt = tok.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False)
+        p_ids = tok(prompt, add_special_tokens=False)["input_ids"]
+        a_ids = tok(row["reward_model"]["ground_truth"], add_special_tokens=False)["input_ids"] + [
+            tok.eos_token_id
+        ]
+        examples.append((p_ids, a_ids))
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=WARM_START_LR, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 10))
+    gen = random.Random(SEED)
+    for _ in range(steps):
+        batch = gen.sample(examples, k=min(WARM_START_BATCH, len(examples)))
+        width = max(len(p) + len(a) for p, a in batch)
+        ids = torch.full((len(batch), width), tok.pad_token_id)
+        labels = torch.full((len(batch), width), -100)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for i, (p, a) in enumerate(batch):
+            seq = p + a
+            ids[i, : len(seq)] = torch.tensor(seq)
+            labels[i, len(p) : len(seq)] = torch.tensor(a)
+            mask[i, : len(seq)] = 1
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+    model.eval()
+    model.save_pretrained(str(out_dir))
+    (out_dir / WARM_START_MARKER).write_text(json.dumps({"steps": steps, "final_loss": float(loss)}))
+    return out_dir
+
+
+def asset_overrides(cfg: DictConfig) -> list[str]:
+    """``key=value`` overrides for the unset data files / model path, creating the assets on first use."""
+    need_data = not cfg.data.train_files
+    need_model = not cfg.actor_rollout_ref.model.path
+    if not (need_data or need_model):
+        return []
+    root = Path(cfg.trainer.default_local_dir).resolve() / "assets"
+    train, test = root / "data" / "train.parquet", root / "data" / "test.parquet"
+    if not (train.is_file() and test.is_file()):
+        train, test = write_task(root / "data")
+    out: list[str] = []
+    if need_data:
+        out += [f"data.train_files={train}", f"data.val_files={test}"]
+    if need_model:
+        model_dir = root / "tiny_qwen2_warm"
+        if not (model_dir / WARM_START_MARKER).is_file():  # written last: a cut-short build is redone
+            print(f"building the tiny model and its warm start in {model_dir}", flush=True)
+            warm_start_tiny_model(model_dir, train)
+        out.append(f"actor_rollout_ref.model.path={model_dir}")
+    return out
