@@ -13,7 +13,7 @@ from verl import DataProto
 from verl.agent.chat_server import ChatCompletionServer
 from verl.agent.manager import AgentLoopManager
 from verl.agent.server import HFAsyncServer
-from verl.agent.tools import function_tool
+from verl.agent.tools import function_tool, get_function_tool
 from verl.agent.vllm_server import VLLMAsyncServer
 from verl.agent.worker import end_of_turn_token_ids
 from verl.trainer.config import load_config
@@ -25,7 +25,7 @@ QUESTIONS = ["1+1=", "what is 23+45?", "hi", "a longer question here"]
 
 
 @function_tool
-def add(a: int, b: int) -> int:
+def vllm_add(a: int, b: int) -> int:  # FUNCTION_TOOL_REGISTRY is global: a name no other test uses
     """Add two integers.
 
     Args:
@@ -43,14 +43,19 @@ def setup(tmp_path_factory):
     build_tiny_qwen2(path, size="xs32", seed=0)
     tok = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path).eval()
-    cfg = load_config([
-        f"actor_rollout_ref.model.path={path}", "actor_rollout_ref.rollout.name=vllm",
-        "actor_rollout_ref.rollout.mode=async", "actor_rollout_ref.rollout.dtype=float32",
-        "data.max_prompt_length=96", "data.max_response_length=32",
-        "actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent",
-        "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2",
-        f"+actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes={64 << 20}",
-    ]).actor_rollout_ref
+    cfg = load_config(
+        [
+            f"actor_rollout_ref.model.path={path}",
+            "actor_rollout_ref.rollout.name=vllm",
+            "actor_rollout_ref.rollout.mode=async",
+            "actor_rollout_ref.rollout.dtype=float32",
+            "data.max_prompt_length=96",
+            "data.max_response_length=32",
+            "actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent",
+            "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2",
+            f"+actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes={64 << 20}",
+        ]
+    ).actor_rollout_ref
     # load_format=dummy (the default): vLLM starts from random weights, the sync below brings the model's
     rollout = VLLMRollout(model, cfg.rollout, tok, model_config=cfg.model)
     rollout.update_weights(model.state_dict().items())
@@ -62,12 +67,20 @@ def setup(tmp_path_factory):
 def reference_log_probs(model, ids, start):
     with torch.no_grad():
         logits = model(input_ids=torch.tensor([ids])).logits[0].float()
-    return torch.log_softmax(logits[:-1], -1).gather(-1, torch.tensor(ids[1:]).unsqueeze(-1)).squeeze(-1)[start - 1 :]
+    return (
+        torch.log_softmax(logits[:-1], -1)
+        .gather(-1, torch.tensor(ids[1:]).unsqueeze(-1))
+        .squeeze(-1)[start - 1 :]
+    )
 
 
 def prompts(tok):
-    return [tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=True,
-                                    return_dict=False) for q in QUESTIONS]
+    return [
+        tok.apply_chat_template(
+            [{"role": "user", "content": q}], add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+        for q in QUESTIONS
+    ]
 
 
 def test_token_in_token_out_greedy_equals_the_hf_server_from_any_event_loop(setup):
@@ -84,8 +97,9 @@ def test_token_in_token_out_greedy_equals_the_hf_server_from_any_event_loop(setu
     for p, g, a, w in zip(prompts(tok), got, again, want):
         assert g.token_ids == w.token_ids == a.token_ids
         assert g.stop_reason == w.stop_reason
-        torch.testing.assert_close(torch.tensor(g.log_probs), reference_log_probs(model, p + g.token_ids, len(p)),
-                                   atol=1e-5, rtol=0)
+        torch.testing.assert_close(
+            torch.tensor(g.log_probs), reference_log_probs(model, p + g.token_ids, len(p)), atol=1e-5, rtol=0
+        )
 
 
 def test_chat_endpoint_over_vllm_answers_as_over_the_hf_server(setup):
@@ -94,11 +108,21 @@ def test_chat_endpoint_over_vllm_answers_as_over_the_hf_server(setup):
     async def ask(llm):
         server = ChatCompletionServer(llm, tok)
         url = await server.start()
-        body = json.dumps({"messages": [{"role": "user", "content": "12+5="}], "max_tokens": 10, "temperature": 0,
-                           "session_id": "s"}).encode()
-        req = urllib.request.Request(f"{url}/chat/completions", data=body, headers={"Content-Type": "application/json"})
+        body = json.dumps(
+            {
+                "messages": [{"role": "user", "content": "12+5="}],
+                "max_tokens": 10,
+                "temperature": 0,
+                "session_id": "s",
+            }
+        ).encode()
+        req = urllib.request.Request(
+            f"{url}/chat/completions", data=body, headers={"Content-Type": "application/json"}
+        )
         try:
-            reply = await asyncio.to_thread(lambda: json.loads(urllib.request.urlopen(req, timeout=120).read()))
+            reply = await asyncio.to_thread(
+                lambda: json.loads(urllib.request.urlopen(req, timeout=120).read())
+            )
         finally:
             await server.stop()
         return reply["choices"][0]["message"]["content"], server.records["s"][0].response_ids
@@ -115,7 +139,12 @@ def test_tool_agent_loops_after_a_weight_update_sample_from_the_new_weights(setu
         for p in model.parameters():
             p.add_(0.3 * torch.randn_like(p))
     rollout.update_weights(model.state_dict().items())
-    manager = AgentLoopManager(cfg.rollout, VLLMAsyncServer(rollout, stops), tok, loop_kwargs={"tools": [add]})
+    manager = AgentLoopManager(
+        cfg.rollout,
+        VLLMAsyncServer(rollout, stops),
+        tok,
+        loop_kwargs={"tools": [get_function_tool("vllm_add")]},
+    )
     ntb = {"raw_prompt": np.array([[{"role": "user", "content": q}] for q in QUESTIONS], dtype=object)}
     out = manager.generate_sequences(DataProto.from_dict(non_tensors=ntb, meta_info={"do_sample": True}))
     am = out.batch["attention_mask"]
@@ -128,5 +157,6 @@ def test_tool_agent_loops_after_a_weight_update_sample_from_the_new_weights(setu
         ref = reference_log_probs(model, ids, p_len)
         # multi-turn contexts of ~100 tokens: two fp32 implementations' reductions differ by up to ~1e-5
         # here (measured 1.0014e-5 once); the 1e-5 contract check is test_vllm_rollout's (actor vs rollout)
-        torch.testing.assert_close(out.batch["rollout_log_probs"][i, :n_resp][model_tok], ref[model_tok],
-                                   atol=5e-5, rtol=0)
+        torch.testing.assert_close(
+            out.batch["rollout_log_probs"][i, :n_resp][model_tok], ref[model_tok], atol=5e-5, rtol=0
+        )

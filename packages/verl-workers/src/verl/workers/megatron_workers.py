@@ -49,6 +49,12 @@ class HFWeightCopy:
                     raise KeyError(f"the rollout's HF model has no parameter {name!r} (sent by the Megatron actor)")
                 self._params[name].copy_(tensor.to(self._params[name].device))
 
+    def load_weight_buckets(self, buckets) -> int:
+        """What :func:`sync_weights` calls: reassemble the buckets into named tensors."""
+        from verl.workers.rollout.weight_sync import load_buckets_into
+
+        return load_buckets_into(self.update_weights, buckets)
+
 
 def _data_parallel_size(megatron_config: Any, world_size: int) -> int:
     from verl.workers.engine.megatron.parallel import parallel_sizes

@@ -61,17 +61,9 @@ class BaseRollout(ABC):
         By default the buckets are reassembled here and handed to :meth:`update_weights` bucket by
         bucket; engines in another process (vLLM) override this to move the raw buckets instead.
         """
-        from verl.workers.rollout.weight_sync import WeightBucketReceiver
+        from verl.workers.rollout.weight_sync import load_buckets_into
 
-        receiver = WeightBucketReceiver()
-        loaded = 0
-        for bucket in buckets:
-            ready = receiver.receive(bucket)
-            if ready:
-                self.update_weights(ready)
-                loaded += len(ready)
-        receiver.finish()
-        return loaded
+        return load_buckets_into(self.update_weights, buckets)
 
     def resume(self) -> None:
         """Re-acquire device memory before generation (no-op unless the engine offloads)."""

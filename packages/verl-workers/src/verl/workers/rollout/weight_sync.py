@@ -151,6 +151,20 @@ class WeightBucketReceiver:
             missing = {n: f"{f}/{m.total_nbytes} bytes" for n, (m, _, f) in self._partial.items()}
             raise ValueError(f"weight sync ended with incomplete tensors: {missing}")
 
+
+def load_buckets_into(update_weights, buckets: Iterable[WeightBucket]) -> int:
+    """Reassemble ``buckets`` and hand each completed group of tensors to ``update_weights``;
+    returns the number of tensors loaded (for receivers that take named tensors, not raw buckets)."""
+    receiver = WeightBucketReceiver()
+    loaded = 0
+    for bucket in buckets:
+        ready = receiver.receive(bucket)
+        if ready:
+            update_weights(ready)
+            loaded += len(ready)
+    receiver.finish()
+    return loaded
+
     @staticmethod
     def _materialize(meta: TensorChunkMeta, data: torch.Tensor) -> torch.Tensor:
         return data.view(meta.dtype).reshape(meta.shape)
