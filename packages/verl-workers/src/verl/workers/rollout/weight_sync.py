@@ -151,6 +151,10 @@ class WeightBucketReceiver:
             missing = {n: f"{f}/{m.total_nbytes} bytes" for n, (m, _, f) in self._partial.items()}
             raise ValueError(f"weight sync ended with incomplete tensors: {missing}")
 
+    @staticmethod
+    def _materialize(meta: TensorChunkMeta, data: torch.Tensor) -> torch.Tensor:
+        return data.view(meta.dtype).reshape(meta.shape)
+
 
 def load_buckets_into(update_weights, buckets: Iterable[WeightBucket]) -> int:
     """Reassemble ``buckets`` and hand each completed group of tensors to ``update_weights``;
@@ -164,10 +168,6 @@ def load_buckets_into(update_weights, buckets: Iterable[WeightBucket]) -> int:
             loaded += len(ready)
     receiver.finish()
     return loaded
-
-    @staticmethod
-    def _materialize(meta: TensorChunkMeta, data: torch.Tensor) -> torch.Tensor:
-        return data.view(meta.dtype).reshape(meta.shape)
 
 
 def receive_state_dict(buckets: Iterable[WeightBucket]) -> dict[str, torch.Tensor]:
