@@ -35,6 +35,7 @@ import json
 import re
 import subprocess
 import sys
+import threading
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -187,6 +188,12 @@ def pytest_counts(line: str) -> dict[str, int]:
     return counts
 
 
+# pytest has printed its closing line, so the tests are over; a process still alive this long after it is
+# held by a leftover non-daemon thread (e.g. a rank blocked in a collective whose peer failed): kill it
+# and fail the entry instead of hanging the whole matrix.
+EXIT_GRACE_S = 120
+
+
 def run_entry(cmd: list[str], cwd: Path) -> tuple[int, dict[str, int]]:
     """Run one entry's pytest, echoing its output; return its exit code and its closing-line counts."""
     counts: dict[str, int] = {}
@@ -195,6 +202,19 @@ def run_entry(cmd: list[str], cwd: Path) -> tuple[int, dict[str, int]]:
         for line in proc.stdout:
             sys.stdout.write(line)
             counts = pytest_counts(line) or counts
+            if counts:
+                break
+        drain = threading.Thread(target=lambda: sys.stdout.writelines(proc.stdout), daemon=True)
+        drain.start()
+        try:
+            proc.wait(timeout=EXIT_GRACE_S if counts else None)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            print(f"\nci_matrix: pytest did not exit {EXIT_GRACE_S} s after its summary (a thread left running); killed")
+            sys.stdout.flush()
+            return 1, counts
+        drain.join(10)
     sys.stdout.flush()
     return proc.returncode, counts
 

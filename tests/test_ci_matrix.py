@@ -183,3 +183,22 @@ def test_real_workspace_core_change_selects_all_packages():
     assert set(names) == {n for n, p in real.items() if (ROOT / p.tests).is_dir()} | {"workspace"}
     for recipe in ("verl-recipe-dapo", "verl-recipe-sppo", "verl-recipe-spin"):
         assert recipe in names and real[recipe].deps >= {"verl-core", "verl-workers", "verl-rewards"}, recipe
+
+
+def test_a_pytest_that_hangs_after_its_summary_is_killed_and_fails(tmp_path, monkeypatch):
+    (tmp_path / "test_hang.py").write_text(
+        "import threading, time\n\n"
+        "def test_leaves_a_thread():\n"
+        "    threading.Thread(target=time.sleep, args=(600,)).start()\n"
+    )
+    monkeypatch.setattr(cm, "EXIT_GRACE_S", 3)
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path / "test_hang.py")]
+    code, counts = cm.run_entry(cmd, tmp_path)
+    assert counts == {"passed": 1}
+    assert code == 1  # the test passed, but the process had to be killed
+
+
+def test_a_pytest_that_exits_keeps_its_exit_code(tmp_path):
+    (tmp_path / "test_fail.py").write_text("def test_no():\n    assert False\n")
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path / "test_fail.py")]
+    assert cm.run_entry(cmd, tmp_path) == (1, {"failed": 1})

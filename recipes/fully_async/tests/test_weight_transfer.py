@@ -39,12 +39,14 @@ def test_buckets_broadcast_over_a_gloo_group_spanning_both_sides(receivers):
     targets = [tiny(i + 1) for i in range(receivers)]
     assert not any(same_weights(source, t) for t in targets)
     size = 1 + receivers
-    store = CrossPoolGroup.host_store("127.0.0.1", size)
+    store = CrossPoolGroup.host_store("127.0.0.1", size, timeout_s=60)
     loaded, sent, errors = {}, {}, []
 
     def member(rank):
         try:
-            group = CrossPoolGroup("127.0.0.1", store.port, rank, size, store=store if rank == 0 else None)
+            group = CrossPoolGroup(
+                "127.0.0.1", store.port, rank, size, store=store if rank == 0 else None, timeout_s=60
+            )
             if rank == 0:
                 # 4 KiB buckets: the embedding (40 x 16 fp32 = 2.5 KiB) and the MLP split across buckets
                 sent[0] = group.send_buckets(_small_buckets(source.state_dict(), 4096))
@@ -53,7 +55,9 @@ def test_buckets_broadcast_over_a_gloo_group_spanning_both_sides(receivers):
         except BaseException as e:  # surfaced by the assertion below
             errors.append(e)
 
-    threads = [threading.Thread(target=member, args=(r,)) for r in range(size)]
+    # daemon threads and a 60 s collective timeout: a failing receiver must fail the test, not leave a
+    # sender blocked in a broadcast that keeps pytest from exiting
+    threads = [threading.Thread(target=member, args=(r,), daemon=True) for r in range(size)]
     for t in threads:
         t.start()
     for t in threads:
