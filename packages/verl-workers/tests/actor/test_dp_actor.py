@@ -89,7 +89,9 @@ def test_micro_batch_count_does_not_change_update(dist_world1, tiny_model_dir, p
         w1, m1 = _updated_weights(ppo_config, tiny_model_dir, data, 8, agg)
         w4, m4 = _updated_weights(ppo_config, tiny_model_dir, data, 2, agg)
         for k in w1:
-            torch.testing.assert_close(w1[k], w4[k], atol=1e-6, rtol=1e-5)
+            # Adam (lr 1e-3) normalises near-zero gradients, so summation-order noise can move a weight
+            # by ~1e-6; a real mismatch moves many weights by ~lr = 1e-3, 100x the tolerance
+            torch.testing.assert_close(w1[k], w4[k], atol=1e-5, rtol=1e-5)
         for k in ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/grad_norm"):
             assert abs(m1[k] - m4[k]) < 1e-5 * max(1.0, abs(m1[k])), (mode, k, m1[k], m4[k])
 
