@@ -150,8 +150,8 @@ def test_flags_meaningless_on_cpu_are_rejected(dist_world1, tiny_model_dir):
 
 
 def test_sequence_parallel_preconditions_are_named(dist_world1, tiny_model_dir):
-    from verl.workers.engine import build_engine
     from verl.trainer.config import load_config
+    from verl.workers.engine import build_engine
 
     def build(strategy, *extra):
         cfg = load_config([f"actor_rollout_ref.model.path={tiny_model_dir}", *extra], defaults_yaml=None)

@@ -10,11 +10,23 @@ def _engine(model_dir, *extra, **options):
     from verl.trainer.config import load_config
     from verl.workers.engine import build_engine
 
-    cfg = load_config([f"actor_rollout_ref.model.path={model_dir}",
-                       "actor_rollout_ref.model.enable_gradient_checkpointing=false", *extra], defaults_yaml=None)
+    cfg = load_config(
+        [
+            f"actor_rollout_ref.model.path={model_dir}",
+            "actor_rollout_ref.model.enable_gradient_checkpointing=false",
+            *extra,
+        ],
+        defaults_yaml=None,
+    )
     arr = cfg.actor_rollout_ref
-    return build_engine("fsdp2", model_config=arr.model, engine_config=arr.actor.fsdp_config,
-                        optim_config=arr.actor.optim, total_training_steps=2, **options)
+    return build_engine(
+        "fsdp2",
+        model_config=arr.model,
+        engine_config=arr.actor.fsdp_config,
+        optim_config=arr.actor.optim,
+        total_training_steps=2,
+        **options,
+    )
 
 
 def _loss(out, mb):
@@ -37,7 +49,9 @@ def _assert_same(a, b, mask, atol=2e-5):
         torch.testing.assert_close(out_a[key][mask], out_b[key][mask], atol=atol, rtol=1e-5)
     assert grads_a.keys() == grads_b.keys()
     for name in grads_a:
-        torch.testing.assert_close(grads_a[name], grads_b[name], atol=atol, rtol=1e-4, msg=lambda m, n=name: f"{n}: {m}")
+        torch.testing.assert_close(
+            grads_a[name], grads_b[name], atol=atol, rtol=1e-4, msg=lambda m, n=name: f"{n}: {m}"
+        )
 
 
 @pytest.mark.parametrize("packed", [False, True])
@@ -81,5 +95,8 @@ def test_torch_compile_wraps_the_log_prob_and_entropy_functions(dist_world1, tin
 
 
 def test_liger_is_refused_on_cpu(dist_world1, tiny_model_dir):
-    with pytest.raises(ValueError, match="use_liger=True patches the model with Liger's Triton kernels, which need a CUDA GPU"):
+    with pytest.raises(
+        ValueError,
+        match="use_liger=True patches the model with Liger's Triton kernels, which need a CUDA GPU",
+    ):
         _engine(tiny_model_dir, "actor_rollout_ref.model.use_liger=true")

@@ -10,8 +10,10 @@ from verl.workers.engine.testing import make_rl_batch, run_gloo
 _MODEL = (
     "actor_rollout_ref.model.enable_gradient_checkpointing={gc}",
     "actor_rollout_ref.model.use_remove_padding=true",
-    "actor_rollout_ref.actor.optim.lr=1e-3", "actor_rollout_ref.actor.optim.lr_warmup_steps=0",
-    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4", "actor_rollout_ref.actor.entropy_coeff=0.01",
+    "actor_rollout_ref.actor.optim.lr=1e-3",
+    "actor_rollout_ref.actor.optim.lr_warmup_steps=0",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+    "actor_rollout_ref.actor.entropy_coeff=0.01",
 )
 
 
@@ -20,13 +22,21 @@ def _actor(model_dir, sp, *extra, gc=False):
     from verl.workers.actor import DataParallelPPOActor
     from verl.workers.engine import build_engine
 
-    cfg = load_config([f"actor_rollout_ref.model.path={model_dir}", *(k.format(gc=gc) for k in _MODEL), *extra],
-                      defaults_yaml=None)
+    cfg = load_config(
+        [f"actor_rollout_ref.model.path={model_dir}", *(k.format(gc=gc) for k in _MODEL), *extra],
+        defaults_yaml=None,
+    )
     arr = cfg.actor_rollout_ref
     options = {"ulysses_sequence_parallel_size": sp} if sp > 1 else {}
-    engine = build_engine("fsdp2", model_config=arr.model, engine_config=arr.actor.fsdp_config,
-                          optim_config=arr.actor.optim, grad_clip=arr.actor.grad_clip, total_training_steps=10,
-                          **options)
+    engine = build_engine(
+        "fsdp2",
+        model_config=arr.model,
+        engine_config=arr.actor.fsdp_config,
+        optim_config=arr.actor.optim,
+        grad_clip=arr.actor.grad_clip,
+        total_training_steps=10,
+        **options,
+    )
     return DataParallelPPOActor(arr.actor, engine, ppo_mini_batch_size_per_rank=8)
 
 
@@ -35,12 +45,25 @@ def _critic(model_dir, sp):
     from verl.workers.critic import DataParallelPPOCritic
     from verl.workers.engine import build_engine
 
-    cfg = load_config([f"critic.model.path={model_dir}", "critic.model.use_remove_padding=true",
-                       "critic.model.enable_gradient_checkpointing=false", "critic.ppo_micro_batch_size_per_gpu=4"],
-                      defaults_yaml=None)
+    cfg = load_config(
+        [
+            f"critic.model.path={model_dir}",
+            "critic.model.use_remove_padding=true",
+            "critic.model.enable_gradient_checkpointing=false",
+            "critic.ppo_micro_batch_size_per_gpu=4",
+        ],
+        defaults_yaml=None,
+    )
     options = {"ulysses_sequence_parallel_size": sp} if sp > 1 else {}
-    engine = build_engine("fsdp2", model_config=cfg.critic.model, engine_config=cfg.critic.model.fsdp_config,
-                          optim_config=cfg.critic.optim, model_type="value", total_training_steps=10, **options)
+    engine = build_engine(
+        "fsdp2",
+        model_config=cfg.critic.model,
+        engine_config=cfg.critic.model.fsdp_config,
+        optim_config=cfg.critic.optim,
+        model_type="value",
+        total_training_steps=10,
+        **options,
+    )
     return DataParallelPPOCritic(cfg.critic, engine, ppo_mini_batch_size_per_rank=8)
 
 
@@ -55,8 +78,10 @@ def _grad_loss(out, mb):
 def _full_grads(module):
     from torch.distributed.tensor import DTensor
 
-    return {n: (p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad).detach().clone()
-            for n, p in module.named_parameters()}
+    return {
+        n: (p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad).detach().clone()
+        for n, p in module.named_parameters()
+    }
 
 
 def _outputs(actor, critic, data):
@@ -94,7 +119,9 @@ def test_sp2_matches_sp1(dist_world1, tiny_model_dir, tiny_value_model_dir, tmp_
             torch.testing.assert_close(got[key][mask], ref[key][mask], atol=2e-5, rtol=1e-5)
         assert got["grads"].keys() == ref["grads"].keys()
         for name, g in ref["grads"].items():
-            torch.testing.assert_close(got["grads"][name], g, atol=2e-5, rtol=1e-4, msg=lambda m, n=name: f"{n}: {m}")
+            torch.testing.assert_close(
+                got["grads"][name], g, atol=2e-5, rtol=1e-4, msg=lambda m, n=name: f"{n}: {m}"
+            )
         for key, value in ref["metrics"].items():
             assert got["metrics"][key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
 
@@ -112,8 +139,17 @@ def _a2a_job(rank, world, out_dir):
     weight = torch.arange(heads.numel(), dtype=torch.float32).view_as(heads)
     (heads * weight).sum().backward()
     gathered = gather_sequence(local.detach(), group, dim=2)
-    torch.save({"heads": heads.detach(), "back": back.detach(), "local": local.detach(), "grad": local.grad,
-                "gathered": gathered, "full": full}, os.path.join(out_dir, f"a2a{rank}.pt"))
+    torch.save(
+        {
+            "heads": heads.detach(),
+            "back": back.detach(),
+            "local": local.detach(),
+            "grad": local.grad,
+            "gathered": gathered,
+            "full": full,
+        },
+        os.path.join(out_dir, f"a2a{rank}.pt"),
+    )
 
 
 def test_all_to_all_trades_sequence_for_heads(tmp_path):
@@ -122,11 +158,13 @@ def test_all_to_all_trades_sequence_for_heads(tmp_path):
     full = r[0]["full"]
     for i in range(2):
         # rank i: heads [2i, 2i+2) over the whole sequence; the reverse all-to-all restores its slice
-        torch.testing.assert_close(r[i]["heads"], full[:, 2 * i:2 * i + 2])
+        torch.testing.assert_close(r[i]["heads"], full[:, 2 * i : 2 * i + 2])
         torch.testing.assert_close(r[i]["back"], r[i]["local"])
         torch.testing.assert_close(r[i]["gathered"], full)
     # backward: d/d(local) of sum(heads_i * w_i) routes each w_i entry back to the rank owning that token
-    weights = [torch.arange(r[i]["heads"].numel(), dtype=torch.float32).view_as(r[i]["heads"]) for i in range(2)]
+    weights = [
+        torch.arange(r[i]["heads"].numel(), dtype=torch.float32).view_as(r[i]["heads"]) for i in range(2)
+    ]
     full_grad = torch.cat(weights, dim=1)  # [B, heads, S, D]: the weight every element of `full` got
     for i in range(2):
         torch.testing.assert_close(r[i]["grad"], full_grad.chunk(2, dim=2)[i])

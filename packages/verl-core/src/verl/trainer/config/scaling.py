@@ -20,7 +20,9 @@ def check_scaling(cfg: DictConfig, problems: list[str], ws: int, critic: bool, r
     arr = cfg.actor_rollout_ref
     roles = [(_ACTOR, arr.actor, arr.actor.strategy, "actor_rollout_ref.model", arr.model)]
     if ref:
-        roles.append(("actor_rollout_ref.ref", arr.ref, arr.ref.strategy, "actor_rollout_ref.model", arr.model))
+        roles.append(
+            ("actor_rollout_ref.ref", arr.ref, arr.ref.strategy, "actor_rollout_ref.model", arr.model)
+        )
     if critic:
         roles.append(("critic", cfg.critic, cfg.critic.strategy, "critic.model", cfg.critic.model))
     for key, section, strategy, model_key, model in roles:
@@ -28,10 +30,14 @@ def check_scaling(cfg: DictConfig, problems: list[str], ws: int, critic: bool, r
     if bool(arr.model.use_liger):
         _check_liger(cfg, problems)
     if arr.actor.strategy == "megatron":
-        for flag, value in (("actor_rollout_ref.actor.use_torch_compile", arr.actor.use_torch_compile),
-                            ("actor_rollout_ref.model.use_liger", arr.model.use_liger)):
+        for flag, value in (
+            ("actor_rollout_ref.actor.use_torch_compile", arr.actor.use_torch_compile),
+            ("actor_rollout_ref.model.use_liger", arr.model.use_liger),
+        ):
             if bool(value):
-                problems.append(f"{flag}=true is an option of the fsdp/fsdp2 engines; set it to false for strategy=megatron")
+                problems.append(
+                    f"{flag}=true is an option of the fsdp/fsdp2 engines; set it to false for strategy=megatron"
+                )
 
 
 def _check_sp(problems, ws: int, key: str, sp: int, strategy: str, model_key: str, model: DictConfig) -> None:
@@ -63,4 +69,6 @@ def _check_liger(cfg: DictConfig, problems: list[str]) -> None:
             "+ log-prob that runs on CPU)"
         )
     elif importlib.util.find_spec("liger_kernel") is None:
-        problems.append("actor_rollout_ref.model.use_liger=true needs the liger-kernel package: pip install liger-kernel")
+        problems.append(
+            "actor_rollout_ref.model.use_liger=true needs the liger-kernel package: pip install liger-kernel"
+        )

@@ -59,7 +59,9 @@ class FusedLinearLogProbEntropy(torch.autograd.Function):
         temperature, chunk_size = ctx.temperature, ctx.chunk_size
         need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         grad_h = torch.empty_like(hidden) if need_h else None
-        grad_w = torch.zeros(weight.shape, dtype=_stats_dtype(hidden), device=weight.device) if need_w else None
+        grad_w = (
+            torch.zeros(weight.shape, dtype=_stats_dtype(hidden), device=weight.device) if need_w else None
+        )
         if grad_logp is None and grad_entropy is None:
             return None, None, None, None, None
         for s in range(0, hidden.shape[0], chunk_size):
@@ -85,7 +87,10 @@ class FusedLinearLogProbEntropy(torch.autograd.Function):
 
 
 def fused_log_prob_entropy(
-    hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, temperature: float = 1.0,
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    labels: torch.Tensor,
+    temperature: float = 1.0,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-prob of ``labels`` and entropy under ``softmax(hidden @ weight.T / temperature)``, chunked.

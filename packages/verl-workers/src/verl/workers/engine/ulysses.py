@@ -103,7 +103,9 @@ def local_slice(x: torch.Tensor, group, dim: int = 1) -> torch.Tensor:
     """This rank's contiguous slice of ``x`` along ``dim`` (its size must divide by the group size)."""
     size, rank = dist.get_world_size(group), dist.get_rank(group)
     if x.shape[dim] % size:
-        raise ValueError(f"sequence of {x.shape[dim]} tokens does not divide over {size} sequence-parallel ranks")
+        raise ValueError(
+            f"sequence of {x.shape[dim]} tokens does not divide over {size} sequence-parallel ranks"
+        )
     return x.chunk(size, dim=dim)[rank]
 
 
