@@ -16,7 +16,7 @@ states and the weight, as a training micro-batch does.
 Every (vocab, variant, round) runs in its own fresh process with ``MALLOC_MMAP_THRESHOLD_=131072``
 (tensor buffers are mmap-ed and go back to the OS when freed, so the resident set follows live
 memory): reported "peak" = the highest RSS a sampling thread (every 0.2 ms) sees during one
-forward+backward minus the RSS just before it (inputs allocated, after one warm-up pass). Time: median process CPU seconds of ``--reps`` further forward+backward passes (CPU time,
+forward+backward minus the RSS just before it (inputs allocated, after a warm-up pass of both variants on 8 tokens). Time: median process CPU seconds of ``--reps`` further forward+backward passes (CPU time,
 not wall: on a shared machine it leaves out the time spent waiting for a core). The variants
 alternate order every round; ratios are medians of per-round ratios.
 """
@@ -81,7 +81,13 @@ def _child(variant: str, tokens: int, hidden: int, vocab: int, reps: int, thread
         ((lp * w1).sum() + (ent * w2).sum()).backward()
         return float(lp.detach().sum())
 
-    step()  # warm-up: the first pass maps the BLAS/oneDNN code and per-thread buffers into the RSS
+    # warm-up on a few tokens: the first pass maps the BLAS/oneDNN code and per-thread buffers into the RSS
+    small = torch.randn(8, hidden, generator=g, requires_grad=True)
+    lp, ent = fused_log_prob_entropy(small, w0[:64].clone().requires_grad_(), labels[:8] % 64, temperature)
+    (lp.sum() + ent.sum()).backward()
+    logits = (small @ w0[:64].t()).float() / temperature
+    (logprobs_from_logits(logits, labels[:8] % 64).sum() + entropy_from_logits(logits).sum()).backward()
+    del small, lp, ent, logits
     before = _rss_bytes()
     peak = _peak_rss_during(step) - before
     cpu = []
