@@ -107,8 +107,10 @@ def _sp_job(rank, world, model_dir, value_dir, out_dir, gc):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("gc", [False, True])
-def test_sp2_matches_sp1(dist_world1, tiny_model_dir, tiny_value_model_dir, tmp_path, gc):
+def test_sp2_matches_sp1(dist_world1, tiny_model_dir, tiny_value_model_dir, tmp_path):
+    """With gradient checkpointing, so the backward's recomputed forward runs the all-to-alls too (the
+    same check without it passed too; one spawn is kept for CI time)."""
+    gc = True
     run_gloo(_sp_job, 2, str(tmp_path), tiny_model_dir, tiny_value_model_dir, str(tmp_path), gc)
     ranks = [torch.load(tmp_path / f"sp_rank{r}.pt", weights_only=False) for r in range(2)]
     ref = _outputs(_actor(tiny_model_dir, 1, gc=gc), _critic(tiny_value_model_dir, 1), _data())
