@@ -32,6 +32,15 @@ ALGORITHMS = {
                      "algorithm.kl_ctrl.kl_coef=0.01"],
     "kl_loss": ["algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.use_kl_loss=true",
                 "actor_rollout_ref.actor.kl_loss_coef=0.01", "actor_rollout_ref.actor.kl_loss_type=low_var_kl"],
+    # actor, reference and critic in one Ulysses group of 2 (both workers hold every row), packed
+    # sequences, the fused LM head + log-prob
+    "ppo_ulysses_sp2_fused": [
+        "algorithm.adv_estimator=gae", "critic.optim.lr=1e-3", "critic.ppo_micro_batch_size_per_gpu=8",
+        "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.kl_loss_coef=0.01",
+        "actor_rollout_ref.model.use_remove_padding=true", "critic.model.use_remove_padding=true",
+        "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2", "critic.ulysses_sequence_parallel_size=2",
+        "actor_rollout_ref.model.use_fused_kernels=true",
+    ],
 }
 
 
@@ -78,7 +87,7 @@ def test_algorithm_runs_end_to_end(name, ray_cluster, task_data, tiny_chat_model
     # Rewards vary within groups, so advantages are not all zero and the policy gets a gradient.
     assert all(r["actor/grad_norm"] > 0 for r in train)
     assert any(r["critic/advantages/max"] > r["critic/advantages/min"] for r in train)
-    if name == "ppo_gae":
+    if name.startswith("ppo_"):
         assert all(math.isfinite(r["critic/vf_loss"]) and "critic/values/mean" in r for r in train)
     else:
         assert "critic/vf_loss" not in train[0]
@@ -86,7 +95,7 @@ def test_algorithm_runs_end_to_end(name, ray_cluster, task_data, tiny_chat_model
         # Step 1 samples from the initial policy, which is the reference: the penalty is exactly 0 then.
         assert train[0]["actor/reward_kl_penalty"] == pytest.approx(0.0, abs=1e-6)
         assert abs(train[-1]["actor/reward_kl_penalty"]) > 1e-7
-    if name == "kl_loss":
+    if name in ("kl_loss", "ppo_ulysses_sp2_fused"):
         assert train[0]["actor/kl_loss"] == pytest.approx(0.0, abs=1e-6)
         assert train[-1]["actor/kl_loss"] > 1e-7
     else:

@@ -146,8 +146,25 @@ def test_flags_meaningless_on_cpu_are_rejected(dist_world1, tiny_model_dir):
         _actor(tiny_model_dir, "fsdp", 4, "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true")
     with pytest.raises(ValueError, match="enable_activation_offload=True means nothing on CPU"):
         _actor(tiny_model_dir, "fsdp2", 4, "actor_rollout_ref.model.enable_activation_offload=true")
-    with pytest.raises(NotImplementedError, match="ulysses_sequence_parallel_size=2"):
-        _actor(tiny_model_dir, "fsdp2", 4, "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2")
+
+
+
+def test_sequence_parallel_preconditions_are_named(dist_world1, tiny_model_dir):
+    from verl.trainer.config import load_config
+    from verl.workers.engine import build_engine
+
+    def build(strategy, *extra):
+        cfg = load_config([f"actor_rollout_ref.model.path={tiny_model_dir}", *extra], defaults_yaml=None)
+        arr = cfg.actor_rollout_ref
+        return build_engine(strategy, model_config=arr.model, engine_config=arr.actor.fsdp_config,
+                            ulysses_sequence_parallel_size=2)
+
+    with pytest.raises(ValueError, match="ulysses_sequence_parallel_size=2 splits packed sequences; set model.use_remove_padding"):
+        build("fsdp2")
+    with pytest.raises(ValueError, match=r"ulysses_sequence_parallel_size=2 must divide the number of workers \(1\)"):
+        build("fsdp2", "actor_rollout_ref.model.use_remove_padding=true")
+    with pytest.raises(NotImplementedError, match="implemented for strategy 'fsdp2'"):
+        build("fsdp", "actor_rollout_ref.model.use_remove_padding=true")
 
 
 def test_gradient_checkpointing_and_bf16_are_applied(dist_world1, tiny_model_dir):

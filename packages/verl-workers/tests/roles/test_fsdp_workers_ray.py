@@ -72,3 +72,51 @@ def test_two_worker_hybrid_engine(ray_cluster, make_cfg, prompts_for, tiny_model
     finally:
         for actor in wg.workers:
             ray_cluster.kill(actor)
+
+
+@pytest.mark.slow
+def test_two_worker_sequence_parallel_group(ray_cluster, make_cfg, prompts_for, tiny_model_dir):
+    """ulysses_sequence_parallel_size=2 over 2 workers: one SP group, one data-parallel rank. Both ranks
+    get every row of the log-prob and update calls (one result comes back), and the SP log-probs equal
+    the ones the (non-SP) generation forward computed."""
+    cfg = make_cfg(
+        tiny_model_dir,
+        "actor_rollout_ref.rollout.calculate_log_probs=true",
+        "actor_rollout_ref.model.use_remove_padding=true",
+        "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",
+    )
+    pool = RayResourcePool(process_on_nodes=[2], use_gpu=False, num_cpus_per_worker=0.5, max_colocate_count=1)
+    cls = RayClassWithInitArgs(cls=ActorRolloutRefWorker, config=cfg.actor_rollout_ref, role="actor_rollout_ref",
+                               total_training_steps=2)
+    wg = RayWorkerGroup(pool, cls)
+    try:
+        wg.init_model()
+        tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+        gen = wg.generate_sequences(prompts_for(tok, ["12+30=", "7+7="], n=2, meta={"temperature": 1.0}))
+        assert len(gen) == 4  # generation still splits over both ranks
+        gen.meta_info["temperature"] = 1.0
+        old = wg.compute_log_prob(gen)
+        ref = wg.compute_ref_log_prob(gen)
+        assert len(old) == len(ref) == 4  # the SP group's two copies come back once
+        mask = gen.batch["response_mask"].bool()
+        torch.testing.assert_close(
+            old.batch["old_log_probs"][mask], gen.batch["rollout_log_probs"][mask], atol=1e-4, rtol=1e-4
+        )
+        torch.testing.assert_close(ref.batch["ref_log_prob"], old.batch["old_log_probs"], atol=1e-5, rtol=0)
+        batch = gen.union(old).union(ref)
+        batch.batch["advantages"] = torch.tensor([1.0, -1.0, 0.5, -0.5]).unsqueeze(1) * batch.batch["response_mask"]
+        metrics = wg.update_actor(batch).meta_info["metrics"]
+        for name, values in metrics.items():  # one value per collected (data-parallel) worker
+            values = values if isinstance(values, list) else [values]
+            assert len(values) == 1 and math.isfinite(float(values[0])), name
+        after = wg.generate_sequences(prompts_for(tok, ["12+30=", "7+7="], n=2,
+                                                  meta={"do_sample": False, "temperature": 1.0}))
+        after.meta_info["temperature"] = 1.0
+        recomputed = wg.compute_log_prob(after)
+        m2 = after.batch["response_mask"].bool()
+        torch.testing.assert_close(
+            recomputed.batch["old_log_probs"][m2], after.batch["rollout_log_probs"][m2], atol=1e-4, rtol=1e-4
+        )
+    finally:
+        for actor in wg.workers:
+            ray_cluster.kill(actor)

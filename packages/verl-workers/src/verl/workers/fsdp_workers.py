@@ -11,6 +11,11 @@ Per-rank batch sizes are derived from the (read-only) config into worker attribu
 
 The trainer gives every worker ``device`` (``trainer.device`` resolved once, ``cpu`` or ``cuda``) and
 ``seed`` (``trainer.seed``); each worker seeds its RNGs with ``seed + rank`` (see :func:`init_distributed`).
+
+Ulysses sequence parallelism (``ulysses_sequence_parallel_size`` = sp): the ranks of one SP group (sp
+consecutive ranks) work on the same rows, so the training and log-prob methods dispatch by data-parallel
+rank (``rank // sp``; meshes ``actor``, ``ref``, ``critic``) and collect from the group's first rank, as
+upstream does; generation still splits over every rank. Per-rank sizes divide by ``world / sp``.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from verl import DataProto
-from verl.single_controller.base.decorator import Dispatch, register
+from verl.single_controller.base.decorator import Dispatch, make_nd_compute_dataproto_dispatch_fn, register
 from verl.single_controller.base.worker import Worker
 
 ROLES = ("actor_rollout_ref", "actor_rollout", "actor", "rollout", "ref")
@@ -56,6 +61,31 @@ def per_rank_size(total_prompts: int, n: int, dp_size: int, what: str) -> int:
             f"by {dp_size} workers"
         )
     return trajectories // dp_size
+
+
+def _sp_size(section: Any) -> int:
+    if section is None or "ulysses_sequence_parallel_size" not in section:
+        return 1
+    return int(section.ulysses_sequence_parallel_size)
+
+
+def _engine_options(section: Any, use_torch_compile: bool = False) -> dict[str, Any]:
+    """Engine keywords beyond the common ones, given only when set (engines without them refuse them)."""
+    options: dict[str, Any] = {}
+    if _sp_size(section) != 1:
+        options["ulysses_sequence_parallel_size"] = _sp_size(section)
+    if use_torch_compile:
+        options["use_torch_compile"] = True
+    return options
+
+
+def _register_sp_mesh(worker: Worker, mesh_name: str, sp: int) -> None:
+    """Ranks ``d*sp .. d*sp+sp-1`` share data-parallel rank d; the first of them is collected."""
+    if sp < 1 or worker.world_size % sp:
+        raise ValueError(
+            f"{mesh_name}: ulysses_sequence_parallel_size={sp} must divide the number of workers ({worker.world_size})"
+        )
+    worker._register_dispatch_collect_info(mesh_name, dp_rank=worker.rank // sp, is_collect=worker.rank % sp == 0)
 
 
 def _with_meta(data: DataProto, **meta: Any) -> DataProto:
@@ -109,11 +139,13 @@ class ActorRolloutRefWorker(Worker):
         self._is_rollout = role in ("actor_rollout_ref", "actor_rollout", "rollout")
         self._is_ref = role in ("actor_rollout_ref", "ref")
         self.ppo_mini_batch_size_per_rank: int | None = None
+        _register_sp_mesh(self, "actor", _sp_size(config.get("actor")))
+        _register_sp_mesh(self, "ref", _sp_size(config.get("ref")))
         if self._is_actor:
             self.ppo_mini_batch_size_per_rank = per_rank_size(
                 config.actor.ppo_mini_batch_size,
                 config.rollout.n,
-                self.world_size,
+                self.world_size // _sp_size(config.actor),
                 "actor.ppo_mini_batch_size",
             )
         self.actor_engine = self.ref_engine = None
@@ -146,6 +178,7 @@ class ActorRolloutRefWorker(Worker):
                 grad_clip=actor_cfg.grad_clip,
                 total_training_steps=self.total_training_steps,
                 checkpoint_config=actor_cfg.checkpoint,
+                **_engine_options(actor_cfg, bool(actor_cfg.use_torch_compile)),
             )
             if self._is_actor:
                 self.actor = DataParallelPPOActor(
@@ -174,6 +207,7 @@ class ActorRolloutRefWorker(Worker):
                 engine_config=cfg.ref.fsdp_config,
                 optim_config=None,
                 model_type="causal_lm",
+                **_engine_options(cfg.ref),
             )
             self.ref_policy = DataParallelPPOActor(cfg.ref, self.ref_engine)
 
@@ -207,7 +241,7 @@ class ActorRolloutRefWorker(Worker):
             self.rollout.release()
 
     # ------------------------------------------------------------------ log-probs
-    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn("actor"))
     def compute_log_prob(self, data: DataProto) -> DataProto:
         """``old_log_probs`` and ``entropys`` [N, R] of ``responses`` under the current actor."""
         if not self._is_actor:
@@ -224,7 +258,7 @@ class ActorRolloutRefWorker(Worker):
             meta_info={"temperature": data.meta_info["temperature"]},
         )
 
-    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn("ref"))
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
         """``ref_log_prob`` [N, R] of ``responses`` under the frozen reference policy."""
         if not self._is_ref:
@@ -254,7 +288,7 @@ class ActorRolloutRefWorker(Worker):
         self.ref_engine.load_full_state_dict(self.actor_engine.full_state_dict())
 
     # ------------------------------------------------------------------ update
-    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn("actor"))
     def update_actor(self, data: DataProto) -> DataProto:
         """One PPO step over this rank's rows; returns ``meta_info={"metrics": {...}}``."""
         if not self._is_actor:
@@ -318,8 +352,10 @@ class CriticWorker(Worker):
         self.config = config
         self.total_training_steps = total_training_steps
         self.device_name, self.seed = device, seed
+        _register_sp_mesh(self, "critic", _sp_size(config))
         self.ppo_mini_batch_size_per_rank = per_rank_size(
-            config.ppo_mini_batch_size, config.rollout_n, self.world_size, "critic.ppo_mini_batch_size"
+            config.ppo_mini_batch_size, config.rollout_n, self.world_size // _sp_size(config),
+            "critic.ppo_mini_batch_size",
         )
         self.engine = None
         self.critic = None
@@ -342,18 +378,19 @@ class CriticWorker(Worker):
             grad_clip=cfg.grad_clip,
             total_training_steps=self.total_training_steps,
             checkpoint_config=cfg.checkpoint,
+            **_engine_options(cfg),
         )
         self.critic = DataParallelPPOCritic(
             cfg, self.engine, ppo_mini_batch_size_per_rank=self.ppo_mini_batch_size_per_rank
         )
 
-    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn("critic"))
     def compute_values(self, data: DataProto) -> DataProto:
         """``values`` [N, R]: the value of the state before each response token (0 outside the mask)."""
         data = _with_meta(data, micro_batch_size=self.config.forward_micro_batch_size_per_gpu)
         return DataProto.from_dict(tensors={"values": self.critic.compute_values(data)})
 
-    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn("critic"))
     def update_critic(self, data: DataProto) -> DataProto:
         """One value-model step over this rank's rows; returns ``meta_info={"metrics": {...}}``."""
         return DataProto(meta_info={"metrics": self.critic.update_critic(data)})

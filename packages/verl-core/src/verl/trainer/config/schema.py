@@ -117,7 +117,8 @@ class ModelConfig:
     enable_gradient_checkpointing: bool = True
     enable_activation_offload: bool = False
     use_remove_padding: bool = False
-    use_fused_kernels: bool = False
+    use_fused_kernels: bool = False  # chunked LM head + log-prob/entropy (never [tokens, vocab] logits)
+    use_liger: bool = False  # Liger's Triton kernels (GPU + liger-kernel only)
     trust_remote_code: bool = False
     use_shm: bool = False
     model_dtype: str = "float32"  # default of actor/ref fsdp_config.model_dtype (the compute dtype)

@@ -13,6 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from verl.trainer.config.loader import ConfigError
 from verl.trainer.config.megatron import check_megatron, data_parallel_size
+from verl.trainer.config.scaling import check_scaling
 
 TRUNCATION_MODES = ("error", "left", "right", "middle")
 STRATEGIES = ("fsdp2", "fsdp", "megatron")
@@ -86,6 +87,7 @@ def validate_config(cfg: DictConfig) -> None:
     _check_sizes(cfg, problems)
     _check_algorithm(cfg, problems)
     _check_trainer(cfg, problems)
+    check_scaling(cfg, problems, world_size(cfg), use_critic(cfg), use_reference_policy(cfg))
     if "megatron" in (cfg.actor_rollout_ref.actor.strategy, cfg.actor_rollout_ref.ref.strategy, cfg.critic.strategy):
         on_cpu = resolve_device(cfg) == "cpu"
         check_megatron(cfg, problems, world_size(cfg), use_critic(cfg), on_cpu)
@@ -194,7 +196,9 @@ def _check_sizes(cfg: DictConfig, problems: list[str]) -> None:
             problems.append(
                 f"data.gen_batch_size={gen} prompts x rollout.n={n} = {gen * n} trajectories is not divisible by {workers}"
             )
-    actor_dp, actor_workers = _dp(ws, workers, actor.strategy, actor.megatron, "actor_rollout_ref.actor")
+    actor_dp, actor_workers = _dp(
+        ws, workers, actor.strategy, actor.megatron, "actor_rollout_ref.actor", int(actor.ulysses_sequence_parallel_size)
+    )
     if actor_dp:
         _check_minibatch(
             problems,
@@ -225,7 +229,9 @@ def _check_sizes(cfg: DictConfig, problems: list[str]) -> None:
             )
     if use_critic(cfg):
         critic = cfg.critic
-        critic_dp, critic_workers = _dp(ws, workers, critic.strategy, critic.megatron, "critic")
+        critic_dp, critic_workers = _dp(
+            ws, workers, critic.strategy, critic.megatron, "critic", int(critic.ulysses_sequence_parallel_size)
+        )
         if _positive(problems, "critic.ppo_mini_batch_size", critic.ppo_mini_batch_size) and critic_dp:
             _check_minibatch(
                 problems, "critic", critic, int(data.train_batch_size), n, critic_dp, critic_workers,
@@ -237,9 +243,12 @@ def _check_sizes(cfg: DictConfig, problems: list[str]) -> None:
             )
 
 
-def _dp(ws: int, workers: str, strategy: str, megatron: DictConfig, key: str) -> tuple[int, str]:
+def _dp(ws: int, workers: str, strategy: str, megatron: DictConfig, key: str, sp: int = 1) -> tuple[int, str]:
     """Data-parallel size of a role and how to name it (Megatron: workers / model-parallel size;
-    0 when that does not divide, which check_megatron reports)."""
+    Ulysses: workers / sp; 0 when that does not divide, which check_megatron / check_scaling report)."""
+    if sp > 1:
+        dp = ws // sp if ws % sp == 0 else 0
+        return dp, f"{ws} workers / {key}.ulysses_sequence_parallel_size={sp} = {dp} data-parallel ranks"
     dp = data_parallel_size(ws, strategy, megatron)
     if strategy != "megatron" or not dp:
         return dp, workers

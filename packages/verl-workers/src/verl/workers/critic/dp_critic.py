@@ -34,11 +34,6 @@ class DataParallelPPOCritic:
     def __init__(self, config: Any, engine: BaseEngine, *, ppo_mini_batch_size_per_rank: int | None = None):
         if engine.model_type != "value":
             raise ValueError(f"the critic needs an engine built with model_type='value', got {engine.model_type!r}")
-        sp = int(config.ulysses_sequence_parallel_size) if "ulysses_sequence_parallel_size" in config else 1
-        if sp != 1:
-            raise NotImplementedError(
-                f"ulysses_sequence_parallel_size={sp}: sequence parallelism is not supported yet; set it to 1"
-            )
         self.config = config
         self.engine = engine
         self.ppo_mini_batch_size_per_rank = ppo_mini_batch_size_per_rank

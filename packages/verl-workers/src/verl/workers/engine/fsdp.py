@@ -11,6 +11,12 @@ with an error rather than silently meaning nothing. ``reshard_after_forward`` as
 ``model_dtype`` and ``mixed_precision.{param,reduce,buffer}_dtype``: fp32 master weights and a compute
 copy, see :mod:`verl.workers.engine.precision`.
 
+Model options: ``model.use_fused_kernels`` (chunked LM head + log-prob/entropy, no [tokens, vocab]
+logits: :mod:`verl.workers.engine.fused_logprob`), ``model.use_liger`` (Liger kernels, GPU only),
+``use_torch_compile`` (the actor's log-prob/entropy functions through ``torch.compile``) and
+``ulysses_sequence_parallel_size`` (``fsdp2`` only: :mod:`verl.workers.engine.ulysses`; ``dp_rank``,
+``dp_size`` and ``dp_group`` are then those of the data-parallel dimension of the (dp, sp) mesh).
+
 ``fsdp2`` on a single CPU rank trains the unwrapped module (nothing to shard; see ``FSDP2Engine._wrap``);
 mixed precision there runs through :class:`~verl.workers.engine.precision.ComputeCast`.
 """
@@ -25,9 +31,17 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from verl.workers.engine.base import BaseEngine, Batch, LossFn, ModelType, register_engine
-from verl.workers.engine.hf_model import check_model_flags, load_hf_model, response_outputs
+from verl.workers.engine.hf_model import (
+    HeadOptions,
+    apply_liger,
+    check_model_flags,
+    install_fused_forward,
+    load_hf_model,
+    response_outputs,
+)
 from verl.workers.engine.optim import build_lr_scheduler, build_optimizer
 from verl.workers.engine.precision import ComputeCast, cast_model, precision_from_config
+from verl.workers.engine.ulysses import active_group
 
 
 def _engine_device() -> torch.device:
@@ -77,6 +91,8 @@ class _FSDPEngineBase(BaseEngine):
         grad_clip: float | None = 1.0,
         total_training_steps: int | None = None,
         checkpoint_config: Any = None,
+        use_torch_compile: bool = False,
+        ulysses_sequence_parallel_size: int = 1,
     ):
         self.device = _engine_device()
         _check_offload_flags(engine_config, self.device)
@@ -92,10 +108,31 @@ class _FSDPEngineBase(BaseEngine):
         self.checkpoint_config = checkpoint_config
         self._world = dist.get_world_size()
         self._rank = dist.get_rank()
+        self.sp_size = int(ulysses_sequence_parallel_size)
+        self.sp_group = self._dp_group = None
+        if self.sp_size > 1:
+            self._check_sp()
+            from verl.workers.engine.ulysses import sp_mesh
+
+            mesh = sp_mesh(self.sp_size, self.device.type)
+            self.sp_group, self._dp_group = mesh["sp"].get_group(), mesh["dp"].get_group()
+        self._head = HeadOptions(
+            fused=model_type == "causal_lm" and "use_fused_kernels" in model_config
+            and bool(model_config.use_fused_kernels),
+            compile=bool(use_torch_compile), sp_group=self.sp_group,
+        )
 
         #: the dtypes of this engine: fp32 masters when trained, compute in ``param_dtype``
         self.precision = precision_from_config(engine_config, trainable=optim_config is not None)
         model = cast_model(load_hf_model(model_config, model_type, self.precision.model_dtype), self.precision)
+        if "use_liger" in model_config and bool(model_config.use_liger):
+            apply_liger(model)
+        if self._head.fused:
+            install_fused_forward(model)
+        if self.sp_size > 1:
+            from verl.workers.engine.ulysses import install
+
+            install(model, self.sp_size)
         self.hf_config = model.config
         self._sync_new_params(model)
         self.module = self._wrap(model)
@@ -123,13 +160,24 @@ class _FSDPEngineBase(BaseEngine):
     def _wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         raise NotImplementedError
 
+    def _check_sp(self) -> None:
+        if not self.remove_padding:
+            raise ValueError(
+                f"ulysses_sequence_parallel_size={self.sp_size} splits packed sequences; set "
+                "model.use_remove_padding=True"
+            )
+
     @property
     def dp_rank(self) -> int:
-        return self._rank
+        return self._rank // self.sp_size
 
     @property
     def dp_size(self) -> int:
-        return self._world
+        return self._world // self.sp_size
+
+    @property
+    def dp_group(self):
+        return self._dp_group
 
     def _to_device(self, micro_batch: Batch) -> dict[str, torch.Tensor]:
         return {k: micro_batch[k].to(self.device) for k in ("input_ids", "attention_mask", "position_ids", "responses")}
@@ -142,7 +190,7 @@ class _FSDPEngineBase(BaseEngine):
         return response_outputs(
             self.module, self._to_device(micro_batch), self.model_type,
             temperature=temperature, calculate_entropy=calculate_entropy, entropy_grad=entropy_grad,
-            remove_padding=self.remove_padding, compute_dtype=self.precision.param_dtype,
+            remove_padding=self.remove_padding, compute_dtype=self.precision.param_dtype, head=self._head,
         )
 
     def infer(
@@ -177,7 +225,11 @@ class _FSDPEngineBase(BaseEngine):
             )
             loss, metrics = loss_fn(out, mb)
             # FSDP averages gradients over ranks; loss_fn gives this rank's share of a sum, so scale back.
-            (loss * self._world).backward()
+            # (With SP every rank of a group holds the same loss; the gradients of its copies through the
+            # sequence slices sum to one loss's gradient, so the factor stays the world size.) The SP
+            # group stays active for the recomputed forward of gradient checkpointing.
+            with active_group(self.sp_group):
+                (loss * self._world).backward()
             all_metrics.append({**metrics, "loss": float(loss.detach().item())})
         return all_metrics
 
@@ -322,6 +374,12 @@ class FSDP2Engine(_FSDPEngineBase):
 @register_engine("fsdp")
 class FSDPEngine(_FSDPEngineBase):
     """FSDP1 (``FullyShardedDataParallel``, ``use_orig_params=True``) engine. See the module doc."""
+
+    def _check_sp(self) -> None:
+        raise NotImplementedError(
+            f"ulysses_sequence_parallel_size={self.sp_size} is implemented for strategy 'fsdp2'; use "
+            "actor.strategy=fsdp2 (critic.strategy=fsdp2) or set the size to 1"
+        )
 
     def _wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         import functools

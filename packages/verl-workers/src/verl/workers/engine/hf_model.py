@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -49,9 +51,10 @@ def load_hf_model(model_config: Any, model_type: str, dtype: torch.dtype) -> tor
 
 def check_model_flags(model_config: Any, device: torch.device) -> None:
     """Reject model flags this engine cannot honour, naming the key (``use_remove_padding`` packs
-    sequences, see :mod:`verl.workers.engine.packing`)."""
-    if "use_fused_kernels" in model_config and bool(model_config.use_fused_kernels):
-        raise NotImplementedError("model.use_fused_kernels=True is not supported by the FSDP engines; set it to False")
+    sequences, see :mod:`verl.workers.engine.packing`; ``use_fused_kernels``: the chunked LM head of
+    :mod:`verl.workers.engine.fused_logprob`; ``use_liger``: Liger's Triton kernels, GPU only)."""
+    if "use_liger" in model_config and bool(model_config.use_liger):
+        check_liger(device)
     if "enable_activation_offload" in model_config and bool(model_config.enable_activation_offload):
         if device.type == "cpu":
             raise ValueError(
@@ -65,6 +68,114 @@ def check_model_flags(model_config: Any, device: torch.device) -> None:
             )
 
 
+def check_liger(device: torch.device | str) -> None:
+    """``model.use_liger=True`` needs the ``liger-kernel`` package and a CUDA device (Triton kernels)."""
+    import importlib.util
+
+    if str(device).split(":")[0] != "cuda":
+        raise ValueError(
+            f"model.use_liger=True patches the model with Liger's Triton kernels, which need a CUDA GPU; the "
+            f"device is {device}. Set model.use_liger=False (model.use_fused_kernels=True gives a chunked "
+            "LM head + log-prob that runs on CPU)"
+        )
+    if importlib.util.find_spec("liger_kernel") is None:
+        raise ValueError("model.use_liger=True needs the liger-kernel package: pip install liger-kernel")
+
+
+def apply_liger(model: torch.nn.Module) -> None:
+    """Swap the model's RMSNorm, RoPE, SwiGLU (and cross-entropy) for Liger's kernels, in place.
+
+    ``_apply_liger_kernel_to_instance`` is what liger-kernel exposes for an already built model (the
+    ``apply_liger_kernel_to_<arch>`` functions patch classes before loading); upstream verl calls it too.
+    GPU only; never run in this repository's CPU tests.
+    """
+    from liger_kernel.transformers.monkey_patch import _apply_liger_kernel_to_instance
+
+    _apply_liger_kernel_to_instance(model=model)
+
+
+def install_fused_forward(model: torch.nn.Module) -> None:
+    """Give a causal LM a second forward mode: called with ``verl_fused=FusedRequest(...)`` it runs the
+    backbone and returns ``(log_probs, entropy)`` through the chunked LM head
+    (:func:`~verl.workers.engine.fused_logprob.fused_log_prob_entropy`) instead of logits.
+
+    The mode lives in the module's own ``forward`` so the FSDP hooks around the root module (which
+    gather the LM head's weight) run as for any forward; without ``verl_fused`` (generation) the
+    original forward runs.
+    """
+    from verl.workers.engine.fused_logprob import fused_log_prob_entropy
+
+    head = model.get_output_embeddings()
+    if getattr(head, "bias", None) is not None:
+        raise NotImplementedError("model.use_fused_kernels=True: the LM head has a bias, which the fused kernel omits")
+    original = model.forward
+
+    @functools.wraps(original)
+    def forward(*args, verl_fused: FusedRequest | None = None, **kwargs):
+        if verl_fused is None:
+            return original(*args, **kwargs)
+        hidden = model.get_decoder()(*args, **kwargs).last_hidden_state
+        hidden = verl_fused.select(hidden)
+        weight = head.weight
+        if weight.dtype != hidden.dtype:  # mixed precision without FSDP (ComputeCast) casts on call only
+            weight = weight.to(hidden.dtype)
+        return fused_log_prob_entropy(hidden, weight, verl_fused.labels, verl_fused.temperature)
+
+    model.forward = forward
+
+
+@dataclass
+class FusedRequest:
+    """What the fused forward computes: log-probs of ``labels`` at the hidden states ``select`` picks."""
+
+    select: Any  # hidden [B, S, H] -> hidden [..., H] matching labels
+    labels: torch.Tensor
+    temperature: float
+
+
+def _identity(x: torch.Tensor) -> torch.Tensor:
+    return x
+
+
+@functools.cache
+def _compiled(fn):
+    return torch.compile(fn, dynamic=True)
+
+
+@dataclass(frozen=True)
+class HeadOptions:
+    """How the engine turns the last hidden states into per-token outputs."""
+
+    fused: bool = False  # model.use_fused_kernels: chunked LM head, no [tokens, vocab] logits
+    compile: bool = False  # actor.use_torch_compile: torch.compile the log-prob / entropy functions
+    sp_group: Any = None  # the Ulysses group when ulysses_sequence_parallel_size > 1
+
+
+def _token_outputs(
+    module, inputs: dict, model_type: str, select, labels: torch.Tensor, *, temperature: float,
+    calculate_entropy: bool, entropy_grad: bool, head: HeadOptions,
+) -> dict[str, torch.Tensor]:
+    """Per-token outputs at ``select(positions)``: values, or log-probs of ``labels`` (+ entropies)."""
+    if model_type == "causal_lm" and head.fused:
+        log_probs, entropy = module(**inputs, use_cache=False, verl_fused=FusedRequest(select, labels, temperature))
+        result = {"log_probs": log_probs}
+        if calculate_entropy:
+            result["entropys"] = entropy if entropy_grad else entropy.detach()
+        return result
+    logits = select(module(**inputs, use_cache=False).logits)
+    if model_type == "value":
+        return {"values": logits[..., 0].float()}
+    logits = logits.float() / temperature
+    logprob_fn = _compiled(logprobs_from_logits) if head.compile else logprobs_from_logits
+    entropy_fn = _compiled(entropy_from_logits) if head.compile else entropy_from_logits
+    result = {"log_probs": logprob_fn(logits, labels)}
+    if calculate_entropy:
+        # without a gradient the [B, R, V] intermediates are freed at once (entropy as a metric only)
+        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+            result["entropys"] = entropy_fn(logits)
+    return result
+
+
 def response_outputs(
     module: torch.nn.Module,
     micro_batch: Any,
@@ -75,18 +186,20 @@ def response_outputs(
     entropy_grad: bool = True,
     remove_padding: bool = False,
     compute_dtype: torch.dtype | None = None,
+    head: HeadOptions = HeadOptions(),
 ) -> dict[str, torch.Tensor]:
     """Run ``module`` on ``input_ids`` / ``attention_mask`` / ``position_ids`` and keep the outputs of
     the last R positions that predict the response tokens (``responses`` is [B, R]). ``entropy_grad=False``
     computes the entropies without autograd. ``remove_padding`` runs the real tokens packed
     (:mod:`verl.workers.engine.packing`); outputs outside ``attention_mask`` are then 0.
     ``compute_dtype``: the dtype the forward runs in when it differs from the stored parameters'
-    (mixed precision, see :mod:`verl.workers.engine.precision`)."""
+    (mixed precision, see :mod:`verl.workers.engine.precision`). ``head``: fused LM head, compiled
+    log-prob functions, Ulysses sequence parallelism (which needs ``remove_padding``)."""
+    kw = dict(temperature=temperature, calculate_entropy=calculate_entropy, entropy_grad=entropy_grad, head=head)
     if remove_padding:
-        return _packed_response_outputs(
-            module, micro_batch, model_type, temperature=temperature, calculate_entropy=calculate_entropy,
-            entropy_grad=entropy_grad, compute_dtype=compute_dtype or module.dtype,
-        )
+        return _packed_response_outputs(module, micro_batch, model_type, compute_dtype=compute_dtype or module.dtype, **kw)
+    if head.sp_group is not None:
+        raise NotImplementedError("ulysses_sequence_parallel_size > 1 needs model.use_remove_padding=True")
     input_ids = micro_batch["input_ids"]
     responses = micro_batch["responses"]
     n_resp = responses.shape[-1]
@@ -95,50 +208,51 @@ def response_outputs(
             f"input_ids has {input_ids.shape[-1]} columns but responses has {n_resp}: input_ids must be "
             f"cat(prompts, responses) with at least one prompt column"
         )
-    out = module(
-        input_ids=input_ids,
-        attention_mask=micro_batch["attention_mask"],
-        position_ids=micro_batch["position_ids"],
-        use_cache=False,
-    )
+    inputs = dict(input_ids=input_ids, attention_mask=micro_batch["attention_mask"],
+                  position_ids=micro_batch["position_ids"])
+
     # position t predicts token t+1: the response tokens are predicted by positions [-R-1, -1)
-    logits = out.logits[:, -n_resp - 1 : -1]
-    if model_type == "value":
-        return {"values": logits[..., 0].float()}
-    logits = logits.float() / temperature
-    result = {"log_probs": logprobs_from_logits(logits, responses)}
-    if calculate_entropy:
-        # without a gradient the [B, R, V] intermediates are freed at once (entropy as a metric only)
-        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-            result["entropys"] = entropy_from_logits(logits)
-    return result
+    def select(x):
+        return x[:, -n_resp - 1 : -1]
+
+    return _token_outputs(module, inputs, model_type, select, responses, **kw)
 
 
 def _packed_response_outputs(
     module: torch.nn.Module, micro_batch: Any, model_type: str, *, temperature: float,
-    calculate_entropy: bool, entropy_grad: bool, compute_dtype: torch.dtype,
+    calculate_entropy: bool, entropy_grad: bool, compute_dtype: torch.dtype, head: HeadOptions,
 ) -> dict[str, torch.Tensor]:
     from verl.workers.engine.packing import bin_width, block_causal_mask, plan_packing, response_index
 
     input_ids, attention_mask = micro_batch["input_ids"], micro_batch["attention_mask"]
     responses = micro_batch["responses"]
     impl = module.config._attn_implementation
-    if impl not in ("sdpa", "eager"):
+    if impl not in ("sdpa", "eager", "verl_ulysses"):
         raise NotImplementedError(
             f"model.use_remove_padding=True packs sequences with an explicit block-diagonal mask, which "
             f"attn_implementation={impl!r} does not take; use sdpa or eager, or use_remove_padding=False"
         )
     longest = int(attention_mask.sum(-1).max())
-    plan = plan_packing(input_ids, attention_mask, width=bin_width(module.config, longest))
-    mask = block_causal_mask(plan.segment, None if impl == "sdpa" else compute_dtype)
-    out = module(input_ids=plan.input_ids, attention_mask=mask, position_ids=plan.position_ids, use_cache=False)
+    width = bin_width(module.config, longest)
+    group = head.sp_group
+    if group is not None:  # the packed width splits evenly over the sequence-parallel ranks
+        sp = torch.distributed.get_world_size(group)
+        width = -(-width // sp) * sp
+    plan = plan_packing(input_ids, attention_mask, width=width)
+    mask = block_causal_mask(plan.segment, None if impl != "eager" else compute_dtype)
     bins, cols, valid = response_index(plan, attention_mask, responses.shape[-1])
-    logits = out.logits[bins, cols]  # [B, R, V]: the packed outputs that predict each response token
-    if model_type == "value":
-        return {"values": logits[..., 0].float().masked_fill(~valid, 0.0)}
-    logits = logits.float() / temperature
-    result = {"log_probs": logprobs_from_logits(logits, responses).masked_fill(~valid, 0.0)}
-    if calculate_entropy:
-        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-            result["entropys"] = entropy_from_logits(logits).masked_fill(~valid, 0.0)
-    return result
+    kw = dict(temperature=temperature, calculate_entropy=calculate_entropy, entropy_grad=entropy_grad, head=head)
+    if group is None:
+        inputs = dict(input_ids=plan.input_ids, attention_mask=mask, position_ids=plan.position_ids)
+        out = _token_outputs(module, inputs, model_type, lambda x: x[bins, cols], responses, **kw)
+    else:
+        # every packed position's output on this rank's slice, gathered, then picked like the above
+        from verl.workers.engine.ulysses import active_group, gather_sequence, local_slice
+
+        inputs = dict(input_ids=local_slice(plan.input_ids, group), attention_mask=mask,
+                      position_ids=local_slice(plan.position_ids, group))
+        labels = local_slice(torch.roll(plan.input_ids, -1, dims=1), group)
+        with active_group(group):
+            out = _token_outputs(module, inputs, model_type, _identity, labels, **kw)
+        out = {k: gather_sequence(v, group, dim=1)[bins, cols] for k, v in out.items()}
+    return {k: v.masked_fill(~valid, 0.0) for k, v in out.items()}

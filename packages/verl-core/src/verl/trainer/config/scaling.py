@@ -1,0 +1,74 @@
+"""Validation of the scaling options: Ulysses sequence parallelism and the kernel flags.
+
+``*.ulysses_sequence_parallel_size`` (actor, ref, critic): the FSDP2 engine splits packed sequences
+over that many ranks (all-to-all around attention); it must divide the workers, needs
+``use_remove_padding`` and strategy ``fsdp2``. ``actor_rollout_ref.model.use_liger``: Liger's Triton
+kernels need a CUDA device and the ``liger-kernel`` package. ``use_fused_kernels`` and
+``actor.use_torch_compile`` are FSDP-engine options (the Megatron engine refuses them).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+from omegaconf import DictConfig
+
+_ACTOR = "actor_rollout_ref.actor"
+
+
+def check_scaling(cfg: DictConfig, problems: list[str], ws: int, critic: bool, ref: bool) -> None:
+    arr = cfg.actor_rollout_ref
+    roles = [(_ACTOR, arr.actor, arr.actor.strategy, "actor_rollout_ref.model", arr.model)]
+    if ref:
+        roles.append(
+            ("actor_rollout_ref.ref", arr.ref, arr.ref.strategy, "actor_rollout_ref.model", arr.model)
+        )
+    if critic:
+        roles.append(("critic", cfg.critic, cfg.critic.strategy, "critic.model", cfg.critic.model))
+    for key, section, strategy, model_key, model in roles:
+        _check_sp(problems, ws, key, int(section.ulysses_sequence_parallel_size), strategy, model_key, model)
+    if bool(arr.model.use_liger):
+        _check_liger(cfg, problems)
+    if arr.actor.strategy == "megatron":
+        for flag, value in (
+            ("actor_rollout_ref.actor.use_torch_compile", arr.actor.use_torch_compile),
+            ("actor_rollout_ref.model.use_liger", arr.model.use_liger),
+        ):
+            if bool(value):
+                problems.append(
+                    f"{flag}=true is an option of the fsdp/fsdp2 engines; set it to false for strategy=megatron"
+                )
+
+
+def _check_sp(problems, ws: int, key: str, sp: int, strategy: str, model_key: str, model: DictConfig) -> None:
+    what = f"{key}.ulysses_sequence_parallel_size={sp}"
+    if sp < 1:
+        problems.append(f"{what} must be >= 1 (1: no sequence parallelism)")
+        return
+    if sp == 1:
+        return
+    if ws % sp:
+        problems.append(
+            f"{what} must divide the {ws} workers (trainer.nnodes * n_gpus_per_node): each group of {sp} ranks "
+            "shares one data-parallel shard"
+        )
+    if strategy != "fsdp2":
+        problems.append(f"{what} is implemented for strategy fsdp2; {key}.strategy is {strategy!r}")
+    if not bool(model.use_remove_padding):
+        problems.append(f"{what} splits packed sequences; set {model_key}.use_remove_padding=true")
+
+
+def _check_liger(cfg: DictConfig, problems: list[str]) -> None:
+    from verl.trainer.config.validation import resolve_device
+
+    device = resolve_device(cfg)
+    if device != "cuda":
+        problems.append(
+            f"actor_rollout_ref.model.use_liger=true needs a CUDA GPU (Liger's kernels are Triton); the device is "
+            f"{device}. Set it to false (actor_rollout_ref.model.use_fused_kernels=true gives a chunked LM head "
+            "+ log-prob that runs on CPU)"
+        )
+    elif importlib.util.find_spec("liger_kernel") is None:
+        problems.append(
+            "actor_rollout_ref.model.use_liger=true needs the liger-kernel package: pip install liger-kernel"
+        )

@@ -1,0 +1,75 @@
+"""Validation of Ulysses sequence parallelism and the kernel flags, in the user's terms."""
+
+import pytest
+from verl.trainer.config import ConfigError, load_config, validate_config
+
+REQUIRED = [
+    "data.train_files=train.parquet",
+    "actor_rollout_ref.model.path=/models/tiny",
+    "trainer.device=cpu",
+]
+
+
+def _problems(*overrides):
+    cfg = load_config([*REQUIRED, *overrides])
+    with pytest.raises(ConfigError) as ei:
+        validate_config(cfg)
+    return ei.value.problems
+
+
+def test_sequence_parallel_preconditions():
+    problems = _problems(
+        "actor_rollout_ref.actor.ulysses_sequence_parallel_size=3",
+        "trainer.n_gpus_per_node=4",
+        "actor_rollout_ref.actor.strategy=fsdp",
+    )
+    text = "\n".join(problems)
+    assert "actor_rollout_ref.actor.ulysses_sequence_parallel_size=3 must divide the 4 workers" in text
+    assert "is implemented for strategy fsdp2; actor_rollout_ref.actor.strategy is 'fsdp'" in text
+    assert "set actor_rollout_ref.model.use_remove_padding=true" in text
+    critic = "\n".join(
+        _problems(
+            "algorithm.adv_estimator=gae",
+            "critic.ulysses_sequence_parallel_size=2",
+            "trainer.n_gpus_per_node=2",
+            "actor_rollout_ref.model.use_remove_padding=true",
+        )
+    )
+    assert (
+        "critic.ulysses_sequence_parallel_size=2 splits packed sequences; set critic.model.use_remove_padding=true"
+        in critic
+    )
+
+
+def test_sequence_parallel_sizes_use_data_parallel_ranks():
+    # 4 workers in SP groups of 2 = 2 data-parallel ranks: 2 prompts x n=1 split as 1 trajectory each
+    ok = load_config(
+        [
+            *REQUIRED,
+            "trainer.n_gpus_per_node=4",
+            "actor_rollout_ref.model.use_remove_padding=true",
+            "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",
+            "data.train_batch_size=4",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+        ]
+    )
+    validate_config(ok)
+    text = "\n".join(
+        _problems(
+            "trainer.n_gpus_per_node=4",
+            "actor_rollout_ref.model.use_remove_padding=true",
+            "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",
+            "data.train_batch_size=4",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+        )
+    )
+    assert (
+        "4 workers / actor_rollout_ref.actor.ulysses_sequence_parallel_size=2 = 2 data-parallel ranks" in text
+    )
+
+
+def test_liger_is_refused_on_cpu():
+    text = "\n".join(_problems("actor_rollout_ref.model.use_liger=true"))
+    assert "use_liger=true needs a CUDA GPU" in text and "use_fused_kernels=true" in text
