@@ -11,8 +11,9 @@ import warnings
 
 from omegaconf import DictConfig, OmegaConf
 
-from verl.trainer.config.loader import ConfigError
+from verl.trainer.config.keys import ConfigError
 from verl.trainer.config.megatron import check_megatron, data_parallel_size
+from verl.trainer.config.upstream import check_not_implemented
 
 TRUNCATION_MODES = ("error", "left", "right", "middle")
 STRATEGIES = ("fsdp2", "fsdp", "megatron")
@@ -86,7 +87,12 @@ def validate_config(cfg: DictConfig) -> None:
     _check_sizes(cfg, problems)
     _check_algorithm(cfg, problems)
     _check_trainer(cfg, problems)
-    if "megatron" in (cfg.actor_rollout_ref.actor.strategy, cfg.actor_rollout_ref.ref.strategy, cfg.critic.strategy):
+    check_not_implemented(cfg, problems)
+    if "megatron" in (
+        cfg.actor_rollout_ref.actor.strategy,
+        cfg.actor_rollout_ref.ref.strategy,
+        cfg.critic.strategy,
+    ):
         on_cpu = resolve_device(cfg) == "cpu"
         check_megatron(cfg, problems, world_size(cfg), use_critic(cfg), on_cpu)
     if problems:
@@ -228,7 +234,13 @@ def _check_sizes(cfg: DictConfig, problems: list[str]) -> None:
         critic_dp, critic_workers = _dp(ws, workers, critic.strategy, critic.megatron, "critic")
         if _positive(problems, "critic.ppo_mini_batch_size", critic.ppo_mini_batch_size) and critic_dp:
             _check_minibatch(
-                problems, "critic", critic, int(data.train_batch_size), n, critic_dp, critic_workers,
+                problems,
+                "critic",
+                critic,
+                int(data.train_batch_size),
+                n,
+                critic_dp,
+                critic_workers,
                 critic.use_dynamic_bsz,
             )
         if not critic.use_dynamic_bsz:
@@ -243,7 +255,10 @@ def _dp(ws: int, workers: str, strategy: str, megatron: DictConfig, key: str) ->
     dp = data_parallel_size(ws, strategy, megatron)
     if strategy != "megatron" or not dp:
         return dp, workers
-    return dp, f"{ws} workers / ({key}.megatron tensor x pipeline x context parallel {ws // dp}) = {dp} data-parallel ranks"
+    return (
+        dp,
+        f"{ws} workers / ({key}.megatron tensor x pipeline x context parallel {ws // dp}) = {dp} data-parallel ranks",
+    )
 
 
 def _check_minibatch(problems, key, sec, train_bs: int, n: int, ws: int, workers: str, dynamic: bool) -> None:
@@ -371,7 +386,9 @@ def _check_rollout_correction(cfg: DictConfig, problems: list[str]) -> None:
     if rc.rollout_is is not None:
         _one_of(problems, f"{key}.rollout_is", rc.rollout_is, ("token", "sequence"))
     if not float(rc.rollout_is_threshold) > 0:
-        problems.append(f"{key}.rollout_is_threshold={rc.rollout_is_threshold} must be > 0 (the weights' upper bound)")
+        problems.append(
+            f"{key}.rollout_is_threshold={rc.rollout_is_threshold} must be > 0 (the weights' upper bound)"
+        )
     if rc.rollout_rs is not None or rc.rollout_rs_threshold is not None:
         problems.append(
             f"{key}.rollout_rs={rc.rollout_rs!r} / rollout_rs_threshold={rc.rollout_rs_threshold!r}: rejection "
@@ -478,9 +495,12 @@ def fsdp_precision_problems(where: str, section: DictConfig, trained: bool) -> l
 
     problems: list[str] = []
     mp = section.mixed_precision
-    for key, value in (("model_dtype", section.model_dtype), ("mixed_precision.param_dtype", mp.param_dtype),
-                       ("mixed_precision.reduce_dtype", mp.reduce_dtype),
-                       ("mixed_precision.buffer_dtype", mp.buffer_dtype)):
+    for key, value in (
+        ("model_dtype", section.model_dtype),
+        ("mixed_precision.param_dtype", mp.param_dtype),
+        ("mixed_precision.reduce_dtype", mp.reduce_dtype),
+        ("mixed_precision.buffer_dtype", mp.buffer_dtype),
+    ):
         _one_of(problems, f"{where}.{key}", str(value), DTYPE_NAMES)
     if trained and DTYPE_NAMES.get(str(mp.param_dtype)) == "float16":
         problems.append(
