@@ -88,11 +88,7 @@ def validate_config(cfg: DictConfig) -> None:
     _check_algorithm(cfg, problems)
     _check_trainer(cfg, problems)
     check_not_implemented(cfg, problems)
-    if "megatron" in (
-        cfg.actor_rollout_ref.actor.strategy,
-        cfg.actor_rollout_ref.ref.strategy,
-        cfg.critic.strategy,
-    ):
+    if "megatron" in (cfg.actor_rollout_ref.actor.strategy, cfg.actor_rollout_ref.ref.strategy, cfg.critic.strategy):
         on_cpu = resolve_device(cfg) == "cpu"
         check_megatron(cfg, problems, world_size(cfg), use_critic(cfg), on_cpu)
     if problems:
@@ -234,13 +230,7 @@ def _check_sizes(cfg: DictConfig, problems: list[str]) -> None:
         critic_dp, critic_workers = _dp(ws, workers, critic.strategy, critic.megatron, "critic")
         if _positive(problems, "critic.ppo_mini_batch_size", critic.ppo_mini_batch_size) and critic_dp:
             _check_minibatch(
-                problems,
-                "critic",
-                critic,
-                int(data.train_batch_size),
-                n,
-                critic_dp,
-                critic_workers,
+                problems, "critic", critic, int(data.train_batch_size), n, critic_dp, critic_workers,
                 critic.use_dynamic_bsz,
             )
         if not critic.use_dynamic_bsz:
@@ -255,10 +245,7 @@ def _dp(ws: int, workers: str, strategy: str, megatron: DictConfig, key: str) ->
     dp = data_parallel_size(ws, strategy, megatron)
     if strategy != "megatron" or not dp:
         return dp, workers
-    return (
-        dp,
-        f"{ws} workers / ({key}.megatron tensor x pipeline x context parallel {ws // dp}) = {dp} data-parallel ranks",
-    )
+    return dp, f"{ws} workers / ({key}.megatron tensor x pipeline x context parallel {ws // dp}) = {dp} data-parallel ranks"
 
 
 def _check_minibatch(problems, key, sec, train_bs: int, n: int, ws: int, workers: str, dynamic: bool) -> None:
@@ -386,9 +373,7 @@ def _check_rollout_correction(cfg: DictConfig, problems: list[str]) -> None:
     if rc.rollout_is is not None:
         _one_of(problems, f"{key}.rollout_is", rc.rollout_is, ("token", "sequence"))
     if not float(rc.rollout_is_threshold) > 0:
-        problems.append(
-            f"{key}.rollout_is_threshold={rc.rollout_is_threshold} must be > 0 (the weights' upper bound)"
-        )
+        problems.append(f"{key}.rollout_is_threshold={rc.rollout_is_threshold} must be > 0 (the weights' upper bound)")
     if rc.rollout_rs is not None or rc.rollout_rs_threshold is not None:
         problems.append(
             f"{key}.rollout_rs={rc.rollout_rs!r} / rollout_rs_threshold={rc.rollout_rs_threshold!r}: rejection "
@@ -495,12 +480,9 @@ def fsdp_precision_problems(where: str, section: DictConfig, trained: bool) -> l
 
     problems: list[str] = []
     mp = section.mixed_precision
-    for key, value in (
-        ("model_dtype", section.model_dtype),
-        ("mixed_precision.param_dtype", mp.param_dtype),
-        ("mixed_precision.reduce_dtype", mp.reduce_dtype),
-        ("mixed_precision.buffer_dtype", mp.buffer_dtype),
-    ):
+    for key, value in (("model_dtype", section.model_dtype), ("mixed_precision.param_dtype", mp.param_dtype),
+                       ("mixed_precision.reduce_dtype", mp.reduce_dtype),
+                       ("mixed_precision.buffer_dtype", mp.buffer_dtype)):
         _one_of(problems, f"{where}.{key}", str(value), DTYPE_NAMES)
     if trained and DTYPE_NAMES.get(str(mp.param_dtype)) == "float16":
         problems.append(
