@@ -101,7 +101,12 @@ def load_tokenizer(config: DictConfig):
     """The tokenizer through verl-workers' registered loader (core never imports transformers)."""
     from verl.trainer.model_builders import load_tokenizer as _load
 
-    return _load(tokenizer_path(config), trust_remote_code=bool(config.actor_rollout_ref.model.trust_remote_code))
+    tokenizer = _load(tokenizer_path(config), trust_remote_code=bool(config.actor_rollout_ref.model.trust_remote_code))
+    template = config.actor_rollout_ref.model.custom_chat_template
+    if template is not None:
+        # the driver renders every prompt (the dataset), so its tokenizer's template is the one that counts
+        tokenizer.chat_template = template
+    return tokenizer
 
 
 def build_trainer(config: DictConfig, tokenizer: Any = None, reward_fn: Any = None, val_reward_fn: Any = None,
@@ -154,6 +159,8 @@ def run_ppo(config: DictConfig, **build_kwargs: Any) -> dict[str, float]:
     try:
         metrics = trainer.fit()
     finally:
+        if config.ray_kwargs.timeline_json_file and ray.is_initialized():
+            ray.timeline(filename=config.ray_kwargs.timeline_json_file)  # Chrome trace of the Ray tasks
         trainer.shutdown()
     _print_outputs(config, metrics)
     return metrics
