@@ -15,7 +15,11 @@ from omegaconf import DictConfig
 ROLLOUT_PACKAGES = {
     "native": ("verl.workers", "pip install verl-workers", ""),
     "hf": ("verl.workers", "pip install verl-workers", ""),
-    "vllm": ("vllm", "pip install 'verl-workers[vllm]'", " (GPU; on CPU use the side environment envs/vllm-cpu)"),
+    "vllm": (
+        "vllm",
+        "pip install 'verl-workers[vllm]'",
+        " (GPU; on CPU use the side environment envs/vllm-cpu)",
+    ),
     "sglang": ("sglang", "pip install 'verl-workers[sglang]'", " (GPU only)"),
 }
 STRATEGY_PACKAGES = {

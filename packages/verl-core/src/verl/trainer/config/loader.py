@@ -98,12 +98,13 @@ def load_config(
     """
     args = _parse_argv(list(argv or []))
     problems = list(args.problems)
+    touched: set[str] = set()  # keys the user set (upstream's mirrors they did not set follow their source)
     base, named_files = "ppo_trainer", []
     if args.config_name is not None:
         base, named_files = _resolve_config_name(args.config_path, args.config_name, problems)
     cfg = full_defaults(schema, defaults_yaml, base)
     for path, data in named_files:
-        _merge_file(cfg, data, f"in {path}", problems)
+        _merge_file(cfg, data, f"in {path}", problems, touched)
     for path in args.files:
         if not Path(path).is_file():
             raise FileNotFoundError(f"--config {path}: no such file")
@@ -113,11 +114,12 @@ def load_config(
                 f"--config {path}: the file must hold a mapping of sections, got {type(loaded).__name__}"
             )
             continue
-        _merge_file(cfg, loaded, f"in {path}", problems)
+        _merge_file(cfg, loaded, f"in {path}", problems, touched)
     for op, key, raw in args.overrides:
-        _apply_override(cfg, op, key, raw, schema, defaults_yaml, base, problems)
+        _apply_override(cfg, op, key, raw, schema, defaults_yaml, base, problems, touched)
     if problems:
         raise ConfigError(problems)
+    upstream.refresh_mirrors(cfg, touched)
     try:
         OmegaConf.resolve(cfg)
     except OmegaConfBaseException as e:
@@ -191,7 +193,7 @@ def _parse_value(raw: str) -> Any:
     return OmegaConf.to_container(OmegaConf.from_dotlist([f"v={raw}"]), resolve=False)["v"]
 
 
-def _apply_override(cfg, op, key, raw, schema, defaults_yaml, base, problems) -> None:
+def _apply_override(cfg, op, key, raw, schema, defaults_yaml, base, problems, touched) -> None:
     form = f"{op}{key}" + ("" if raw is None else f"={raw}")
     value = None if raw is None else _parse_value(raw)
     if key in upstream.ALIASES and op != "~":
@@ -209,6 +211,7 @@ def _apply_override(cfg, op, key, raw, schema, defaults_yaml, base, problems) ->
             return
         where = f"on the command line ({form}); '+' adds keys only inside open dicts: {', '.join(open_dicts(cfg))}"
         _set(cfg, key, value, where, problems)
+        touched.add(key)
     elif op == "~":
         _delete(
             cfg, key, value, raw, form, exists, in_open, full_defaults(schema, defaults_yaml, base), problems
@@ -218,6 +221,7 @@ def _apply_override(cfg, op, key, raw, schema, defaults_yaml, base, problems) ->
         if not exists and not in_open and op == "":
             where += f"; to add a key inside an open dict use +{key}={raw}"
         _set(cfg, key, value, where, problems)
+        touched.add(key)
 
 
 def _delete(cfg, key, value, raw, form, exists, in_open, defaults, problems) -> None:
@@ -293,7 +297,7 @@ def _collect(directory: Path, name: str, base: list, files: list, problems: list
             )
 
 
-def _merge_file(cfg: DictConfig, data: dict, where: str, problems: list[str]) -> None:
+def _merge_file(cfg: DictConfig, data: dict, where: str, problems: list[str], touched: set[str]) -> None:
     for key, value in _leaves(cfg, data, ""):
         if key.rsplit(".", 1)[-1] == "_target_":
             continue  # Hydra's instantiation marker names upstream's class, not a setting
@@ -303,6 +307,7 @@ def _merge_file(cfg: DictConfig, data: dict, where: str, problems: list[str]) ->
                 continue
             key = target
         _set(cfg, key, value, where, problems)
+        touched.add(key)
 
 
 def _leaves(cfg: DictConfig, data: dict, prefix: str):

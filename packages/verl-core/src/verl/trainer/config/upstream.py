@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import re
 from pathlib import Path
 from typing import Any
 
@@ -225,6 +226,17 @@ REFUSED: tuple[tuple[str, str], ...] = (
         "actor_rollout_ref.actor.use_prefix_grouper",
         "prefix-grouped forwards are not implemented; leave it false",
     ),
+    ("critic.model.use_shm", "loading the model through /dev/shm is not implemented"),
+    (
+        "critic.model.custom_chat_template",
+        "the critic scores the actor's tokens; it has no chat template of its own",
+    ),
+    (
+        "critic.model.enable_activation_offload",
+        "activation offload is implemented for the actor (actor_rollout_ref.model.enable_activation_offload), "
+        "not the critic",
+    ),
+    ("critic.nccl_timeout", "collective timeouts are torch.distributed's defaults; leave it at 600"),
     (
         "actor_rollout_ref.nccl_timeout",
         "collective timeouts are torch.distributed's defaults; leave it at 600",
@@ -390,26 +402,22 @@ def check_not_implemented(cfg: Any, problems: list[str]) -> None:
     if not (isinstance(schema, type) and issubclass(schema, PPOTrainerConfig)):
         return
     raw = _flat_defaults(schema)
-    scratch = None  # a copy of cfg to evaluate default interpolations in, made when first needed
-    for key, (value, from_upstream) in flatten(cfg).items():
+    for key, (value, flagged) in flatten(cfg).items():
+        # a user's value may replace the flagged node (None -> a list): the defaults know where it came from
+        from_upstream = raw[key][1] if key in raw else flagged
         reason = refusal(key, in_schema=not from_upstream)
         if reason is None:
             continue
         candidates = [raw[key][0]] if key in raw else []
         if from_upstream:
             candidates += [upstream_defaults()[n][key] for n in CONFIG_NAMES if key in upstream_defaults()[n]]
-        if any(value == c for c in candidates if not _interp(c)):
-            continue
         interps = [c for c in candidates if _interp(c)]
-        if interps:
-            if scratch is None:
-                import copy
-
-                scratch = copy.deepcopy(cfg)
-                OmegaConf.set_readonly(scratch, False)
-            if any(value == _eval_in(scratch, key, e) for e in interps):
-                continue
-        default = next((c for c in candidates if not _interp(c)), candidates[0] if candidates else None)
+        literals = [c for c in candidates if not _interp(c)]
+        if interps:  # a mirror of another key: its default is that key's value in this config
+            literals = [mirror_value(cfg, key, e) for e in interps]
+        if any(value == c for c in literals):
+            continue
+        default = literals[0] if literals else None
         problems.append(f"{key}={value!r}: {reason} (accepted only at its default, {default!r})")
 
 
@@ -449,10 +457,54 @@ def _interp(value: Any) -> bool:
     return isinstance(value, str) and "${" in value
 
 
-def _eval_in(scratch: Any, key: str, expr: str) -> Any:
+def mirror_value(cfg: Any, key: str, expr: str) -> Any:
+    """The value of an upstream default ``${oc.select:SOURCE,FALLBACK}`` / ``${SOURCE}`` in ``cfg`` (the
+    fallback may itself be such an expression). Evaluated here, not by OmegaConf's grammar: parsing ~150
+    such defaults on every load costs seconds. Anything else falls back to OmegaConf on a copy."""
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+
+    if not (expr.startswith("${") and expr.endswith("}")):
+        return _eval_in(cfg, key, expr)
+    inner = expr[2:-1]
+    select = inner.startswith("oc.select:")
+    source, _, fallback = inner.removeprefix("oc.select:").partition(",")
+    if not re.fullmatch(r"\.?[\w.\-]+", source) or (not select and fallback):
+        return _eval_in(cfg, key, expr)
+    if source.startswith("."):  # relative to the key's section
+        source = key.rsplit(".", 1)[0] + source
+    if _interp(fallback):
+        default = mirror_value(cfg, key, fallback)
+    else:
+        default = None if fallback in ("", "null") else yaml.safe_load(fallback)
+    value = OmegaConf.select(cfg, source, default=default, throw_on_missing=False)
+    return (
+        OmegaConf.to_container(value, resolve=True) if isinstance(value, (DictConfig, ListConfig)) else value
+    )
+
+
+def refresh_mirrors(cfg: Any, touched: set[str]) -> None:
+    """Point upstream's mirror keys the user did not set at their source's current value (before the
+    loader resolves the config), so ``actor.rollout_n`` follows ``rollout.n=8``."""
+    from omegaconf import OmegaConf
+
+    from verl.trainer.config.keys import is_upstream_key, known
+
+    seen = set(touched)
+    for name in CONFIG_NAMES:
+        for key, expr in upstream_defaults()[name].items():
+            if _interp(expr) and key not in seen and known(cfg, key) and is_upstream_key(cfg, key):
+                seen.add(key)
+                OmegaConf.update(cfg, key, mirror_value(cfg, key, expr), merge=False)
+
+
+def _eval_in(cfg: Any, key: str, expr: str) -> Any:
+    import copy
+
     from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
     from omegaconf.errors import OmegaConfBaseException
 
+    scratch = copy.deepcopy(cfg)
+    OmegaConf.set_readonly(scratch, False)
     try:
         with open_dict(scratch):
             OmegaConf.update(scratch, key, expr, merge=False)
