@@ -381,7 +381,7 @@ def _add_upstream_keys(cfg: DictConfig, config_name: str) -> None:
         value = OmegaConf.select(cfg, key)
         values[key] = OmegaConf.to_container(value) if isinstance(value, (DictConfig, ListConfig)) else value
     for key, value in values.items():
-        OmegaConf.update(cfg, key, value, merge=False)
+        upstream.set_upstream_value(cfg, key, value)
 
 
 def _is_interpolation(value: Any) -> bool:

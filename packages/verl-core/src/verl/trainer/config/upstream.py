@@ -485,8 +485,6 @@ def mirror_value(cfg: Any, key: str, expr: str) -> Any:
 def refresh_mirrors(cfg: Any, touched: set[str]) -> None:
     """Point upstream's mirror keys the user did not set at their source's current value (before the
     loader resolves the config), so ``actor.rollout_n`` follows ``rollout.n=8``."""
-    from omegaconf import OmegaConf
-
     from verl.trainer.config.keys import is_upstream_key, known
 
     seen = set(touched)
@@ -494,7 +492,18 @@ def refresh_mirrors(cfg: Any, touched: set[str]) -> None:
         for key, expr in upstream_defaults()[name].items():
             if _interp(expr) and key not in seen and known(cfg, key) and is_upstream_key(cfg, key):
                 seen.add(key)
-                OmegaConf.update(cfg, key, mirror_value(cfg, key, expr), merge=False)
+                set_upstream_value(cfg, key, mirror_value(cfg, key, expr))
+
+
+def set_upstream_value(cfg: Any, key: str, value: Any) -> None:
+    """Set an upstream key's value, keeping the node's ``verl_upstream`` mark (a dict value replaces the node)."""
+    from omegaconf import OmegaConf
+
+    OmegaConf.update(cfg, key, value, merge=False)
+    node = cfg
+    for part in key.split("."):
+        node = node._get_node(part)
+    node._set_flag("verl_upstream", True)
 
 
 def _eval_in(cfg: Any, key: str, expr: str) -> Any:
