@@ -24,7 +24,7 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
+from omegaconf import BooleanNode, DictConfig, ListConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from verl.trainer.config import upstream
@@ -195,8 +195,12 @@ def _parse_value(raw: str) -> Any:
 
 def _apply_override(cfg, op, key, raw, schema, defaults_yaml, base, problems, touched) -> None:
     form = f"{op}{key}" + ("" if raw is None else f"={raw}")
-    value = None if raw is None else _parse_value(raw)
-    if key in upstream.ALIASES and op != "~":
+    try:
+        value = None if raw is None else _parse_value(raw)
+    except OmegaConfBaseException as e:
+        problems.append(f"{form}: cannot parse the value: {first_line(e)}")
+        return
+    if upstream.alias_of(key) and op != "~":
         target, value = upstream.resolve_alias(key, value)
         if target is None:
             return
@@ -301,7 +305,7 @@ def _merge_file(cfg: DictConfig, data: dict, where: str, problems: list[str], to
     for key, value in _leaves(cfg, data, ""):
         if key.rsplit(".", 1)[-1] == "_target_":
             continue  # Hydra's instantiation marker names upstream's class, not a setting
-        if key in upstream.ALIASES:
+        if upstream.alias_of(key):
             target, value = upstream.resolve_alias(key, value)
             if target is None:
                 continue
@@ -351,6 +355,10 @@ def _set(cfg: DictConfig, key: str, value: Any, where: str, problems: list[str])
         node = node._get_node(part)
     if isinstance(node, ListConfig) and isinstance(value, str) and not value.startswith("${"):
         value = [value]  # upstream scripts write trainer.logger=console for a one-element list
+    if isinstance(node, BooleanNode) and value == "":
+        value = (
+            False  # `key=$UNSET_VAR` in upstream's scripts: an empty string, which upstream reads as false
+        )
     try:
         OmegaConf.update(cfg, key, value, merge=True, force_add=False)
     except OmegaConfBaseException as e:

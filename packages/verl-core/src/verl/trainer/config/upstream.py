@@ -372,9 +372,23 @@ def alias_target(key: str) -> str | None:
     return ALIASES.get(key)
 
 
+#: upstream prefix -> ours, for keys under a section (``+reward_model.reward_kwargs.x=1``)
+ALIAS_PREFIXES: dict[str, str] = {"reward_model.reward_kwargs.": "reward.reward_kwargs."}
+
+
+def alias_of(key: str) -> str | None:
+    """Our spelling of an upstream key, or None when ``key`` is not an alias."""
+    if key in ALIASES:
+        return ALIASES[key]
+    for prefix, ours in ALIAS_PREFIXES.items():
+        if key.startswith(prefix):
+            return ours + key[len(prefix) :]
+    return None
+
+
 def resolve_alias(key: str, value: Any) -> tuple[str | None, Any]:
     """(our key, value) for an upstream alias; (None, _) when the value is upstream's "unset" default."""
-    target = ALIASES[key]
+    target = alias_of(key)
     if is_upstream_key(key) and value == upstream_default(key):
         return None, value
     return target, value
@@ -383,7 +397,7 @@ def resolve_alias(key: str, value: Any) -> tuple[str | None, Any]:
 def aliased_prefixes() -> set[str]:
     """Dotted prefixes of alias keys: a config file's section under one of these is flattened further."""
     out: set[str] = set()
-    for key in ALIASES:
+    for key in [*ALIASES, *ALIAS_PREFIXES]:
         parts = key.split(".")
         out.update(".".join(parts[:i]) for i in range(1, len(parts)))
     return out
