@@ -123,9 +123,10 @@ def test_every_upstream_key_is_ours_an_alias_or_accepted_at_its_default():
             if key in upstream.ALIASES:
                 assert known(cfg, upstream.ALIASES[key]), key
                 continue
-            # the key itself, or an open dict of ours that holds it (upstream's rollout.engine_kwargs.vllm)
+            # the key itself (a leaf, or a section when its default is a dict), or an open dict of ours that
+            # holds it (upstream's rollout.engine_kwargs.vllm)
             prefixes = [".".join(key.split(".")[:i]) for i in range(len(key.split(".")), 0, -1)]
-            holder = next(p for p in prefixes if p in flat)
+            holder = key if known(cfg, key) else next(p for p in prefixes if p in flat)
             if is_upstream_key(cfg, holder):
                 reason = upstream.refusal(holder, in_schema=False)
                 assert reason and reason != upstream.REFUSED[-1][1], f"{holder}: only the generic reason"
