@@ -17,7 +17,14 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from verl.trainer.config import config_to_yaml, load_config, resolve_device, tokenizer_path, validate_config
+from verl.trainer.config import (
+    ConfigError,
+    config_to_yaml,
+    load_config,
+    resolve_device,
+    tokenizer_path,
+    validate_config,
+)
 from verl.trainer.config import use_critic as _use_critic
 from verl.trainer.config import use_reference_policy as _use_ref
 
@@ -203,6 +210,12 @@ def main(argv: list[str] | None = None) -> None:
         return
     config = load_config(args)
     validate_config(config)
+    if not config.actor_rollout_ref.hybrid_engine:
+        # refused here, before Ray starts (the trainer refuses it too, for code that builds one directly)
+        raise ConfigError([
+            "actor_rollout_ref.hybrid_engine=false puts the rollout on a pool of its own, which main_ppo's "
+            "colocated loop does not do; use the asynchronous trainers of recipes/fully_async"
+        ])
     try:
         run_ppo(config)
     except NothingToTrainError as e:
