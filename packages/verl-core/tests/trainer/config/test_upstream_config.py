@@ -7,7 +7,7 @@ import pytest
 from omegaconf import OmegaConf
 from verl.trainer.config import ConfigError, load_config, upstream, validate_config
 from verl.trainer.config.keys import is_upstream_key, known
-from verl.trainer.config.upstream import flatten
+from verl.trainer.config.not_implemented import flatten
 
 # A config that validates on this CPU machine: 1 worker, batch 8 x n=2, micro-batches of 4.
 VALID = [

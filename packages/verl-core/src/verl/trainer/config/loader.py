@@ -27,7 +27,7 @@ from typing import Any
 from omegaconf import BooleanNode, DictConfig, ListConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from verl.trainer.config import upstream
+from verl.trainer.config import not_implemented, upstream
 from verl.trainer.config.keys import (
     ConfigError,
     all_keys,
@@ -119,7 +119,7 @@ def load_config(
         _apply_override(cfg, op, key, raw, schema, defaults_yaml, base, problems, touched)
     if problems:
         raise ConfigError(problems)
-    upstream.refresh_mirrors(cfg, touched)
+    not_implemented.refresh_mirrors(cfg, touched)
     try:
         OmegaConf.resolve(cfg)
     except OmegaConfBaseException as e:
@@ -389,7 +389,7 @@ def _add_upstream_keys(cfg: DictConfig, config_name: str) -> None:
         value = OmegaConf.select(cfg, key)
         values[key] = OmegaConf.to_container(value) if isinstance(value, (DictConfig, ListConfig)) else value
     for key, value in values.items():
-        upstream.set_upstream_value(cfg, key, value)
+        not_implemented.set_upstream_value(cfg, key, value)
 
 
 def _is_interpolation(value: Any) -> bool:

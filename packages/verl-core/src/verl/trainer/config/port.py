@@ -26,6 +26,7 @@ from unittest import mock
 from verl.trainer.config import upstream
 from verl.trainer.config.keys import ConfigError, is_upstream_key, known
 from verl.trainer.config.loader import _parse_argv, _parse_value, full_defaults, load_config
+from verl.trainer.config.not_implemented import flatten
 
 _ENTRY = re.compile(r"(?:python3?|uv run(?: python3?)?)\s+-m\s+verl\.trainer\.main_ppo\b")
 _ASSIGN = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
@@ -156,7 +157,7 @@ def classify(argv: list[str]) -> list[KeyReport]:
         elif known(cfg, key) and is_upstream_key(cfg, key) or upstream.refusal(key, in_schema=True):
             from_upstream = is_upstream_key(cfg, key)
             reason = upstream.refusal(key, in_schema=not from_upstream)
-            default = upstream.flatten(cfg).get(key, (None,))[0]
+            default = flatten(cfg).get(key, (None,))[0]
             value = None if raw is None else _parse_value(raw)
             if value == default or (isinstance(default, str) and "${" in default):
                 out.append(KeyReport(arg, "default", f"accepted at its default; {reason}"))

@@ -19,8 +19,8 @@ from typing import Any
 from verl.trainer.config import upstream
 from verl.trainer.config.help_text import LEAF_HELP
 from verl.trainer.config.loader import DEFAULTS_YAML, full_defaults
+from verl.trainer.config.not_implemented import flatten
 from verl.trainer.config.schema import PPOTrainerConfig
-from verl.trainer.config.upstream import flatten
 
 
 def schema_types(schema: type = PPOTrainerConfig, prefix: str = "") -> dict[str, str]:

@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from verl.trainer.config.installed import check_installed
 from verl.trainer.config.keys import ConfigError
 from verl.trainer.config.megatron import check_megatron, data_parallel_size
-from verl.trainer.config.upstream import check_not_implemented
+from verl.trainer.config.not_implemented import check_not_implemented
 
 TRUNCATION_MODES = ("error", "left", "right", "middle")
 STRATEGIES = ("fsdp2", "fsdp", "megatron")
