@@ -5,7 +5,7 @@ import importlib.util
 
 import pytest
 from omegaconf import OmegaConf
-from verl.trainer.config import ConfigError, load_config, upstream, validate_config
+from verl.trainer.config import ConfigError, config_to_yaml, load_config, upstream, validate_config
 from verl.trainer.config.keys import is_upstream_key, known
 from verl.trainer.config.not_implemented import flatten
 
@@ -204,7 +204,12 @@ def test_an_engine_that_is_not_installed_is_refused_with_its_install_line():
 def test_recorded_config_reloads_and_validates(tmp_path):
     cfg = load_config([*VALID, "actor_rollout_ref.actor.rollout_n=2"])
     path = tmp_path / "config.yaml"
-    path.write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    path.write_text(OmegaConf.to_yaml(cfg, resolve=True))  # with upstream's keys at their defaults
     again = load_config(["--config", str(path)])
     validate_config(again)
     assert again.actor_rollout_ref.actor.profiler.tool is None
+    # the run's record leaves upstream's default-only keys out, and reloads to the same config
+    text = config_to_yaml(cfg)
+    assert "profiler" not in text and "transfer_queue" not in text and "train_batch_size: 8" in text
+    path.write_text(text)
+    assert OmegaConf.to_container(load_config(["--config", str(path)])) == OmegaConf.to_container(cfg)

@@ -128,8 +128,22 @@ def load_config(
 
 
 def config_to_yaml(cfg: DictConfig) -> str:
-    """The resolved config as YAML, to record a run's settings next to its outputs (and reload with --config)."""
-    return OmegaConf.to_yaml(cfg, resolve=True)
+    """The resolved config as YAML, to record a run's settings next to its outputs (and reload with --config).
+
+    Upstream's keys that we accept only at their default are left out: a validated config holds them at
+    that default, and reloading the file restores them."""
+    data = OmegaConf.to_container(cfg, resolve=True)
+    _drop_upstream(cfg, data)
+    return OmegaConf.to_yaml(OmegaConf.create(data))
+
+
+def _drop_upstream(node: DictConfig, data: dict) -> None:
+    for k in list(data):
+        child = node._get_node(k)
+        if child._get_node_flag("verl_upstream"):
+            del data[k]
+        elif isinstance(child, DictConfig) and not is_open(child) and isinstance(data[k], dict):
+            _drop_upstream(child, data[k])
 
 
 # ------------------------------------------------------------------------------------ command line
