@@ -6,8 +6,8 @@ from pathlib import Path
 
 from verl.trainer.config import upstream
 from verl.trainer.config.loader import full_defaults
-from verl.trainer.config.reference import main as reference_main
 from verl.trainer.config.not_implemented import flatten
+from verl.trainer.config.reference import main as reference_main
 
 ROOT = Path(__file__).resolve().parents[5]
 
