@@ -182,12 +182,17 @@ def test_aliases_from_the_command_line():
             "actor_rollout_ref.actor.optim.clip_grad=0.5",
             "actor_rollout_ref.actor.optim.warmup_style=cosine",
             "reward.reward_model.model_path=/rm",
+            "reward.reward_manager.source=register",  # upstream's default under our plain-value key: dropped
         ]
     )
     assert cfg.reward.reward_manager == "prime"
     assert cfg.actor_rollout_ref.actor.grad_clip == 0.5
     assert cfg.actor_rollout_ref.actor.optim.lr_scheduler_type == "cosine"
     assert cfg.reward.reward_model.model.path == "/rm"
+    with pytest.raises(
+        ConfigError, match="reward.reward_manager.source=importlib: custom reward-manager modules"
+    ):
+        load_config([*VALID, "reward.reward_manager.source=importlib"])
 
 
 @pytest.mark.skipif(importlib.util.find_spec("sglang") is not None, reason="sglang is installed here")

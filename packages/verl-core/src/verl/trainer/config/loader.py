@@ -220,6 +220,8 @@ def _apply_override(cfg, op, key, raw, schema, defaults_yaml, base, problems, to
             return
         key = target
     exists, in_open = known(cfg, key), _inside_open_dict(cfg, key)
+    if op != "~" and _under_our_value(cfg, key, value, form, problems):
+        return
     if op == "+":
         if exists:
             problems.append(
@@ -324,6 +326,8 @@ def _merge_file(cfg: DictConfig, data: dict, where: str, problems: list[str], to
             if target is None:
                 continue
             key = target
+        if _under_our_value(cfg, key, value, f"{key} ({where})", problems):
+            continue
         _set(cfg, key, value, where, problems)
         touched.add(key)
 
@@ -339,6 +343,21 @@ def _leaves(cfg: DictConfig, data: dict, prefix: str):
             yield from _leaves(cfg, v, key + ".")
         else:
             yield key, v
+
+
+# ---------------------------------------------------------------------------------------- setting
+def _under_our_value(cfg: DictConfig, key: str, value: Any, form: str, problems: list[str]) -> bool:
+    """Upstream keys under a key that is a plain value here (upstream's ``reward.reward_manager.source``,
+    ours ``reward.reward_manager`` is the name): accepted at upstream's default (dropped), else refused.
+    True when ``key`` was such a key."""
+    if known(cfg, key) or _inside_open_dict(cfg, key) or not upstream.is_upstream_key(key):
+        return False
+    default = upstream.upstream_default(key)
+    if value != default:
+        problems.append(
+            f"{form}: {upstream.refusal(key, in_schema=False)} (accepted only at its default, {default!r})"
+        )
+    return True
 
 
 # ---------------------------------------------------------------------------------------- setting

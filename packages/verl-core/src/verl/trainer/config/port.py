@@ -148,8 +148,13 @@ def classify(argv: list[str]) -> list[KeyReport]:
         elif upstream.alias_of(key):
             out.append(KeyReport(arg, "alias", f"upstream's spelling of {upstream.alias_of(key)}"))
         elif not known(cfg, key) and not _in_open_dict(cfg, key):
-            if upstream.is_upstream_key(key):
-                out.append(KeyReport(arg, "unknown", "an upstream 0.9.1 key we do not have"))
+            if upstream.is_upstream_key(key):  # under a plain value of ours (reward.reward_manager.source)
+                default = upstream.upstream_default(key)
+                accepted = raw is not None and _parse_value(raw) == default
+                reason = upstream.refusal(key, in_schema=False)
+                out.append(
+                    KeyReport(arg, "default" if accepted else "refused", f"{reason} (default {default!r})")
+                )
             else:
                 out.append(
                     KeyReport(arg, "stale", "not a key of upstream verl 0.9.1 either (an older spelling)")
