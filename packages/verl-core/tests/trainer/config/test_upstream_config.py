@@ -132,6 +132,15 @@ def test_every_upstream_key_is_ours_an_alias_or_accepted_at_its_default():
                 assert reason and reason != upstream.REFUSED[-1][1], f"{holder}: only the generic reason"
 
 
+def test_deleting_every_feature_line_keeps_a_specific_reason_for_each_upstream_key(monkeypatch):
+    monkeypatch.setattr(upstream, "FEATURES", {})  # the lead deletes a feature's line when it lands
+    cfg = load_config(VALID)
+    validate_config(cfg)
+    for key, (_, from_upstream) in flatten(cfg).items():
+        if from_upstream:
+            assert upstream.refusal(key, in_schema=False) != upstream.REFUSED[-1][1], key
+
+
 def test_upstream_keys_accepted_at_default_refused_otherwise_with_the_reason():
     validate_config(
         load_config(

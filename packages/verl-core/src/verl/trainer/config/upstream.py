@@ -325,6 +325,30 @@ REFUSED: tuple[tuple[str, str], ...] = (
         "ray_kwargs.ray_init.runtime_env.py_executable",
         "workers reuse the driver's interpreter; leave it null",
     ),
+    # what stays refused of a feature once its FEATURES line is deleted (its schema keys then implemented)
+    (
+        "*.model.lora.*",
+        "upstream's Megatron LoRA section is not read; LoRA is set by actor_rollout_ref.model."
+        "lora_rank / lora_alpha / target_modules",
+    ),
+    ("*.model.lora_rank", "LoRA is not implemented for this model"),
+    ("*.model.lora_alpha", "LoRA is not implemented for this model"),
+    ("*.model.target_modules", "LoRA is not implemented for this model"),
+    ("*.model.exclude_modules", "LoRA is not implemented for this model"),
+    ("*.model.lora_adapter_path", "LoRA is not implemented for this model"),
+    (
+        "*ulysses_sequence_parallel_size",
+        "sequence parallelism is set per role (<role>.ulysses_sequence_parallel_size)",
+    ),
+    ("*.fused_kernel_options.*", "fused-kernel options are not read"),
+    ("*use_fused_kernels", "fused kernels are not implemented for this model"),
+    ("*.use_liger", "Liger kernels are not implemented for this model"),
+    ("data.*_key", "this multi-modal input is not implemented"),
+    ("data.image_patch_size", "this multi-modal option is not implemented"),
+    ("data.return_multi_modal_inputs", "this multi-modal option is not implemented"),
+    ("data.mm_processor_kwargs", "this multi-modal option is not implemented"),
+    ("*.freeze_vision_tower", "this multi-modal option is not implemented"),
+    ("*.limit_images", "this multi-modal option is not implemented"),
     ("*", "not implemented in this verl; leave it at upstream's default"),
 )
 
