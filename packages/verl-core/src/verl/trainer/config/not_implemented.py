@@ -11,7 +11,7 @@ import functools
 import re
 from typing import Any
 
-import yaml
+import yaml  # PyYAML: a dependency of omegaconf
 
 from verl.trainer.config.upstream import CONFIG_NAMES, refusal, upstream_defaults
 

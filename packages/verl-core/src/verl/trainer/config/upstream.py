@@ -21,7 +21,7 @@ import functools
 from pathlib import Path
 from typing import Any
 
-import yaml
+import yaml  # PyYAML: a dependency of omegaconf
 
 UPSTREAM_KEYS_YAML = Path(__file__).with_name("upstream_keys.yaml")
 CONFIG_NAMES = ("ppo_trainer", "ppo_megatron_trainer")
