@@ -37,10 +37,12 @@ def test_paper_config_holds_upstreams_setting():
 
 
 def test_paper_config_validates_apart_from_the_missing_gpu():
-    # On this CPU machine the only problems are the GPU-only offload flags.
+    # On this CPU machine the only problems are the GPU-only offload flags and vLLM (a GPU package) not
+    # being installed.
     with pytest.raises(ConfigError) as ei:
         validate_collabllm_config(_paper("trainer.device=cpu"))
-    assert ei.value.problems and all("means nothing on CPU" in p for p in ei.value.problems), (
+    gpu_only = ("means nothing on CPU", "pip install 'verl-workers[vllm]'")
+    assert ei.value.problems and all(any(g in p for g in gpu_only) for p in ei.value.problems), (
         ei.value.problems
     )
 

@@ -1,5 +1,7 @@
 """The recipe's two configs and PRIME's config checks: upstream's numbers, what is derived, what is refused."""
 
+import importlib.util
+
 import pytest
 from verl.trainer.config import ConfigError
 from verl_recipe_prime.config import (
@@ -43,14 +45,17 @@ def test_paper_config_holds_upstreams_setting():
 def test_paper_config_validates_apart_from_the_missing_gpu():
     with pytest.raises(ConfigError) as ei:
         validate_prime_config(_paper("trainer.device=cpu"))
-    # the GPU-only offload flags of the actor and the PRM are the only problems on this CPU machine
-    assert len(ei.value.problems) == 2
-    assert all("offload" in p and "CPU" in p for p in ei.value.problems)
+    # the GPU-only offload flags of the actor and the PRM, and vLLM (a GPU package) not being installed, are
+    # the only problems on this CPU machine
+    vllm = "pip install 'verl-workers[vllm]'"
+    assert len(ei.value.problems) == 2 + (importlib.util.find_spec("vllm") is None)
+    assert all(("offload" in p and "CPU" in p) or vllm in p for p in ei.value.problems)
     validate_prime_config(_paper(
         "trainer.device=cpu", "actor_rollout_ref.actor.fsdp_config.param_offload=false",
         "actor_rollout_ref.actor.fsdp_config.optimizer_offload=false",
         "reward.reward_model.model.fsdp_config.param_offload=false",
         "reward.reward_model.model.fsdp_config.optimizer_offload=false",
+        "actor_rollout_ref.rollout.name=hf",  # the paper's vllm is a GPU package, not installed here
     ))  # fmt: skip
 
 

@@ -17,7 +17,14 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from verl.trainer.config import config_to_yaml, load_config, resolve_device, tokenizer_path, validate_config
+from verl.trainer.config import (
+    ConfigError,
+    config_to_yaml,
+    load_config,
+    resolve_device,
+    tokenizer_path,
+    validate_config,
+)
 from verl.trainer.config import use_critic as _use_critic
 from verl.trainer.config import use_reference_policy as _use_ref
 
@@ -101,7 +108,12 @@ def load_tokenizer(config: DictConfig):
     """The tokenizer through verl-workers' registered loader (core never imports transformers)."""
     from verl.trainer.model_builders import load_tokenizer as _load
 
-    return _load(tokenizer_path(config), trust_remote_code=bool(config.actor_rollout_ref.model.trust_remote_code))
+    tokenizer = _load(tokenizer_path(config), trust_remote_code=bool(config.actor_rollout_ref.model.trust_remote_code))
+    template = config.actor_rollout_ref.model.custom_chat_template
+    if template is not None:
+        # the driver renders every prompt (the dataset), so its tokenizer's template is the one that counts
+        tokenizer.chat_template = template
+    return tokenizer
 
 
 def build_trainer(config: DictConfig, tokenizer: Any = None, reward_fn: Any = None, val_reward_fn: Any = None,
@@ -154,6 +166,8 @@ def run_ppo(config: DictConfig, **build_kwargs: Any) -> dict[str, float]:
     try:
         metrics = trainer.fit()
     finally:
+        if config.ray_kwargs.timeline_json_file and ray.is_initialized():
+            ray.timeline(filename=config.ray_kwargs.timeline_json_file)  # Chrome trace of the Ray tasks
         trainer.shutdown()
     _print_outputs(config, metrics)
     return metrics
@@ -196,6 +210,12 @@ def main(argv: list[str] | None = None) -> None:
         return
     config = load_config(args)
     validate_config(config)
+    if not config.actor_rollout_ref.hybrid_engine:
+        # refused here, before Ray starts (the trainer refuses it too, for code that builds one directly)
+        raise ConfigError([
+            "actor_rollout_ref.hybrid_engine=false puts the rollout on a pool of its own, which main_ppo's "
+            "colocated loop does not do; use the asynchronous trainers of recipes/fully_async"
+        ])
     try:
         run_ppo(config)
     except NothingToTrainError as e:

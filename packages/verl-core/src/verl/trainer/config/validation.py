@@ -11,9 +11,11 @@ import warnings
 
 from omegaconf import DictConfig, OmegaConf
 
-from verl.trainer.config.loader import ConfigError
+from verl.trainer.config.installed import check_installed
+from verl.trainer.config.keys import ConfigError
 from verl.trainer.config.megatron import check_megatron, data_parallel_size
 from verl.trainer.config.scaling import check_scaling
+from verl.trainer.config.not_implemented import check_not_implemented
 
 TRUNCATION_MODES = ("error", "left", "right", "middle")
 STRATEGIES = ("fsdp2", "fsdp", "megatron")
@@ -88,6 +90,14 @@ def validate_config(cfg: DictConfig) -> None:
     _check_algorithm(cfg, problems)
     _check_trainer(cfg, problems)
     check_scaling(cfg, problems, world_size(cfg), use_critic(cfg), use_reference_policy(cfg))
+    check_not_implemented(cfg, problems)
+    check_installed(cfg, problems)
+    if cfg.actor_rollout_ref.model.custom_chat_template is not None and cfg.actor_rollout_ref.rollout.multi_turn.enable:
+        problems.append(
+            "actor_rollout_ref.model.custom_chat_template applies to the driver's tokenizer (single-turn prompts); "
+            "multi-turn agent loops render with the model's own template: save the template in the model's "
+            "tokenizer_config.json instead"
+        )
     if "megatron" in (cfg.actor_rollout_ref.actor.strategy, cfg.actor_rollout_ref.ref.strategy, cfg.critic.strategy):
         on_cpu = resolve_device(cfg) == "cpu"
         check_megatron(cfg, problems, world_size(cfg), use_critic(cfg), on_cpu)

@@ -1,0 +1,288 @@
+"""Port an upstream verl command line: key by key, what is supported, aliased or refused here, and why.
+
+    python -m verl.trainer.config.port -- data.train_files=... actor_rollout_ref.rollout.name=vllm ...
+    python -m verl.trainer.config.port -- examples/grpo_trainer/run_qwen2-7b.sh [more.sh ...]
+    python -m verl.trainer.config.port --markdown [--env NAME=VALUE] -- a.sh b.sh > report.md
+    python -m verl.trainer.config.port --markdown -- docs/upstream-examples/commands.json   # the sample
+
+For a ``.sh`` file the ``python3 -m verl.trainer.main_ppo ...`` command is taken out of the script (line
+continuations joined, the script's ``NAME=value`` / ``${NAME:-default}`` variables expanded, ``$@`` dropped).
+Each override is classified (supported, alias of our key, accepted at upstream's default, refused with the
+reason, unknown), then the whole command is loaded and validated as on a CUDA machine (this machine's lack
+of a GPU is not the command's problem; engines that are not installed here are, and are named with their
+install line). Exit status: 0 when every command loads, else 1.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from unittest import mock
+
+from verl.trainer.config import upstream
+from verl.trainer.config.keys import ConfigError, is_upstream_key, known
+from verl.trainer.config.loader import _parse_argv, _parse_value, full_defaults, load_config
+from verl.trainer.config.not_implemented import flatten
+
+_ENTRY = re.compile(r"(?:python3?|uv run(?: python3?)?)\s+-m\s+verl\.trainer\.main_ppo\b")
+_ASSIGN = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*|\d)(?::?-([^}$]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+INSTALL_MARK = "which is not installed"
+
+
+@dataclass
+class KeyReport:
+    arg: str
+    status: str  # supported | alias | default | refused | unknown | stale | form
+    detail: str = ""
+
+
+@dataclass
+class CommandReport:
+    source: str
+    argv: list[str]
+    keys: list[KeyReport] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def loads(self) -> bool:
+        """The config is accepted; engines not installed here are reported, not counted."""
+        return all(INSTALL_MARK in p for p in self.problems)
+
+    @property
+    def stale(self) -> list[str]:
+        """Arguments upstream verl 0.9.1 refuses as well (the script predates it)."""
+        return [k.arg for k in self.keys if k.status == "stale"]
+
+    @property
+    def needs(self) -> list[str]:
+        return [p for p in self.problems if INSTALL_MARK in p]
+
+
+# ------------------------------------------------------------------------------------------ scripts
+def commands_from_script(text: str, env: dict[str, str] | None = None) -> list[list[str]]:
+    """Every ``main_ppo`` command of a shell script, as argv lists (after ``-m verl.trainer.main_ppo``).
+
+    ``env``: values of variables the script takes from its environment (``SLURM_JOB_NUM_NODES``); unset
+    ones expand to "" as in bash, except ``HOME``."""
+    text = re.sub(r"\\\r?\n", " ", text)
+    env = {"HOME": "~", **(env or {})}
+    out = []
+    for line in text.splitlines():
+        code = _strip_comment(line)
+        m = _ENTRY.search(code)
+        if m:
+            rest = _expand(code[m.end() :], env)
+            argv = [a for a in shlex.split(rest, comments=True) if a not in ("$@", "$*")]
+            out.append([a for a in argv if not a.startswith(("2>", ">", "|", "&"))])
+            continue
+        a = _ASSIGN.match(code)
+        if a and not code.lstrip().startswith(("if ", "for ", "while ")):
+            value = _expand(a.group(2).strip(), env)
+            try:
+                parts = shlex.split(value, comments=True)
+                value = parts[0] if len(parts) == 1 else value
+            except ValueError:  # an apostrophe in a trailing comment
+                value = value.split(" #", 1)[0].strip().strip("'\"")
+            env[a.group(1)] = value
+    return out
+
+
+def _strip_comment(line: str) -> str:
+    return "" if line.lstrip().startswith("#") else line
+
+
+def _expand(text: str, env: dict[str, str]) -> str:
+    def sub(m: re.Match) -> str:
+        name = m.group(1) or m.group(3)
+        if name in env:
+            return env[name]
+        return m.group(2) if m.group(2) is not None else ""
+
+    text = re.sub(
+        r"\$\(basename ([^)]*)\)", lambda m: _expand(m.group(1), env).rstrip("/").rsplit("/", 1)[-1], text
+    )
+    while True:  # innermost first: ${A:-"${B}/x"}
+        expanded = _arith(_VAR.sub(sub, text), env)
+        if expanded == text:
+            return text
+        text = expanded
+
+
+def _arith(text: str, env: dict[str, str] | None = None) -> str:
+    """Evaluate bash arithmetic ``$(( ... ))`` whose names are the script's integer variables."""
+    out, i = [], 0
+    while (start := text.find("$((", i)) >= 0:
+        depth, j = 0, start + 1
+        while j < len(text):
+            depth += {"(": 1, ")": -1}.get(text[j], 0)
+            if depth == 0:
+                break
+            j += 1
+        inner = text[start + 3 : j - 1]
+        names = re.sub(r"\$?([A-Za-z_]\w*)", lambda m: (env or {}).get(m.group(1), m.group(0)), inner)
+        if re.fullmatch(r"[\d\s+\-*/()]+", names):  # only digits and + - * / ( ) are evaluated
+            out += [text[i:start], str(int(eval(names.replace("/", "//"))))]
+        else:
+            out.append(text[i : j + 1])
+        i = j + 1
+    return "".join(out) + text[i:]
+
+
+# ----------------------------------------------------------------------------------------- classify
+def classify(argv: list[str]) -> list[KeyReport]:
+    args = _parse_argv(argv)
+    name = "ppo_trainer"
+    if args.config_name and args.config_name.strip("'\"").removesuffix(".yaml") in upstream.CONFIG_NAMES:
+        name = args.config_name.strip("'\"").removesuffix(".yaml")
+    cfg = full_defaults(config_name=name)
+    out = [KeyReport(p, "form", p) for p in args.problems]
+    for op, key, raw in args.overrides:
+        arg = f"{op}{key}" + ("" if raw is None else f"={raw}")
+        if op == "+" and upstream.is_upstream_key(key):
+            out.append(KeyReport(arg, "stale", "upstream 0.9.1 has this key: Hydra refuses '+' on it too"))
+        elif upstream.alias_of(key):
+            out.append(KeyReport(arg, "alias", f"upstream's spelling of {upstream.alias_of(key)}"))
+        elif not known(cfg, key) and not _in_open_dict(cfg, key):
+            if upstream.is_upstream_key(key):  # under a plain value of ours (reward.reward_manager.source)
+                default = upstream.upstream_default(key)
+                accepted = raw is not None and _parse_value(raw) == default
+                reason = upstream.refusal(key, in_schema=False)
+                out.append(
+                    KeyReport(arg, "default" if accepted else "refused", f"{reason} (default {default!r})")
+                )
+            else:
+                out.append(
+                    KeyReport(arg, "stale", "not a key of upstream verl 0.9.1 either (an older spelling)")
+                )
+        elif known(cfg, key) and is_upstream_key(cfg, key) or upstream.refusal(key, in_schema=True):
+            from_upstream = is_upstream_key(cfg, key)
+            reason = upstream.refusal(key, in_schema=not from_upstream)
+            default = flatten(cfg).get(key, (None,))[0]
+            value = None if raw is None else _parse_value(raw)
+            if value == default or (isinstance(default, str) and "${" in default):
+                out.append(KeyReport(arg, "default", f"accepted at its default; {reason}"))
+            else:
+                out.append(KeyReport(arg, "refused", f"{reason} (default {default!r})"))
+        else:
+            out.append(KeyReport(arg, "supported", ""))
+    return out
+
+
+def _in_open_dict(cfg, key: str) -> bool:
+    from verl.trainer.config.loader import _inside_open_dict
+
+    return _inside_open_dict(cfg, key)
+
+
+def report_command(source: str, argv: list[str]) -> CommandReport:
+    from verl.trainer.config.validation import validate_config
+
+    rep = CommandReport(source, argv, classify(argv))
+    try:
+        cfg = load_config(argv)
+        with mock.patch("torch.cuda.is_available", return_value=True):  # validated as on a CUDA machine
+            validate_config(cfg)
+    except ConfigError as e:
+        rep.problems = list(e.problems)
+    except FileNotFoundError as e:
+        rep.problems = [str(e)]
+    return rep
+
+
+def reports_for(inputs: list[str], env: dict[str, str] | None = None) -> list[CommandReport]:
+    if len(inputs) == 1 and inputs[0].endswith(".json"):
+        # extracted commands: [{"source": ..., "argv": [...]}, ...] (see docs/upstream-examples/)
+        return [report_command(c["source"], c["argv"]) for c in json.loads(Path(inputs[0]).read_text())]
+    if inputs and all(Path(p).is_file() and p.endswith(".sh") for p in inputs):
+        reps = []
+        for p in inputs:
+            cmds = commands_from_script(Path(p).read_text(), env)
+            if not cmds:
+                reps.append(
+                    CommandReport(p, [], problems=["no `python3 -m verl.trainer.main_ppo` command found"])
+                )
+            for i, argv in enumerate(cmds):
+                reps.append(report_command(p if len(cmds) == 1 else f"{p} #{i + 1}", argv))
+        return reps
+    return [report_command("command line", inputs)]
+
+
+# ------------------------------------------------------------------------------------------- output
+def render_text(reps: list[CommandReport]) -> str:
+    lines = []
+    for rep in reps:
+        verdict = (
+            "STALE (upstream 0.9.1 refuses it too)" if rep.stale else "LOADS" if rep.loads else "REFUSED"
+        )
+        lines.append(f"== {rep.source}: {verdict}")
+        for k in rep.keys:
+            lines.append(f"  [{k.status:9}] {k.arg}" + (f"  -- {k.detail}" if k.detail else ""))
+        for p in rep.problems:
+            lines.append(f"  problem: {p}")
+    lines.append(summary(reps))
+    return "\n".join(lines) + "\n"
+
+
+def summary(reps: list[CommandReport]) -> str:
+    current = [r for r in reps if not r.stale]
+    n, ok = len(current), sum(r.loads for r in current)
+    clean = sum(r.loads and not r.needs for r in current)
+    return (
+        f"{len(reps)} commands; {len(reps) - n} use keys upstream verl 0.9.1 refuses too (older scripts, "
+        f"excluded); of the other {n}: {ok} load ({100 * ok / max(n, 1):.0f}%), {n - ok} refused for a named "
+        f"reason; {ok - clean} of those that load name a GPU rollout engine not installed here (install line above)"
+    )
+
+
+def render_markdown(reps: list[CommandReport]) -> str:
+    lines = [
+        "# Upstream example commands through our config loader",
+        "",
+        f"**{summary(reps)}**",
+        "",
+        "| script | loads | needs | refused because |",
+        "|---|---|---|---|",
+    ]
+    for r in reps:
+        needs = "; ".join(sorted({p.split(": ")[-1].split(" (")[0] for p in r.needs}))
+        why = "<br>".join(p.replace("|", "/") for p in r.problems if INSTALL_MARK not in p)
+        verdict = (
+            "stale: upstream 0.9.1 refuses " + ", ".join(f"`{a}`" for a in r.stale)
+            if r.stale
+            else ("yes" if r.loads else "no")
+        )
+        lines.append(f"| `{r.source}` | {verdict} | {needs} | {why} |")
+    lines += ["", "## Key by key", ""]
+    for r in reps:
+        lines += [f"### `{r.source}`", "", "| argument | status | why |", "|---|---|---|"]
+        for k in r.keys:
+            lines.append(f"| `{k.arg.replace('|', '/')}` | {k.status} | {k.detail.replace('|', '/')} |")
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    markdown = "--markdown" in argv
+    env = {}
+    while argv and argv[0] != "--":
+        flag = argv.pop(0)
+        if flag == "--env" and argv:
+            name, _, value = argv.pop(0).partition("=")
+            env[name] = value
+        elif flag != "--markdown":
+            raise SystemExit(
+                f"unknown option {flag!r}; usage: port [--markdown] [--env NAME=VALUE] -- ARGS | FILE.sh ..."
+            )
+    argv = argv[1:]
+    reps = reports_for(argv, env)
+    sys.stdout.write(render_markdown(reps) if markdown else render_text(reps))
+    return 0 if all(r.loads or r.stale for r in reps) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,42 @@
+"""main_ppo reads the config keys it accepts: custom_chat_template, hybrid_engine (refused before Ray)."""
+
+import types
+
+import pytest
+from verl.trainer import main_ppo
+from verl.trainer.config import ConfigError, load_config
+from verl.trainer.model_builders import TOKENIZER_LOADERS
+
+VALID = [
+    "data.train_files=train.parquet",
+    "actor_rollout_ref.model.path=/models/tiny",
+    "trainer.n_gpus_per_node=1",
+    "trainer.device=cpu",
+    "data.train_batch_size=8",
+    "actor_rollout_ref.rollout.n=2",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+]
+
+
+def test_custom_chat_template_replaces_the_tokenizers(monkeypatch):
+    loaded = []
+
+    def loader(path, trust_remote_code=False):
+        tok = types.SimpleNamespace(path=path, chat_template="the model's own")
+        loaded.append(tok)
+        return tok
+
+    monkeypatch.setitem(TOKENIZER_LOADERS._items, "hf", loader)
+    assert main_ppo.load_tokenizer(load_config(VALID)).chat_template == "the model's own"
+    cfg = load_config([*VALID, "actor_rollout_ref.model.custom_chat_template='{{ messages }}'"])
+    tok = main_ppo.load_tokenizer(cfg)
+    assert tok.chat_template == "{{ messages }}" and tok.path == "/models/tiny"
+
+
+def test_hybrid_engine_false_is_refused_before_ray_starts(monkeypatch):
+    def no_run(*a, **k):
+        raise AssertionError("run_ppo must not be reached")
+
+    monkeypatch.setattr(main_ppo, "run_ppo", no_run)
+    with pytest.raises(ConfigError, match="hybrid_engine=false .* recipes/fully_async"):
+        main_ppo.main([*VALID, "actor_rollout_ref.hybrid_engine=false"])
