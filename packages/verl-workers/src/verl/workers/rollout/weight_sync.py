@@ -145,6 +145,10 @@ class WeightBucketReceiver:
                 self._partial[m.name] = (first, data, filled)
         return done
 
+    @staticmethod
+    def _materialize(meta: TensorChunkMeta, data: torch.Tensor) -> torch.Tensor:
+        return data.view(meta.dtype).reshape(meta.shape)
+
     def finish(self) -> None:
         """Check that no tensor is left half-received (call after the last bucket)."""
         if self._partial:
@@ -164,10 +168,6 @@ def load_buckets_into(update_weights, buckets: Iterable[WeightBucket]) -> int:
             loaded += len(ready)
     receiver.finish()
     return loaded
-
-    @staticmethod
-    def _materialize(meta: TensorChunkMeta, data: torch.Tensor) -> torch.Tensor:
-        return data.view(meta.dtype).reshape(meta.shape)
 
 
 def receive_state_dict(buckets: Iterable[WeightBucket]) -> dict[str, torch.Tensor]:
