@@ -12,6 +12,7 @@ import warnings
 from omegaconf import DictConfig, OmegaConf
 
 from verl.trainer.config.loader import ConfigError
+from verl.trainer.config.lora import check_lora
 from verl.trainer.config.megatron import check_megatron, data_parallel_size
 
 TRUNCATION_MODES = ("error", "left", "right", "middle")
@@ -86,6 +87,7 @@ def validate_config(cfg: DictConfig) -> None:
     _check_sizes(cfg, problems)
     _check_algorithm(cfg, problems)
     _check_trainer(cfg, problems)
+    check_lora(cfg, problems)
     if "megatron" in (cfg.actor_rollout_ref.actor.strategy, cfg.actor_rollout_ref.ref.strategy, cfg.critic.strategy):
         on_cpu = resolve_device(cfg) == "cpu"
         check_megatron(cfg, problems, world_size(cfg), use_critic(cfg), on_cpu)
