@@ -15,11 +15,16 @@ R, ALPHA = 4, 8
 
 def _cfg(ppo_config, model_dir, *extra):
     return ppo_config(
-        f"actor_rollout_ref.model.path={model_dir}", "actor_rollout_ref.model.enable_gradient_checkpointing=false",
-        f"actor_rollout_ref.model.lora_rank={R}", f"actor_rollout_ref.model.lora_alpha={ALPHA}",
-        "actor_rollout_ref.actor.optim.lr=5e-2", "actor_rollout_ref.actor.optim.weight_decay=0.0",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4", "actor_rollout_ref.actor.ppo_mini_batch_size=8",
-        "actor_rollout_ref.rollout.n=1", *extra,
+        f"actor_rollout_ref.model.path={model_dir}",
+        "actor_rollout_ref.model.enable_gradient_checkpointing=false",
+        f"actor_rollout_ref.model.lora_rank={R}",
+        f"actor_rollout_ref.model.lora_alpha={ALPHA}",
+        "actor_rollout_ref.actor.optim.lr=5e-2",
+        "actor_rollout_ref.actor.optim.weight_decay=0.0",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+        "actor_rollout_ref.rollout.n=1",
+        *extra,
     ).actor_rollout_ref
 
 
@@ -27,8 +32,14 @@ def _actor(arr, train=True):
     from verl.workers.actor import DataParallelPPOActor
     from verl.workers.engine import build_engine
 
-    engine = build_engine("fsdp2", model_config=arr.model, engine_config=arr.actor.fsdp_config,
-                          optim_config=arr.actor.optim if train else None, grad_clip=1.0, total_training_steps=4)
+    engine = build_engine(
+        "fsdp2",
+        model_config=arr.model,
+        engine_config=arr.actor.fsdp_config,
+        optim_config=arr.actor.optim if train else None,
+        grad_clip=1.0,
+        total_training_steps=4,
+    )
     return DataParallelPPOActor(arr.actor, engine, ppo_mini_batch_size_per_rank=8)
 
 
@@ -55,8 +66,11 @@ def test_only_adapters_train(trained, tiny_model_dir):
     trainable = {n: p for n, p in module.named_parameters() if p.requires_grad}
     # expected count from the plain model: every Linear except the output head gets A [r, in] and B [out, r]
     base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    expected = sum(R * (m.in_features + m.out_features) for n, m in base.named_modules()
-                   if isinstance(m, torch.nn.Linear) and n != "lm_head")
+    expected = sum(
+        R * (m.in_features + m.out_features)
+        for n, m in base.named_modules()
+        if isinstance(m, torch.nn.Linear) and n != "lm_head"
+    )
     assert sum(p.numel() for p in trainable.values()) == expected
     assert all(".lora_A." in n or ".lora_B." in n for n in trainable)
     # optimizer state exists for exactly the adapter parameters
@@ -94,9 +108,12 @@ def test_merged_weights_equal_peft_merge_and_unload(trained, tiny_model_dir):
         want = engine.module(input_ids=ids, attention_mask=mask).logits
         got = plain(input_ids=ids, attention_mask=mask).logits
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
-    assert not torch.allclose(merged["model.layers.0.self_attn.q_proj.weight"],
-                              AutoModelForCausalLM.from_pretrained(tiny_model_dir).state_dict()[
-                                  "model.layers.0.self_attn.q_proj.weight"])
+    assert not torch.allclose(
+        merged["model.layers.0.self_attn.q_proj.weight"],
+        AutoModelForCausalLM.from_pretrained(tiny_model_dir).state_dict()[
+            "model.layers.0.self_attn.q_proj.weight"
+        ],
+    )
 
 
 def test_reference_is_the_base_model(trained, tiny_model_dir, ppo_config):
@@ -116,7 +133,7 @@ def test_reference_is_the_base_model(trained, tiny_model_dir, ppo_config):
     actor_lp, _ = actor.compute_log_prob(data)
     assert (actor_lp - base_lp).abs().max() > 1e-3
     with pytest.raises(RuntimeError, match="cannot forward_backward"):
-        ref.engine.forward_backward
+        _ = ref.engine.forward_backward
 
 
 def test_checkpoint_adapter_and_hf_export(trained, tiny_model_dir, ppo_config, tmp_path):
@@ -135,16 +152,29 @@ def test_checkpoint_adapter_and_hf_export(trained, tiny_model_dir, ppo_config, t
         want = engine.module(input_ids=ids, attention_mask=mask).logits
         # peft loads our adapter onto the base model and computes the same
         loaded = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model_dir), adapter)
-        torch.testing.assert_close(loaded(input_ids=ids, attention_mask=mask).logits, want, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(
+            loaded(input_ids=ids, attention_mask=mask).logits, want, rtol=1e-5, atol=1e-5
+        )
         # the offline export merges the DCP shards' adapter into a plain HF folder
         out = merge_checkpoint(ckpt, str(tmp_path / "hf"))
         exported = AutoModelForCausalLM.from_pretrained(out)
-        torch.testing.assert_close(exported(input_ids=ids, attention_mask=mask).logits, want, rtol=1e-5, atol=1e-5)
-        assert os.path.isfile(os.path.join(merge_checkpoint(ckpt, str(tmp_path / "ad"), lora_mode="adapter"),
-                                           "adapter_model.safetensors"))
+        torch.testing.assert_close(
+            exported(input_ids=ids, attention_mask=mask).logits, want, rtol=1e-5, atol=1e-5
+        )
+        assert os.path.isfile(
+            os.path.join(
+                merge_checkpoint(ckpt, str(tmp_path / "ad"), lora_mode="adapter"), "adapter_model.safetensors"
+            )
+        )
     # lora_adapter_path starts a new run from the saved adapter
-    resumed = _actor(_cfg(ppo_config, tiny_model_dir, f"actor_rollout_ref.model.lora_adapter_path={adapter}",
-                          "actor_rollout_ref.model.lora_rank=0"))
+    resumed = _actor(
+        _cfg(
+            ppo_config,
+            tiny_model_dir,
+            f"actor_rollout_ref.model.lora_adapter_path={adapter}",
+            "actor_rollout_ref.model.lora_rank=0",
+        )
+    )
     got = resumed.engine.hf_state_dict()
     for k, v in engine.hf_state_dict().items():
         torch.testing.assert_close(got[k], v, rtol=1e-6, atol=1e-6)
@@ -161,7 +191,10 @@ def test_config_errors_name_the_key(ppo_config, tmp_path):
         return str(e.value)
 
     assert "lora_rank=-1" in problems("actor_rollout_ref.model.lora_rank=-1")
-    assert "lora_alpha=0" in problems("actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.lora_alpha=0")
+    assert "lora_alpha=0" in problems(
+        "actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.lora_alpha=0"
+    )
     assert "no adapter_config.json" in problems(f"actor_rollout_ref.model.lora_adapter_path={tmp_path}")
-    assert "strategy=megatron" in problems("actor_rollout_ref.model.lora_rank=8",
-                                           "actor_rollout_ref.actor.strategy=megatron")
+    assert "strategy=megatron" in problems(
+        "actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.actor.strategy=megatron"
+    )

@@ -40,7 +40,6 @@ def merge_checkpoint(local_dir: str, target_dir: str, dtype: str | None = None, 
     ``PeftModel.from_pretrained`` on the base model). Returns ``target_dir``.
     """
     import torch.distributed.checkpoint as dcp
-
     from verl.workers.engine.lora import ADAPTER_DIR
 
     if lora_mode not in ("merge", "adapter"):

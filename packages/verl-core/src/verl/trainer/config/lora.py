@@ -19,7 +19,9 @@ def lora_on(cfg: DictConfig) -> bool:
 def _names(value) -> bool:
     if isinstance(value, str):
         return bool(value)
-    return isinstance(value, list | ListConfig) and bool(value) and all(isinstance(v, str) and v for v in value)
+    return (
+        isinstance(value, list | ListConfig) and bool(value) and all(isinstance(v, str) and v for v in value)
+    )
 
 
 def check_lora(cfg: DictConfig, problems: list[str]) -> None:
@@ -30,7 +32,9 @@ def check_lora(cfg: DictConfig, problems: list[str]) -> None:
     if not lora_on(cfg):
         return
     if m.lora_alpha is None or m.lora_alpha <= 0:
-        problems.append(f"{_KEY}.lora_alpha={m.lora_alpha!r} must be > 0 (the adapter's scale is lora_alpha / lora_rank)")
+        problems.append(
+            f"{_KEY}.lora_alpha={m.lora_alpha!r} must be > 0 (the adapter's scale is lora_alpha / lora_rank)"
+        )
     if not _names(m.target_modules):
         problems.append(
             f"{_KEY}.target_modules={m.target_modules!r} must be 'all-linear' or a non-empty list of module names"
@@ -43,7 +47,9 @@ def check_lora(cfg: DictConfig, problems: list[str]) -> None:
     if path is not None:
         config_file = os.path.join(str(path), "adapter_config.json")
         if not os.path.isfile(config_file):
-            problems.append(f"{_KEY}.lora_adapter_path={path!r} has no adapter_config.json (a peft adapter folder)")
+            problems.append(
+                f"{_KEY}.lora_adapter_path={path!r} has no adapter_config.json (a peft adapter folder)"
+            )
         else:
             with open(config_file) as f:
                 r = json.load(f).get("r")

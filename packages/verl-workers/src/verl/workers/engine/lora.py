@@ -103,7 +103,9 @@ class LoraLayout:
             if isinstance(mod, LoraLayer) and _ADAPTER in mod.lora_A:
                 layers[name] = (float(mod.scaling[_ADAPTER]), bool(getattr(mod, "fan_in_fan_out", False)))
         if not layers:
-            raise ValueError("LoRA is on but peft put no adapter on any module; check target_modules/exclude_modules")
+            raise ValueError(
+                "LoRA is on but peft put no adapter on any module; check target_modules/exclude_modules"
+            )
         tied = bool(getattr(peft_model.get_base_model().config, "tie_word_embeddings", False))
         return cls(layers=layers, tied_embeddings=tied)
 
@@ -199,6 +201,12 @@ class AdapterDisabledEngine:
 
     def __getattr__(self, name: str) -> Any:
         # sizes and flags the actor code reads (dp_rank, dp_size, dp_group, remove_padding, device, ...)
-        if name in ("forward_backward", "optimizer_step", "lr_scheduler_step", "save_checkpoint", "load_checkpoint"):
+        if name in (
+            "forward_backward",
+            "optimizer_step",
+            "lr_scheduler_step",
+            "save_checkpoint",
+            "load_checkpoint",
+        ):
             raise RuntimeError(f"the LoRA reference policy is the actor's base model and cannot {name}")
         return getattr(self._engine, name)
