@@ -8,7 +8,6 @@ import os
 import pytest
 import torch
 
-pytest.importorskip("peft")
 
 R, ALPHA = 4, 8
 

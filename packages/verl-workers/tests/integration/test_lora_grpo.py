@@ -8,7 +8,6 @@ import os
 import pytest
 import torch
 
-pytest.importorskip("peft")
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
