@@ -43,18 +43,33 @@ def child(model_dir: str, rank: int, steps: int) -> dict:
     from verl.workers.engine import build_engine
     from verl.workers.engine.testing import make_rl_batch
 
-    cfg = load_config([
-        f"actor_rollout_ref.model.path={model_dir}", "data.train_files=unused.parquet",
-        "actor_rollout_ref.model.enable_gradient_checkpointing=false",
-        f"actor_rollout_ref.model.lora_rank={rank}", f"actor_rollout_ref.model.lora_alpha={2 * max(rank, 1)}",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=64", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=64",
-        "actor_rollout_ref.rollout.n=1", "data.train_batch_size=64", "trainer.device=cpu",
-        "trainer.n_gpus_per_node=1", "actor_rollout_ref.actor.optim.lr=1e-4",
-    ], defaults_yaml=None)
+    cfg = load_config(
+        [
+            f"actor_rollout_ref.model.path={model_dir}",
+            "data.train_files=unused.parquet",
+            "actor_rollout_ref.model.enable_gradient_checkpointing=false",
+            f"actor_rollout_ref.model.lora_rank={rank}",
+            f"actor_rollout_ref.model.lora_alpha={2 * max(rank, 1)}",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=64",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=64",
+            "actor_rollout_ref.rollout.n=1",
+            "data.train_batch_size=64",
+            "trainer.device=cpu",
+            "trainer.n_gpus_per_node=1",
+            "actor_rollout_ref.actor.optim.lr=1e-4",
+        ],
+        defaults_yaml=None,
+    )
     validate_config(cfg)
     arr = cfg.actor_rollout_ref
-    engine = build_engine("fsdp2", model_config=arr.model, engine_config=arr.actor.fsdp_config,
-                          optim_config=arr.actor.optim, grad_clip=1.0, total_training_steps=steps)
+    engine = build_engine(
+        "fsdp2",
+        model_config=arr.model,
+        engine_config=arr.actor.fsdp_config,
+        optim_config=arr.actor.optim,
+        grad_clip=1.0,
+        total_training_steps=steps,
+    )
     actor = DataParallelPPOActor(arr.actor, engine, ppo_mini_batch_size_per_rank=64)
     data = make_rl_batch(n=64, prompt_len=4, response_len=64, vocab=60, seed=0)
     params = list(engine.module.parameters())
@@ -64,8 +79,12 @@ def child(model_dir: str, rank: int, steps: int) -> dict:
         t = time.process_time()
         actor.update_policy(data)
         times.append(time.process_time() - t)
-    opt_bytes = sum(v.numel() * v.element_size() for s in engine.optimizer.state.values() for v in s.values()
-                    if torch.is_tensor(v) and v.dim() > 0)
+    opt_bytes = sum(
+        v.numel() * v.element_size()
+        for s in engine.optimizer.state.values()
+        for v in s.values()
+        if torch.is_tensor(v) and v.dim() > 0
+    )
     return {
         "total_params": sum(p.numel() for p in params),
         "trainable_params": sum(p.numel() for p in params if p.requires_grad),
@@ -97,8 +116,13 @@ def main() -> None:
     for r in range(args.rounds):
         order = list(sides) if r % 2 == 0 else list(sides)[::-1]
         for name in order:
-            out = subprocess.run([sys.executable, __file__, "--child", model_dir, str(sides[name]), str(args.steps)],
-                                 capture_output=True, text=True, env=env, check=True).stdout
+            out = subprocess.run(
+                [sys.executable, __file__, "--child", model_dir, str(sides[name]), str(args.steps)],
+                capture_output=True,
+                text=True,
+                env=env,
+                check=True,
+            ).stdout
             results[name].append(json.loads(out.split("RESULT ", 1)[1]))
             print(f"round {r + 1}: {name} done", file=sys.stderr)
     keys = list(results["full"][0])

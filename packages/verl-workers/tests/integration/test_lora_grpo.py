@@ -25,7 +25,9 @@ def test_grpo_with_lora_trains_adapters_only(ray_cluster, tmp_path, tiny_model_d
         "def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):\n"
         "    return sum(c.isdigit() for c in solution_str) / max(len(solution_str), 1)\n"
     )
-    train = write_parquet(make_arithmetic_rows(8, seed=0, digits=1, split="train"), tmp_path / "train.parquet")
+    train = write_parquet(
+        make_arithmetic_rows(8, seed=0, digits=1, split="train"), tmp_path / "train.parquet"
+    )
     out = tmp_path / "out"
     cfg = load_config(
         [
