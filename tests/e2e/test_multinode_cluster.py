@@ -61,8 +61,8 @@ def _start_node(cmd: list[str], env: dict, log_path: Path, attempts: int = 3) ->
         try:
             # Start-up only: a small priority boost so the node's agents report in time on a loaded
             # machine; the node's process group goes back to normal priority once it is up.
-            os.setpriority(os.PRIO_PGRP, proc.pid, -5)
-            deadline = time.monotonic() + 240
+            os.setpriority(os.PRIO_PGRP, proc.pid, -15)
+            deadline = time.monotonic() + 100
             while time.monotonic() < deadline and proc.poll() is None:
                 if "Ray runtime started" in log_file.read_text():
                     os.setpriority(os.PRIO_PGRP, proc.pid, 0)
