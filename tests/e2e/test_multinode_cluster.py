@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+# node start-up retries on a loaded machine can take minutes on their own
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1500)]
 
 DRIVER = Path(__file__).with_name("multinode_driver.py")
 
