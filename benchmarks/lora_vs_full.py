@@ -31,7 +31,7 @@ def _rss_kib() -> int:
         return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
 
 
-def child(model_dir: str, rank: int, steps: int) -> dict:
+def child(model_dir: str, rank: int, steps: int, rows: int = 64, response_len: int = 64) -> dict:
     import torch
     import torch.distributed as dist
 
@@ -50,10 +50,10 @@ def child(model_dir: str, rank: int, steps: int) -> dict:
             "actor_rollout_ref.model.enable_gradient_checkpointing=false",
             f"actor_rollout_ref.model.lora_rank={rank}",
             f"actor_rollout_ref.model.lora_alpha={2 * max(rank, 1)}",
-            "actor_rollout_ref.actor.ppo_mini_batch_size=32",
-            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=64",
+            f"actor_rollout_ref.actor.ppo_mini_batch_size={rows // 2}",
+            f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={rows}",
             "actor_rollout_ref.rollout.n=2",
-            "data.train_batch_size=32",
+            f"data.train_batch_size={rows // 2}",
             "trainer.device=cpu",
             "trainer.n_gpus_per_node=1",
             "actor_rollout_ref.actor.optim.lr=1e-4",
@@ -70,8 +70,8 @@ def child(model_dir: str, rank: int, steps: int) -> dict:
         grad_clip=1.0,
         total_training_steps=steps,
     )
-    actor = DataParallelPPOActor(arr.actor, engine, ppo_mini_batch_size_per_rank=64)
-    data = make_rl_batch(n=64, prompt_len=4, response_len=64, vocab=60, seed=0)
+    actor = DataParallelPPOActor(arr.actor, engine, ppo_mini_batch_size_per_rank=rows)
+    data = make_rl_batch(n=rows, prompt_len=4, response_len=response_len, vocab=60, seed=0)
     params = list(engine.module.parameters())
     before = _rss_kib()
     times = []
@@ -95,21 +95,44 @@ def child(model_dir: str, rank: int, steps: int) -> dict:
     }
 
 
+def _build_model(out_dir: str, size: str, hidden: int | None, layers: int | None) -> None:
+    """A random-init Qwen2 with the char tokenizer (verl.workers.tiny), optionally widened/deepened."""
+    import torch
+    from transformers import Qwen2ForCausalLM
+    from verl.workers.tiny import build_char_tokenizer, tiny_qwen2_config
+
+    tok = build_char_tokenizer(out_dir)
+    config = tiny_qwen2_config(size, vocab_size=len(tok))
+    if hidden is not None:
+        config.hidden_size, config.intermediate_size = hidden, 4 * hidden
+    if layers is not None:
+        config.num_hidden_layers = layers
+    torch.manual_seed(0)
+    Qwen2ForCausalLM(config).save_pretrained(out_dir)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", default="s", help="tiny model size (verl.workers.tiny.SIZES)")
     ap.add_argument("--rank", type=int, default=8)
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--child", nargs=3, metavar=("MODEL", "RANK", "STEPS"), help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--hidden", type=int, default=None, help="override the model's hidden size (intermediate = 4x)"
+    )
+    ap.add_argument("--layers", type=int, default=None, help="override the number of layers")
+    ap.add_argument("--rows", type=int, default=64, help="trajectories per update")
+    ap.add_argument("--response-len", type=int, default=64)
+    ap.add_argument(
+        "--child", nargs=5, metavar=("MODEL", "RANK", "STEPS", "ROWS", "RLEN"), help=argparse.SUPPRESS
+    )
     args = ap.parse_args()
     if args.child:
-        print("RESULT " + json.dumps(child(args.child[0], int(args.child[1]), int(args.child[2]))))
+        model, *nums = args.child
+        print("RESULT " + json.dumps(child(model, *map(int, nums))))
         return
-    from verl.workers.tiny import build_tiny_qwen2
-
     model_dir = tempfile.mkdtemp(prefix="lora_bench_model_")
-    build_tiny_qwen2(model_dir, size=args.size, seed=0)
+    _build_model(model_dir, args.size, args.hidden, args.layers)
     sides = {"full": 0, f"lora r={args.rank}": args.rank}
     results: dict[str, list[dict]] = {name: [] for name in sides}
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -117,7 +140,16 @@ def main() -> None:
         order = list(sides) if r % 2 == 0 else list(sides)[::-1]
         for name in order:
             out = subprocess.run(
-                [sys.executable, __file__, "--child", model_dir, str(sides[name]), str(args.steps)],
+                [
+                    sys.executable,
+                    __file__,
+                    "--child",
+                    model_dir,
+                    str(sides[name]),
+                    str(args.steps),
+                    str(args.rows),
+                    str(args.response_len),
+                ],
                 capture_output=True,
                 text=True,
                 env=env,
@@ -126,7 +158,10 @@ def main() -> None:
             results[name].append(json.loads(out.split("RESULT ", 1)[1]))
             print(f"round {r + 1}: {name} done", file=sys.stderr)
     keys = list(results["full"][0])
-    print(f"model: tiny Qwen2 '{args.size}', {args.steps} updates per run, {args.rounds} alternating rounds")
+    print(
+        f"model: tiny Qwen2 '{args.size}' hidden={args.hidden} layers={args.layers}; {args.rows} rows x "
+        f"(4 + {args.response_len}) tokens; {args.steps} updates per run, {args.rounds} alternating rounds"
+    )
     print(f"{'metric':<22}" + "".join(f"{n:>16}" for n in sides) + f"{'lora/full':>12}")
     lora = list(sides)[1]
     for k in keys:
