@@ -11,6 +11,7 @@ this machine connects to it by accident.
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -153,6 +154,7 @@ def test_grpo_on_two_ray_nodes(tmp_path):
     finally:
         for p in reversed(procs):
             _stop(p)
+        shutil.rmtree(temp_dir, ignore_errors=True)
     assert run.returncode == 0, f"driver failed:\n{run.stdout[-3000:]}\n{run.stderr[-5000:]}"
     line = next(ln for ln in run.stdout.splitlines() if ln.startswith("RESULT "))
     result = json.loads(line.removeprefix("RESULT "))
