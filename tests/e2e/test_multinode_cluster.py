@@ -50,6 +50,13 @@ def _node_ports() -> list[str]:
     return [*args, f"--worker-port-list={workers}"]
 
 
+def _renice(pgid: int, value: int) -> None:
+    try:  # raising priority needs root; without it the node just starts at normal priority
+        os.setpriority(os.PRIO_PGRP, pgid, value)
+    except PermissionError:
+        pass
+
+
 def _start_node(cmd: list[str], env: dict, log_path: Path, attempts: int = 3) -> subprocess.Popen:
     """``ray start --block`` until it reports "Ray runtime started". On a busy machine a node's raylet can
     give up waiting (~15 s, fixed in this Ray) for its Python agents to report their ports; a retry, with
@@ -63,11 +70,11 @@ def _start_node(cmd: list[str], env: dict, log_path: Path, attempts: int = 3) ->
         try:
             # Start-up only: a small priority boost so the node's agents report in time on a loaded
             # machine; the node's process group goes back to normal priority once it is up.
-            os.setpriority(os.PRIO_PGRP, proc.pid, -15)
+            _renice(proc.pid, -15)
             deadline = time.monotonic() + 100
             while time.monotonic() < deadline and proc.poll() is None:
                 if "Ray runtime started" in log_file.read_text():
-                    os.setpriority(os.PRIO_PGRP, proc.pid, 0)
+                    _renice(proc.pid, 0)
                     return proc
                 time.sleep(0.5)
         except BaseException:
