@@ -29,6 +29,7 @@ import torch.distributed as dist
 from verl import DataProto
 from verl.single_controller.base.decorator import Dispatch, make_nd_compute_dataproto_dispatch_fn, register
 from verl.single_controller.base.worker import Worker
+from verl.workers.engine.lora import AdapterDisabledEngine, lora_enabled
 
 ROLES = ("actor_rollout_ref", "actor_rollout", "actor", "rollout", "ref")
 # Weight-sync bucket size for rollout engines that hold their own weights (rollout.engine_kwargs key).
@@ -151,6 +152,7 @@ class ActorRolloutRefWorker(Worker):
         self.actor_engine = self.ref_engine = None
         self.actor = self.ref_policy = self.rollout = None
         self.tokenizer = None
+        self._hf_copy = None  # LoRA + a rollout that reads plain HF weights: its merged copy
         self._ckpt = _CheckpointKeeper()
         # Bumped by every actor update; engines with their own weights resync when it moves.
         self._weights_version = 0
@@ -193,14 +195,23 @@ class ActorRolloutRefWorker(Worker):
             )
             self.rollout = build_rollout(
                 cfg.rollout.name,
-                module=self.actor_engine.module,
+                module=self._rollout_module(),
                 config=cfg.rollout,
                 tokenizer=self.tokenizer,
                 model_config=cfg.model,
                 reshard_after_forward=bool(cfg.actor.fsdp_config.reshard_after_forward),
                 device=self.actor_engine.device,
             )
-        if self._is_ref:
+        if self._is_ref and lora_enabled(cfg.model):
+            if self.actor_engine is None:
+                raise ValueError(
+                    f"with LoRA (actor_rollout_ref.model.lora_rank={cfg.model.lora_rank}) the reference policy is the "
+                    f"actor's base model with its adapters disabled; role {self.role!r} has no actor. Use role "
+                    f"'actor_rollout_ref'"
+                )
+            self.ref_engine = AdapterDisabledEngine(self.actor_engine)  # no second copy of the weights
+            self.ref_policy = DataParallelPPOActor(cfg.ref, self.ref_engine)
+        elif self._is_ref:
             self.ref_engine = build_engine(
                 cfg.ref.strategy,
                 model_config=cfg.model,
@@ -211,19 +222,40 @@ class ActorRolloutRefWorker(Worker):
             )
             self.ref_policy = DataParallelPPOActor(cfg.ref, self.ref_engine)
 
+    def _rollout_module(self) -> torch.nn.Module:
+        """What the rollout samples from: the actor's live module, or with LoRA and an engine that reads
+        the trainer's module (``hf``, ``native``) a plain HF copy that receives the merged weights after
+        every update (the decode loops read plain HF weights, not peft's base + adapter layers)."""
+        from verl.workers.rollout.base import get_rollout_class
+
+        engine = self.actor_engine
+        if engine.lora is None or not get_rollout_class(self.config.rollout.name).shares_trainer_weights:
+            return engine.module
+        from verl.workers.engine.hf_model import load_hf_model
+        from verl.workers.megatron_workers import HFWeightCopy
+
+        module = load_hf_model(self.config.model, "causal_lm", engine.precision.param_dtype).to(engine.device)
+        module.requires_grad_(False)
+        self._hf_copy = HFWeightCopy(module)
+        return module
+
     @property
     def actor_module(self) -> torch.nn.Module:
         """The actor's (wrapped) module: the one the ``hf`` rollout samples from."""
         return self.actor_engine.module
 
     def _sync_rollout_weights(self) -> None:
-        """Push the actor's current weights to a rollout engine that keeps its own copy (collective)."""
-        if self.rollout.shares_trainer_weights or self._rollout_weights_version == self._weights_version:
+        """Push the actor's current weights (HF names; LoRA merged in) to a rollout engine that keeps its
+        own copy, or to the LoRA run's HF copy (collective)."""
+        target = self._hf_copy if self._hf_copy is not None else self.rollout
+        if target is self.rollout and self.rollout.shares_trainer_weights:
+            return
+        if self._rollout_weights_version == self._weights_version:
             return
         from verl.workers.rollout.weight_sync import sync_weights
 
         bucket_mb = int(dict(self.config.rollout.engine_kwargs or {}).get(_BUCKET_MB_KEY, 512))
-        sync_weights(self.actor_engine.full_state_dict().items(), self.rollout, bucket_mb << 20)
+        sync_weights(self.actor_engine.hf_state_dict().items(), target, bucket_mb << 20)
         self._rollout_weights_version = self._weights_version
 
     # ------------------------------------------------------------------ rollout
@@ -284,6 +316,11 @@ class ActorRolloutRefWorker(Worker):
             raise RuntimeError(
                 f"refresh_ref_from_actor needs the actor and the reference in one worker (role "
                 f"'actor_rollout_ref'); this worker's role is {self.role!r}"
+            )
+        if self.actor_engine.lora is not None:
+            raise ValueError(
+                "refresh_ref_from_actor with LoRA: the reference is the actor's base model (adapters disabled); "
+                "it cannot take the trained adapters. Train without LoRA (lora_rank=0) when the reference must follow the actor"
             )
         self.ref_engine.load_full_state_dict(self.actor_engine.full_state_dict())
 

@@ -121,7 +121,7 @@ class SFTWorker(Worker):
     def save_hf_model(self, path: str) -> str:
         """Write a Hugging Face folder (weights, config, generation config, tokenizer) that
         ``from_pretrained(path)`` and RL's ``actor_rollout_ref.model.path`` load (collective)."""
-        state = self.engine.full_state_dict()
+        state = self.engine.hf_state_dict()  # with LoRA: adapters merged in
         if dist.get_rank() == 0:
             save_hf_folder(state, self.engine.hf_config, self.config.model, path)
         dist.barrier()

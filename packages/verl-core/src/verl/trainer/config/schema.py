@@ -117,6 +117,12 @@ class ModelConfig:
     enable_gradient_checkpointing: bool = True
     enable_activation_offload: bool = False
     use_remove_padding: bool = False
+    # LoRA (peft; verl-workers[lora]): lora_rank > 0 or lora_adapter_path turns it on (actor only)
+    lora_rank: int = 0
+    lora_alpha: int = 16
+    target_modules: Any = "all-linear"  # "all-linear" or a list of module names
+    exclude_modules: Any = None  # null, a regex string or a list of module names
+    lora_adapter_path: str | None = None  # a peft adapter folder to start from (its config wins)
     use_fused_kernels: bool = False  # chunked LM head + log-prob/entropy (never [tokens, vocab] logits)
     use_liger: bool = False  # Liger's Triton kernels (GPU + liger-kernel only)
     trust_remote_code: bool = False

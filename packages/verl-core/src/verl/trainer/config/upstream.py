@@ -58,17 +58,6 @@ _RM_ROLLOUT = (
 #: Feature keys that other work implements; each line: name -> (key patterns, why refused for now).
 #: Flip a feature to implemented by deleting its line (the keys then come from schema.py).
 FEATURES: dict[str, tuple[tuple[str, ...], str]] = {
-    "lora": (
-        (
-            "*.model.lora_rank",
-            "*.model.lora_alpha",
-            "*.model.target_modules",
-            "*.model.exclude_modules",
-            "*.model.lora_adapter_path",
-            "*.model.lora.*",
-        ),
-        "LoRA adapters are not implemented yet; train the full model (leave the LoRA keys at their defaults)",
-    ),
     "vlm": (
         (
             "data.image_key",

@@ -13,9 +13,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from verl.trainer.config.installed import check_installed
 from verl.trainer.config.keys import ConfigError
+from verl.trainer.config.lora import check_lora
 from verl.trainer.config.megatron import check_megatron, data_parallel_size
-from verl.trainer.config.scaling import check_scaling
 from verl.trainer.config.not_implemented import check_not_implemented
+from verl.trainer.config.scaling import check_scaling
 
 TRUNCATION_MODES = ("error", "left", "right", "middle")
 STRATEGIES = ("fsdp2", "fsdp", "megatron")
@@ -98,6 +99,7 @@ def validate_config(cfg: DictConfig) -> None:
             "multi-turn agent loops render with the model's own template: save the template in the model's "
             "tokenizer_config.json instead"
         )
+    check_lora(cfg, problems)
     if "megatron" in (cfg.actor_rollout_ref.actor.strategy, cfg.actor_rollout_ref.ref.strategy, cfg.critic.strategy):
         on_cpu = resolve_device(cfg) == "cpu"
         check_megatron(cfg, problems, world_size(cfg), use_critic(cfg), on_cpu)

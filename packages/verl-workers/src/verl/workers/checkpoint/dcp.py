@@ -121,7 +121,8 @@ def save_engine_checkpoint(engine: _FSDPEngineBase, path: str, global_step: int 
             "world_size": world,
         }
         torch.save(extra, os.path.join(path, f"extra_state_rank_{rank}.pt"))
-    full = engine.full_state_dict() if "hf_model" in contents else None  # collective
+    # HF names; with LoRA the adapters merged in (the adapter itself goes to lora_adapter/)
+    full = engine.hf_state_dict() if "hf_model" in contents else None  # collective
     if rank == 0:
         _save_hf_config(engine, os.path.join(path, HF_DIR), full)
     dist.barrier()

@@ -125,7 +125,13 @@ class BaseEngine(ABC):
 
     @abstractmethod
     def full_state_dict(self) -> dict[str, torch.Tensor]:
-        """Unsharded parameters (HF names, CPU tensors) on every rank (collective call)."""
+        """Unsharded parameters (CPU tensors) on every rank (collective call): the module's own names
+        (HF names, or peft's ``base_model.model.*`` with LoRA)."""
+
+    def hf_state_dict(self) -> dict[str, torch.Tensor]:
+        """The weights under the HF model's names, as a rollout or an HF export loads them (collective);
+        engines with adapters merge them in (:mod:`verl.workers.engine.lora`)."""
+        return self.full_state_dict()
 
     def load_full_state_dict(self, state_dict: Mapping[str, torch.Tensor]) -> None:
         """Overwrite the parameters with a full state dict as :meth:`full_state_dict` returns it, given on

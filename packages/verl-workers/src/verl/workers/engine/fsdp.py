@@ -24,6 +24,7 @@ mixed precision there runs through :class:`~verl.workers.engine.precision.Comput
 from __future__ import annotations
 
 import math
+import os
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -39,6 +40,7 @@ from verl.workers.engine.hf_model import (
     load_hf_model,
     response_outputs,
 )
+from verl.workers.engine.lora import ADAPTER_DIR, LoraLayout, apply_lora, broadcast_from_rank0, lora_enabled
 from verl.workers.engine.optim import build_lr_scheduler, build_optimizer
 from verl.workers.engine.precision import ComputeCast, cast_model, precision_from_config
 from verl.workers.engine.ulysses import active_group
@@ -134,10 +136,18 @@ class _FSDPEngineBase(BaseEngine):
 
             install(model, self.sp_size)
         self.hf_config = model.config
+        #: where the LoRA adapters sit (None: no LoRA); see verl.workers.engine.lora
+        self.lora: LoraLayout | None = None
+        if model_type == "causal_lm" and lora_enabled(model_config):
+            model = apply_lora(model, model_config)
+            self.lora = LoraLayout.of(model)
+            broadcast_from_rank0([p for p in model.parameters() if p.requires_grad], self.device)
         self._sync_new_params(model)
         self.module = self._wrap(model)
         if optim_config is not None:
-            self.optimizer = build_optimizer(self.module.parameters(), optim_config)
+            # frozen weights (LoRA's base model) get no optimizer state
+            trainable = [p for p in self.module.parameters() if p.requires_grad]
+            self.optimizer = build_optimizer(trainable, optim_config)
             self.lr_scheduler = build_lr_scheduler(self.optimizer, optim_config, total_training_steps)
         else:
             self.optimizer = None
@@ -295,6 +305,13 @@ class _FSDPEngineBase(BaseEngine):
         # clone: on one CPU rank the gathered tensors can alias the live parameters
         return {k: v.detach().cpu().clone() for k, v in sd.items()}
 
+    def hf_state_dict(self) -> dict[str, torch.Tensor]:
+        """The weights under the HF model's names, as a rollout or an HF export needs them (collective).
+
+        With LoRA the adapters are merged into the gathered copies; the training module is left as it is."""
+        full = self.full_state_dict()
+        return full if self.lora is None else self.lora.merge(full)
+
     def load_full_state_dict(self, state_dict: Mapping[str, torch.Tensor]) -> None:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
@@ -307,8 +324,19 @@ class _FSDPEngineBase(BaseEngine):
         if self._optim_offloaded:
             self._load_optimizer()
         save_engine_checkpoint(self, path, global_step=global_step)
+        if self.lora is not None:
+            self._save_adapter(os.path.join(path, ADAPTER_DIR))
         if bool(self.engine_config.optimizer_offload) and self.optimizer is not None:
             self._offload_optimizer()
+
+    def _save_adapter(self, out_dir: str) -> None:
+        """The adapter in peft's format next to the DCP shards (collective gather, rank 0 writes)."""
+        from verl.workers.engine.lora import save_adapter, unwrap_peft
+
+        state = self.full_state_dict()
+        if self._rank == 0:
+            save_adapter(unwrap_peft(self.module), state, out_dir)
+        dist.barrier()
 
     def load_checkpoint(self, path: str) -> None:
         from verl.workers.checkpoint.dcp import load_engine_checkpoint

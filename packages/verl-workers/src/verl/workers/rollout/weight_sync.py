@@ -145,15 +145,15 @@ class WeightBucketReceiver:
                 self._partial[m.name] = (first, data, filled)
         return done
 
+    @staticmethod
+    def _materialize(meta: TensorChunkMeta, data: torch.Tensor) -> torch.Tensor:
+        return data.view(meta.dtype).reshape(meta.shape)
+
     def finish(self) -> None:
         """Check that no tensor is left half-received (call after the last bucket)."""
         if self._partial:
             missing = {n: f"{f}/{m.total_nbytes} bytes" for n, (m, _, f) in self._partial.items()}
             raise ValueError(f"weight sync ended with incomplete tensors: {missing}")
-
-    @staticmethod
-    def _materialize(meta: TensorChunkMeta, data: torch.Tensor) -> torch.Tensor:
-        return data.view(meta.dtype).reshape(meta.shape)
 
 
 def load_buckets_into(update_weights, buckets: Iterable[WeightBucket]) -> int:

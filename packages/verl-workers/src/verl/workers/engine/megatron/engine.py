@@ -27,10 +27,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from verl.workers.engine.base import BaseEngine, Batch, LossFn, ModelType, register_engine
-from verl.workers.engine.precision import resolve_dtype
 from verl.workers.engine.megatron.cpu import device_support, seed_rng
 from verl.workers.engine.megatron.optim import LRSchedule, build_optimizer, optimizer_step
 from verl.workers.engine.megatron.parallel import init_parallel_state, parallel_sizes, rank_info
+from verl.workers.engine.precision import resolve_dtype
 
 
 def _require_megatron() -> None:

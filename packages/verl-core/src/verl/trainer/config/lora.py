@@ -1,0 +1,67 @@
+"""Checks of the LoRA keys ``actor_rollout_ref.model.{lora_rank, lora_alpha, target_modules, exclude_modules,
+lora_adapter_path}`` (read by verl-workers' ``verl.workers.engine.lora``; peft is not needed here)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from omegaconf import DictConfig, ListConfig
+
+_KEY = "actor_rollout_ref.model"
+
+
+def lora_on(cfg: DictConfig) -> bool:
+    m = cfg.actor_rollout_ref.model
+    return int(m.lora_rank or 0) > 0 or m.lora_adapter_path is not None
+
+
+def _names(value) -> bool:
+    if isinstance(value, str):
+        return bool(value)
+    return (
+        isinstance(value, list | ListConfig) and bool(value) and all(isinstance(v, str) and v for v in value)
+    )
+
+
+def check_lora(cfg: DictConfig, problems: list[str]) -> None:
+    m = cfg.actor_rollout_ref.model
+    if not isinstance(m.lora_rank, int) or m.lora_rank < 0:
+        problems.append(f"{_KEY}.lora_rank={m.lora_rank!r} must be an integer >= 0 (0 turns LoRA off)")
+        return
+    if not lora_on(cfg):
+        return
+    if m.lora_alpha is None or m.lora_alpha <= 0:
+        problems.append(
+            f"{_KEY}.lora_alpha={m.lora_alpha!r} must be > 0 (the adapter's scale is lora_alpha / lora_rank)"
+        )
+    if not _names(m.target_modules):
+        problems.append(
+            f"{_KEY}.target_modules={m.target_modules!r} must be 'all-linear' or a non-empty list of module names"
+        )
+    if m.exclude_modules is not None and not _names(m.exclude_modules):
+        problems.append(
+            f"{_KEY}.exclude_modules={m.exclude_modules!r} must be null, a regex string or a list of module names"
+        )
+    path = m.lora_adapter_path
+    if path is not None:
+        config_file = os.path.join(str(path), "adapter_config.json")
+        if not os.path.isfile(config_file):
+            problems.append(
+                f"{_KEY}.lora_adapter_path={path!r} has no adapter_config.json (a peft adapter folder)"
+            )
+        else:
+            with open(config_file) as f:
+                r = json.load(f).get("r")
+            if m.lora_rank and r != m.lora_rank:
+                problems.append(
+                    f"{_KEY}.lora_rank={m.lora_rank} but the adapter at lora_adapter_path={path!r} has r={r}; the "
+                    f"adapter's config wins: set lora_rank=0 or {r}"
+                )
+    for section in ("actor", "ref"):
+        strategy = cfg.actor_rollout_ref[section].strategy
+        if strategy == "megatron":
+            problems.append(
+                f"LoRA ({_KEY}.lora_rank={m.lora_rank}) runs on the FSDP engines; actor_rollout_ref.{section}."
+                f"strategy=megatron does not support it: use fsdp2 or lora_rank=0"
+            )
