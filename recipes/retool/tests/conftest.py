@@ -24,7 +24,10 @@ def rollout_config():
     from verl.trainer.config import load_config
 
     def make(**overrides):
-        argv = ["data.max_response_length=400", "actor_rollout_ref.rollout.multi_turn.tokenization_sanity_check_mode=strict"]
+        argv = [
+            "data.max_response_length=400",
+            "actor_rollout_ref.rollout.multi_turn.tokenization_sanity_check_mode=strict",
+        ]
         argv += [f"actor_rollout_ref.rollout.{k.replace('__', '.')}={v}" for k, v in overrides.items()]
         return load_config(argv).actor_rollout_ref.rollout
 

@@ -10,7 +10,9 @@ def rows():
 
 
 def test_tool_traces_are_the_chat_template_rendering_with_tool_turns_masked(rows, tok, rollout_config):
-    traces = cold_start.make_traces(rows, rollout_config(multi_turn__max_assistant_turns=3), tok, use_tool=True)
+    traces = cold_start.make_traces(
+        rows, rollout_config(multi_turn__max_assistant_turns=3), tok, use_tool=True
+    )
     for row, t in zip(rows, traces):
         a, b = row["extra_info"]["a"], row["extra_info"]["b"]
         product = str(a * b)
@@ -39,7 +41,9 @@ def test_sft_lowers_the_loss_on_the_traces(rows, tok, rollout_config, tmp_path):
     import torch
     from verl.workers.tiny import build_tiny_qwen2
 
-    traces = cold_start.make_traces(rows, rollout_config(multi_turn__max_assistant_turns=3), tok, use_tool=True)
+    traces = cold_start.make_traces(
+        rows, rollout_config(multi_turn__max_assistant_turns=3), tok, use_tool=True
+    )
     model = build_tiny_qwen2(tmp_path, size="xs", seed=0)
     first = cold_start.sft(model, traces, steps=1, lr=0.0)  # lr 0: the loss of the untrained model
     last = cold_start.sft(model, traces, steps=40)

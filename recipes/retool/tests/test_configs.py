@@ -12,7 +12,9 @@ def _paper(*overrides):
 
 
 def _cpu(*overrides):
-    built_in = [f"{k}={BUILT_IN}" for k in ("data.train_files", "data.val_files", "actor_rollout_ref.model.path")]
+    built_in = [
+        f"{k}={BUILT_IN}" for k in ("data.train_files", "data.val_files", "actor_rollout_ref.model.path")
+    ]
     return load_retool_config(with_default_config([*built_in, *overrides]))
 
 
@@ -70,7 +72,12 @@ def test_retool_problems_name_the_keys():
         "retool.task_digits=9",
     )
     text = "\n".join(retool_problems(c))
-    for needle in ("max_assistant_turns=1", "default_agent_loop='single_turn_agent'", "missing.yaml", "task_digits=9"):
+    for needle in (
+        "max_assistant_turns=1",
+        "default_agent_loop='single_turn_agent'",
+        "missing.yaml",
+        "task_digits=9",
+    ):
         assert needle in text
 
 

@@ -12,7 +12,7 @@ import pytest
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
-def test_cpu_default_runs_end_to_end(tmp_path):
+def test_cpu_default_runs_end_to_end(ray_cluster, tmp_path):
     from verl_recipe_retool.main import train
 
     out = tmp_path / "run"

@@ -16,7 +16,9 @@ def call(code: str) -> str:
 
 def run(rollout_config, tok, stop_ids, turns, tool=None, **overrides):
     tool = tool or ReToolCodeInterpreter({"sandbox": "local", "default_timeout": 5})
-    loop = ToolAgentLoop(rollout_config(**overrides), ScriptedLLMServer(turns, stop_ids, tok), tok, tools=[tool])
+    loop = ToolAgentLoop(
+        rollout_config(**overrides), ScriptedLLMServer(turns, stop_ids, tok), tok, tools=[tool]
+    )
     return asyncio.run(loop.run({}, raw_prompt=[{"role": "user", "content": "Compute 59*63."}]))
 
 
@@ -56,7 +58,9 @@ def test_tool_turn_carries_the_sandbox_output_and_is_masked(rollout_config, tok,
     first0, last0 = mask.index(0), len(mask) - 1 - mask[::-1].index(0)
     assert all(m == 0 for m in mask[first0 : last0 + 1]) and all(mask[:first0]) and all(mask[last0 + 1 :])
     ids = out.response_ids
-    assert tok.decode(ids[first0 : last0 + 1]) == "\n<|im_start|>tool\n3717<|im_end|>\n<|im_start|>assistant\n"
+    assert (
+        tok.decode(ids[first0 : last0 + 1]) == "\n<|im_start|>tool\n3717<|im_end|>\n<|im_start|>assistant\n"
+    )
     assert tok.decode(ids[:first0]) == call("59*63") + "<|im_end|>"
     assert tok.decode(ids[last0 + 1 :]) == "#### 3717<|im_end|>"
 

@@ -39,7 +39,11 @@ async def _trace(row: dict, rollout_cfg: Any, tokenizer: Any, tools: list, use_t
 
     def respond(prompt_text: str) -> str:
         k = prompt_text.count("<|im_start|>assistant\n") - 1  # assistant turns already taken
-        return turns[k].format(tool_output=_tool_output(prompt_text)) if "{tool_output}" in turns[k] else turns[k]
+        return (
+            turns[k].format(tool_output=_tool_output(prompt_text))
+            if "{tool_output}" in turns[k]
+            else turns[k]
+        )
 
     stop = [tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.eos_token_id]
     loop = ToolAgentLoop(rollout_cfg, ScriptedLLMServer(respond, stop, tokenizer), tokenizer, tools=tools)
@@ -74,7 +78,9 @@ def make_traces(rows: list[dict], rollout_cfg: Any, tokenizer: Any, use_tool: bo
     return traces
 
 
-def sft(model: Any, traces: list[dict], steps: int, lr: float = 3e-3, batch: int = 32, seed: int = SEED) -> float:
+def sft(
+    model: Any, traces: list[dict], steps: int, lr: float = 3e-3, batch: int = 16, seed: int = SEED
+) -> float:
     """Masked next-token cross-entropy (AdamW) on random batches of traces; returns the last loss."""
     import torch
 
@@ -83,7 +89,7 @@ def sft(model: Any, traces: list[dict], steps: int, lr: float = 3e-3, batch: int
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     model.train()
     loss = torch.tensor(float("nan"))
-    for _ in range(steps):
+    for step in range(steps):
         picked = gen.sample(traces, k=min(batch, len(traces)))
         width = max(len(t["ids"]) for t in picked)
         ids = torch.zeros((len(picked), width), dtype=torch.long)
@@ -103,11 +109,15 @@ def sft(model: Any, traces: list[dict], steps: int, lr: float = 3e-3, batch: int
         opt.zero_grad()
         loss.backward()
         opt.step()
+        if (step + 1) % 50 == 0:
+            print(f"cold start: SFT step {step + 1}/{steps}, loss {float(loss):.4f}", flush=True)
     model.eval()
     return float(loss.detach())
 
 
-def build_cold_start_model(out_dir: Path, rows: list[dict], rollout_cfg: Any, steps: int, use_tool: bool) -> Path:
+def build_cold_start_model(
+    out_dir: Path, rows: list[dict], rollout_cfg: Any, steps: int, use_tool: bool
+) -> Path:
     """A tiny random-init Qwen2, SFT'd for ``steps`` steps on ``rows``' traces, saved with ``save_pretrained``
     (built next to ``out_dir`` and renamed when done, so an interrupted build is never reused)."""
     from verl.workers.tiny import build_tiny_qwen2
@@ -119,7 +129,10 @@ def build_cold_start_model(out_dir: Path, rows: list[dict], rollout_cfg: Any, st
     tok = hf_tokenizer(str(partial))
     traces = make_traces(rows, rollout_cfg, tok, use_tool)
     loss = sft(model, traces, steps) if steps > 0 else float("nan")
-    print(f"cold start: {steps} SFT steps on {len(traces)} {'tool' if use_tool else 'direct'} traces, last loss {loss:.4f}", flush=True)
+    print(
+        f"cold start: {steps} SFT steps on {len(traces)} {'tool' if use_tool else 'direct'} traces, last loss {loss:.4f}",
+        flush=True,
+    )
     model.save_pretrained(str(partial))
     partial.rename(out_dir)
     return out_dir

@@ -51,7 +51,9 @@ def retool_problems(cfg: DictConfig) -> list[str]:
     rollout = cfg.actor_rollout_ref.rollout
     mt = rollout.multi_turn
     if not mt.enable:
-        problems.append(f"{MT}.enable=false: ReTool's rollouts are multi-turn (code, output, ...); set it to true")
+        problems.append(
+            f"{MT}.enable=false: ReTool's rollouts are multi-turn (code, output, ...); set it to true"
+        )
     if rollout.agent.default_agent_loop != "tool_agent":
         problems.append(
             f"actor_rollout_ref.rollout.agent.default_agent_loop={rollout.agent.default_agent_loop!r}: "

@@ -64,7 +64,9 @@ def asset_overrides(cfg: DictConfig) -> list[str]:
     if rt.use_tool and not OmegaConf.select(cfg, TOOL_KEY):
         out.append(f"{TOOL_KEY}={configs_dir() / LOCAL_TOOL_CONFIG}")
     # The cold start trains on the train split's problems (the held-out split is never seen).
-    train_rows, test_rows = task.split_rows(rt.task_train_size, rt.task_test_size, cfg.data.seed, rt.task_digits)
+    train_rows, test_rows = task.split_rows(
+        rt.task_train_size, rt.task_test_size, cfg.data.seed, rt.task_digits
+    )
     if not cfg.data.train_files:
         name = f"data_d{rt.task_digits}_{rt.task_train_size}_{rt.task_test_size}_seed{cfg.data.seed}"
         train, test = root / name / "train.parquet", root / name / "test.parquet"
@@ -127,7 +129,11 @@ def main(argv: list[str] | None = None) -> None:
     # Under `uv run`, Ray would rebuild the environment for its workers; they share the driver's.
     os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
     metrics = train(list(sys.argv[1:] if argv is None else argv))
-    shown = {k: round(v, 4) for k, v in metrics.items() if k.startswith("val-") and ("/acc/" in k or "tool_correct" in k)}
+    shown = {
+        k: round(v, 4)
+        for k, v in metrics.items()
+        if k.startswith("val-") and ("/acc/" in k or "tool_correct" in k)
+    }
     print(f"ReTool finished at step {metrics.get('training/global_step')}: {shown}", flush=True)
 
 

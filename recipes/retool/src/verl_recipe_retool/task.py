@@ -28,7 +28,9 @@ DATA_SOURCE = "retool_arith"
 TOOL_NAME = "code_interpreter"
 
 
-def make_rows(n: int, seed: int, digits: int = 3, split: str = "train", exclude: set | None = None) -> list[dict]:
+def make_rows(
+    n: int, seed: int, digits: int = 3, split: str = "train", exclude: set | None = None
+) -> list[dict]:
     """``n`` distinct problems ``a*b`` with ``digits``-digit ``a``, ``b`` (none of ``exclude``'s pairs)."""
     if digits < 1:
         raise ValueError(f"digits={digits}: must be >= 1")
@@ -92,5 +94,3 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kw
         tool_output = after_call[: after_call.rfind("####")]
         correct = float(truth in tool_output)
     return {"score": acc, "acc": acc, "tool_call": float(called), "tool_correct": correct}
-
-

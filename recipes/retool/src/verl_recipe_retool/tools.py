@@ -89,9 +89,13 @@ class ReToolCodeInterpreter(CodeInterpreterTool):
         if sandbox not in ("local", "sandbox_fusion"):
             raise ValueError(f"code_interpreter: sandbox={sandbox!r}; known: local, sandbox_fusion")
         if sandbox == "sandbox_fusion" and not url:
-            raise ValueError("code_interpreter: sandbox=sandbox_fusion needs sandbox_fusion_url (http://host:8080/run_code)")
+            raise ValueError(
+                "code_interpreter: sandbox=sandbox_fusion needs sandbox_fusion_url (http://host:8080/run_code)"
+            )
         if sandbox == "local" and url:
-            raise ValueError("code_interpreter: sandbox_fusion_url is set but sandbox=local; drop one of them")
+            raise ValueError(
+                "code_interpreter: sandbox_fusion_url is set but sandbox=local; drop one of them"
+            )
         timeout = float(config.get("default_timeout", 10.0))
         memory = int(config.get("memory_limit_mb", 1024))
         sandbox_kwargs: dict[str, Any] = {"timeout": timeout, "memory_mb": memory}
