@@ -86,6 +86,10 @@ def sft(
 
     gen = random.Random(seed)
     torch.manual_seed(seed)
+    # One intra-op thread: the model is too small to gain from more, and on a shared CPU extra OpenMP
+    # threads spin against other processes (measured: several times slower under load).
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     model.train()
     loss = torch.tensor(float("nan"))
@@ -111,6 +115,7 @@ def sft(
         opt.step()
         if (step + 1) % 50 == 0:
             print(f"cold start: SFT step {step + 1}/{steps}, loss {float(loss):.4f}", flush=True)
+    torch.set_num_threads(threads)
     model.eval()
     return float(loss.detach())
 
