@@ -127,3 +127,14 @@ def test_sandbox_fusion_url_selects_the_fusion_client():
     tool = ReToolCodeInterpreter({"sandbox_fusion_url": "http://localhost:8080/run_code", "rate_limit": 3})
     assert isinstance(tool.sandbox, SandboxFusionSandbox)
     assert tool.sandbox.url == "http://localhost:8080/run_code" and tool.sandbox._slots._value == 3
+
+
+def test_sandbox_fusion_config_runs_code_over_http(rollout_config, tok, stop_ids):
+    """The SandboxFusion path end to end: the tool's client talks SandboxFusion's protocol to verl-rewards'
+    compatible service (which runs the code in its own local sandbox)."""
+    from verl.rewards.sandbox.fusion_server import FusionServer
+
+    with FusionServer() as server:
+        tool = ReToolCodeInterpreter({"sandbox_fusion_url": f"{server.url}/run_code", "default_timeout": 5})
+        out = run(rollout_config, tok, stop_ids, [call("```python\n59*63\n```"), "#### 3717"], tool=tool)
+    assert tool_messages(out) == ["3717"]
