@@ -29,6 +29,7 @@ def test_cpu_default_runs_end_to_end(ray_cluster, tmp_path):
             "data.max_response_length=96",
             "actor_rollout_ref.rollout.n=2",
             "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
             "algorithm.filter_groups.enable=false",
         ]
     )
