@@ -26,7 +26,7 @@ def test_cpu_default_runs_end_to_end(ray_cluster, tmp_path):
             "retool.task_test_size=4",
             "data.train_batch_size=2",
             "data.gen_batch_size=2",
-            "data.max_response_length=96",
+            "data.max_response_length=128",
             "actor_rollout_ref.rollout.n=2",
             "actor_rollout_ref.actor.ppo_mini_batch_size=2",
             "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",

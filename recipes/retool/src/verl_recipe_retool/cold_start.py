@@ -53,6 +53,7 @@ async def _trace(row: dict, rollout_cfg: Any, tokenizer: Any, tools: list, use_t
         "mask": [0] * len(out.prompt_ids) + list(out.response_mask),
         "response": tokenizer.decode(out.response_ids, skip_special_tokens=True),
         "ground_truth": row["reward_model"]["ground_truth"],
+        "stop_reason": out.extra_fields["stop_reason"],
     }
 
 
@@ -72,8 +73,9 @@ def make_traces(rows: list[dict], rollout_cfg: Any, tokenizer: Any, use_tool: bo
         scored = task.compute_score(task.DATA_SOURCE, t["response"], t["ground_truth"])
         if scored["acc"] != 1.0 or (use_tool and scored["tool_correct"] != 1.0):
             raise RuntimeError(
-                f"cold-start trace {i} is wrong (did the sandbox run the code?): {t['response']!r}, "
-                f"expected {t['ground_truth']}"
+                f"cold-start trace {i} is wrong: {t['response']!r}, expected {t['ground_truth']} (the loop "
+                f"stopped with {t['stop_reason']!r}: 'response_length' means data.max_response_length is too "
+                "short for a whole trace; 'done' with a wrong tool output means the sandbox did not run the code)"
             )
     return traces
 
