@@ -48,3 +48,16 @@ def test_sft_lowers_the_loss_on_the_traces(rows, tok, rollout_config, tmp_path):
     first = cold_start.sft(model, traces, steps=1, lr=0.0)  # lr 0: the loss of the untrained model
     last = cold_start.sft(model, traces, steps=40)
     assert torch.isfinite(torch.tensor(last)) and last < 0.6 * first
+
+
+def test_a_trace_that_does_not_fit_is_an_error_naming_the_length(rows, tok):
+    from verl.trainer.config import load_config
+
+    # the call alone is ~75 tokens: with 96 the tool turn does not fit
+    cfg = load_config(
+        ["data.max_response_length=96", "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=3"]
+    ).actor_rollout_ref.rollout
+    with pytest.raises(
+        RuntimeError, match="stopped with 'response_length'.*max_response_length is too short"
+    ):
+        cold_start.make_traces(rows[:1], cfg, tok, use_tool=True)
