@@ -6,7 +6,6 @@ import pytest
 import torch
 from verl.protocol import DataProto
 from verl.trainer.config import ConfigError, load_config, validate_config
-from verl.trainer.config.upstream import FEATURES
 from verl_recipe_dapo.main_dapo import (
     CPU_CONFIG,
     PAPER_CONFIG,
@@ -40,9 +39,7 @@ def test_paper_config_validates_apart_from_the_missing_gpu():
     with pytest.raises(ConfigError) as ei:
         validate_config(_paper("trainer.device=cpu"))
     gpu_only = ("means nothing on CPU", "pip install 'verl-workers[vllm]'")
-    # ... and the paper's Ulysses sequence parallelism (size 8) while that feature is pending in core
-    pending = tuple(reason for _, reason in FEATURES.values())
-    assert ei.value.problems and all(any(g in p for g in gpu_only + pending) for p in ei.value.problems), (
+    assert ei.value.problems and all(any(g in p for g in gpu_only) for p in ei.value.problems), (
         ei.value.problems
     )
 
