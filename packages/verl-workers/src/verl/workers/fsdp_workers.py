@@ -146,6 +146,8 @@ class ActorRolloutRefWorker(Worker):
                 grad_clip=actor_cfg.grad_clip,
                 total_training_steps=self.total_training_steps,
                 checkpoint_config=actor_cfg.checkpoint,
+                # only FSDP engines take it: other engines keep their signature unless it is asked for
+                **({"freeze_vision": True} if self._is_actor and actor_cfg.get("freeze_vision_tower") else {}),
             )
             if self._is_actor:
                 self.actor = DataParallelPPOActor(

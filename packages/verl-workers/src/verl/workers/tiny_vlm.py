@@ -96,14 +96,17 @@ def register_image_only_processor() -> None:
     _image_only_processor_class()
 
 
-def build_vl_processor(out_dir: str | os.PathLike | None = None, min_pixels: int = MIN_PIXELS,
-                       max_pixels: int = MAX_PIXELS):
+def build_vl_processor(
+    out_dir: str | os.PathLike | None = None, min_pixels: int = MIN_PIXELS, max_pixels: int = MAX_PIXELS
+):
     """A Qwen2-VL processor (slow PIL image processor, no video processor) over the VL tokenizer."""
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
     tok = build_vl_tokenizer(None)
     image_processor = Qwen2VLImageProcessorPil(min_pixels=min_pixels, max_pixels=max_pixels)
-    processor = _image_only_processor_class()(image_processor=image_processor, tokenizer=tok, chat_template=VL_CHAT_TEMPLATE)
+    processor = _image_only_processor_class()(
+        image_processor=image_processor, tokenizer=tok, chat_template=VL_CHAT_TEMPLATE
+    )
     if out_dir is not None:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
         processor.save_pretrained(str(out_dir))
@@ -124,9 +127,15 @@ def tiny_qwen2_vl_config(size: str = "xs", vision_size: str = "xs", vocab_size: 
     # M-RoPE splits each head's rotary half into temporal/height/width sections
     half = head_dim // 2
     section = [half - 2 * (half // 4), half // 4, half // 4]
-    ids = {name: tok.convert_tokens_to_ids(t) for name, t in
-           (("vision_start_token_id", VISION_START), ("vision_end_token_id", VISION_END),
-            ("image_token_id", IMAGE_PAD), ("video_token_id", VIDEO_PAD))}
+    ids = {
+        name: tok.convert_tokens_to_ids(t)
+        for name, t in (
+            ("vision_start_token_id", VISION_START),
+            ("vision_end_token_id", VISION_END),
+            ("image_token_id", IMAGE_PAD),
+            ("video_token_id", VIDEO_PAD),
+        )
+    }
     return Qwen2VLConfig(
         text_config=dict(
             vocab_size=vocab_size if vocab_size is not None else len(tok),

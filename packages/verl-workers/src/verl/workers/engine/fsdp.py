@@ -25,7 +25,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from verl.workers.engine.base import BaseEngine, Batch, LossFn, ModelType, register_engine
-from verl.workers.engine.hf_model import check_model_flags, load_hf_model, response_outputs
+from verl.workers.engine.hf_model import (
+    check_model_flags,
+    freeze_vision_tower,
+    load_hf_model,
+    response_outputs,
+    vision_inputs,
+)
 from verl.workers.engine.optim import build_lr_scheduler, build_optimizer
 from verl.workers.engine.precision import ComputeCast, cast_model, precision_from_config
 
@@ -77,7 +83,10 @@ class _FSDPEngineBase(BaseEngine):
         grad_clip: float | None = 1.0,
         total_training_steps: int | None = None,
         checkpoint_config: Any = None,
+        freeze_vision: bool = False,
     ):
+        """``freeze_vision``: no gradient into a vision-language model's vision tower
+        (``actor.freeze_vision_tower``)."""
         self.device = _engine_device()
         _check_offload_flags(engine_config, self.device)
         check_model_flags(model_config, self.device)
@@ -96,6 +105,8 @@ class _FSDPEngineBase(BaseEngine):
         #: the dtypes of this engine: fp32 masters when trained, compute in ``param_dtype``
         self.precision = precision_from_config(engine_config, trainable=optim_config is not None)
         model = cast_model(load_hf_model(model_config, model_type, self.precision.model_dtype), self.precision)
+        if freeze_vision:
+            freeze_vision_tower(model)
         self.hf_config = model.config
         self._sync_new_params(model)
         self.module = self._wrap(model)
@@ -132,7 +143,10 @@ class _FSDPEngineBase(BaseEngine):
         return self._world
 
     def _to_device(self, micro_batch: Batch) -> dict[str, torch.Tensor]:
-        return {k: micro_batch[k].to(self.device) for k in ("input_ids", "attention_mask", "position_ids", "responses")}
+        out = {k: micro_batch[k].to(self.device) for k in ("input_ids", "attention_mask", "position_ids", "responses")}
+        if "multi_modal_inputs" in micro_batch:  # vision-language rows (see verl.workers.actor.dp_actor)
+            out.update(vision_inputs(micro_batch["multi_modal_inputs"], self.device))
+        return out
 
     # ------------------------------------------------------------------ compute
     def forward_micro_batch(
