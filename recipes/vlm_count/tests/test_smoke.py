@@ -30,9 +30,15 @@ def test_geo3k_gpu_config_loads_and_validates():
     from verl.trainer.config import validate_config
 
     # the GPU is the only missing piece: CPU device, and the ref offload that means nothing on CPU off
-    cfg = load_recipe_config(["--config", str(configs_dir() / PAPER_CONFIG), "trainer.device=cpu",
-                              "actor_rollout_ref.ref.fsdp_config.param_offload=false"],
-                             build_assets=False)
+    cfg = load_recipe_config(
+        [
+            "--config",
+            str(configs_dir() / PAPER_CONFIG),
+            "trainer.device=cpu",
+            "actor_rollout_ref.ref.fsdp_config.param_offload=false",
+        ],
+        build_assets=False,
+    )
     assert cfg.data.image_key == "images" and cfg.data.train_batch_size == 512
     assert cfg.actor_rollout_ref.model.path == "Qwen/Qwen2.5-VL-7B-Instruct"
     assert cfg.actor_rollout_ref.rollout.n == 5 and cfg.actor_rollout_ref.actor.kl_loss_coef == 0.01
@@ -45,12 +51,22 @@ def test_cpu_smoke_run(tmp_path, monkeypatch):
     import verl_recipe_vlm_count.cpu_assets as assets
     from verl_recipe_vlm_count.main import main
 
-    monkeypatch.setattr(assets, "TRAIN_ROWS", 32)
-    monkeypatch.setattr(assets, "TEST_ROWS", 8)
-    monkeypatch.setattr(assets, "WARM_START_STEPS", 2)
+    monkeypatch.setattr(assets, "TRAIN_ROWS", 16)
+    monkeypatch.setattr(assets, "TEST_ROWS", 4)
+    monkeypatch.setattr(assets, "WARM_START_STEPS", 1)
     monkeypatch.setattr(assets, "WARM_START_BATCH", 8)
-    main([f"trainer.default_local_dir={tmp_path}", "trainer.total_training_steps=1", "data.train_batch_size=4",
-          "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.rollout.n=2",
-          "trainer.val_before_train=false", "trainer.test_freq=1"])
+    main(
+        [
+            f"trainer.default_local_dir={tmp_path}",
+            "trainer.total_training_steps=1",
+            "data.train_batch_size=4",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "actor_rollout_ref.rollout.n=2",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
+            "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
+            "trainer.val_before_train=false",
+            "trainer.test_freq=1",
+        ]
+    )
     lines = [json.loads(x) for x in next(tmp_path.rglob("*.jsonl")).read_text().splitlines() if x.strip()]
     assert any("actor/pg_loss" in rec or "actor/pg_loss" in rec.get("data", {}) for rec in lines), lines[:2]

@@ -1,6 +1,6 @@
 """The CPU default's task and model: count the red squares, on a tiny Qwen2-VL warm-started in process.
 
-The task: an 84x84 image is a 3x3 grid of 28-pixel cells (one merged Qwen2-VL vision token per cell);
+The task: a 56x56 image is a 2x2 grid of 28-pixel cells (one merged Qwen2-VL vision token per cell);
 each cell is empty, a red square or a blue square. The prompt ``<image>How many red?`` asks for the
 number of red squares (1..4), scored by exact match (verl-rewards' ``arithmetic`` scorer: the stripped
 response must equal the digit). Images are drawn with PIL from a seeded generator and stored as PNG bytes
@@ -24,20 +24,20 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 CELL = 28
-GRID = 3
+GRID = 2
 MAX_COUNT = 4
 PROMPT = "<image>How many red?"
 DATA_SOURCE = "arithmetic"  # verl-rewards' exact-match scorer
 TRAIN_ROWS, TEST_ROWS = 512, 128
 TRAIN_SEED, TEST_SEED = 0, 1
-WARM_START_STEPS = 60
+WARM_START_STEPS = 150
 WARM_START_BATCH = 32
-WARM_START_LR = 3e-3
+WARM_START_LR = 1e-2
 MARKER = "warm_start.json"
 
 
 def draw(cells: list[str]) -> bytes:
-    """PNG bytes of the 3x3 grid; ``cells`` holds 'red' / 'blue' / '' per cell, row by row."""
+    """PNG bytes of the grid; ``cells`` holds 'red' / 'blue' / '' per cell, row by row."""
     from PIL import Image, ImageDraw
 
     im = Image.new("RGB", (GRID * CELL, GRID * CELL), (255, 255, 255))
@@ -52,12 +52,12 @@ def draw(cells: list[str]) -> bytes:
 
 
 def task_rows(n: int, seed: int, split: str) -> list[dict]:
-    """``n`` problems in the RL row contract: 1..4 red squares and 0..3 blue ones on random cells."""
+    """``n`` problems in the RL row contract: 1..4 red squares, blue ones on some of the other cells."""
     rng = random.Random(seed)
     rows = []
     for i in range(n):
         red = rng.randint(1, MAX_COUNT)
-        blue = rng.randint(0, GRID * GRID - red - 2)
+        blue = rng.randint(0, GRID * GRID - red)
         cells = ["red"] * red + ["blue"] * blue + [""] * (GRID * GRID - red - blue)
         rng.shuffle(cells)
         rows.append({
@@ -92,28 +92,41 @@ def warm_start(out_dir: Path, rows: list[dict], steps: int = WARM_START_STEPS) -
     processor = hf_processor(str(out_dir))
     tok = processor.tokenizer
     model = AutoModelForImageTextToText.from_pretrained(str(out_dir), dtype=torch.float32)
-    examples = []
+    # Every image is 56x56 and every prompt the same template with a one-digit answer, so all examples
+    # have the same length: the processor runs once over all of them and steps slice its output.
+    texts, images = [], []
     for row in rows:
         msgs = build_vl_messages(row["prompt"], 1, "warm start")
-        text = processor.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
-        examples.append((text + row["reward_model"]["ground_truth"] + tok.eos_token,
-                         load_image(row["images"][0], "warm start")))
+        prompt = processor.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+        texts.append(prompt + row["reward_model"]["ground_truth"] + tok.eos_token)
+        images.append(load_image(row["images"][0], "warm start"))
+    full = processor(text=texts, images=images, return_tensors="pt", padding=True)
+    if not bool(full["attention_mask"].all()):
+        raise ValueError("warm-start examples differ in length; the task's prompts must share one template")
+    per_image = int(full["image_grid_thw"][0].prod())
+    pixels = full["pixel_values"].view(len(rows), per_image, -1)
     torch.manual_seed(0)
     opt = torch.optim.AdamW(model.parameters(), lr=WARM_START_LR, weight_decay=0.0)
-    gen = random.Random(0)
+    gen = torch.Generator().manual_seed(0)
     model.train()
     for _ in range(steps):
-        batch = gen.sample(examples, k=WARM_START_BATCH)
-        inputs = processor(text=[t for t, _ in batch], images=[im for _, im in batch], return_tensors="pt",
-                           padding=True)
-        labels = torch.full_like(inputs["input_ids"], -100)
-        labels[:, -2:] = inputs["input_ids"][:, -2:]  # left-padded: every row ends with digit, EOS
-        loss = model(**inputs, labels=labels).loss
+        idx = torch.randperm(len(rows), generator=gen)[:WARM_START_BATCH]
+        ids = full["input_ids"][idx]
+        labels = torch.full_like(ids, -100)
+        labels[:, -2:] = ids[:, -2:]  # the digit and EOS
+        loss = model(
+            input_ids=ids,
+            attention_mask=full["attention_mask"][idx],
+            mm_token_type_ids=full["mm_token_type_ids"][idx],
+            pixel_values=pixels[idx].flatten(0, 1),
+            image_grid_thw=full["image_grid_thw"][idx],
+            labels=labels,
+        ).loss
         loss.backward()
         opt.step()
         opt.zero_grad()
     model.save_pretrained(str(out_dir))
-    (out_dir / MARKER).write_text(json.dumps({"steps": steps, "final_loss": float(loss)}))
+    (out_dir / MARKER).write_text(json.dumps({"steps": steps, "final_loss": float(loss.detach())}))
     return out_dir
 
 
