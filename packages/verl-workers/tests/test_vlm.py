@@ -257,3 +257,15 @@ def test_smart_resize_hand_values():
     assert smart_resize(10, 10, 4 * 28 * 28, 10**6) == (56, 56)
     with pytest.raises(ValueError, match="aspect ratio"):
         smart_resize(1, 500, 28 * 28, 10**6)
+
+
+def test_image_rows_need_multi_modal_inputs(processor, tmp_path):
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+    from verl.utils.dataset.rows import write_parquet
+
+    rows = [{**ROWS[0], "data_source": "t", "reward_model": {"ground_truth": "1"}}]
+    path = write_parquet(rows, tmp_path / "rows.parquet")
+    cfg = {"max_prompt_length": 64, "return_multi_modal_inputs": False}
+    ds = RLHFDataset(str(path), processor.tokenizer, cfg, processor=processor)
+    with pytest.raises(ValueError, match="return_multi_modal_inputs=false"):
+        ds[0]

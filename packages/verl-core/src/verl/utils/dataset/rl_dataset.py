@@ -219,6 +219,12 @@ class RLHFDataset(torch.utils.data.Dataset):
         tools_kwargs = row.get("tools_kwargs", extra_info.get("tools_kwargs"))
         if tools_kwargs is not None:
             item["tools_kwargs"] = tools_kwargs
+        if images and not self.return_multi_modal_inputs:
+            # the engines read the pixels from multi_modal_inputs; without them the image tokens have no features
+            raise ValueError(
+                f"{self.where[index]}: the row has images but data.return_multi_modal_inputs=false drops the "
+                "pixel inputs the model needs; set it to true"
+            )
         if self.processor is not None and self.return_multi_modal_inputs:
             item["multi_modal_inputs"] = mm_inputs
             item["multi_modal_data"] = {"image": images} if images else {}
