@@ -30,9 +30,9 @@ PROMPT = "<image>How many red?"
 DATA_SOURCE = "arithmetic"  # verl-rewards' exact-match scorer
 TRAIN_ROWS, TEST_ROWS = 512, 128
 TRAIN_SEED, TEST_SEED = 0, 1
-WARM_START_STEPS = 150
+WARM_START_STEPS = 80
 WARM_START_BATCH = 32
-WARM_START_LR = 1e-2
+WARM_START_LR = 1e-3
 MARKER = "warm_start.json"
 
 
