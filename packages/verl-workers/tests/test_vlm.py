@@ -269,3 +269,28 @@ def test_image_rows_need_multi_modal_inputs(processor, tmp_path):
     ds = RLHFDataset(str(path), processor.tokenizer, cfg, processor=processor)
     with pytest.raises(ValueError, match="return_multi_modal_inputs=false"):
         ds[0]
+
+
+def test_hf_rollout_never_samples_image_placeholders(vlm_dir, dataset, processor):
+    from transformers import AutoModelForImageTextToText
+    from verl import DataProto
+    from verl.trainer.config import load_config
+    from verl.utils.dataset.rl_dataset import collate_fn
+    from verl.workers.rollout.hf_rollout import HFRollout
+
+    cfg = load_config(["actor_rollout_ref.rollout.response_length=4", "actor_rollout_ref.rollout.temperature=1.0"],
+                      defaults_yaml=None)
+    model = AutoModelForImageTextToText.from_pretrained(vlm_dir).eval()  # its own copy: edited below
+    rollout = HFRollout(model, cfg.actor_rollout_ref.rollout, processor.tokenizer, device="cpu", rank=0)
+    assert rollout.suppress_ids == [model.config.image_token_id, model.config.video_token_id]
+    batch = collate_fn([dataset[0]] * 64)
+    prompts = DataProto.from_dict(
+        tensors={k: batch[k] for k in ("input_ids", "attention_mask", "position_ids")},
+        non_tensors={"multi_modal_inputs": batch["multi_modal_inputs"]}, meta_info={"do_sample": True},
+    )
+    # make the placeholder the likeliest token: without suppression nearly every draw would be it
+    with torch.no_grad():
+        model.lm_head.weight[model.config.image_token_id] *= 0
+        model.lm_head.weight[model.config.image_token_id] += 10 * model.lm_head.weight.mean(0)
+    out = rollout.generate_sequences(prompts)
+    assert not torch.isin(out.batch["responses"], torch.tensor(rollout.suppress_ids)).any()

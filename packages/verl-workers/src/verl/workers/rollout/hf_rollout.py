@@ -107,6 +107,7 @@ def generate_tokens(
     generator: torch.Generator | Sequence[torch.Generator] | None = None,
     sync_group: dist.ProcessGroup | None = None,
     vision: dict[str, torch.Tensor] | None = None,
+    suppress_ids: Sequence[int] = (),
 ) -> dict[str, torch.Tensor]:
     """Sample responses for left-padded prompts; returns the contract's tensors (see module doc).
 
@@ -120,6 +121,8 @@ def generate_tokens(
     Vision-language models: ``vision`` holds the batch's ``pixel_values`` / ``image_grid_thw`` (see
     ``verl.workers.engine.hf_model.vision_inputs``), fed with the prompt; ``position_ids`` are then
     M-RoPE ids [B, 3, P], and every generated token advances all three axes by one.
+    ``suppress_ids``: tokens never sampled (a vision model's image/video placeholders: a sampled one
+    would be an image slot without pixels in every later forward).
     """
     if input_ids.shape != attention_mask.shape or input_ids.shape != position_ids.shape[:1] + position_ids.shape[-1:]:
         raise ValueError(
@@ -142,6 +145,8 @@ def generate_tokens(
     )
     for step in range(params.response_length):
         logits = out.logits[:, -1, :].float() / params.temperature
+        if len(suppress_ids):
+            logits[:, list(suppress_ids)] = float("-inf")
         if params.do_sample:
             probs = torch.softmax(filter_logits(logits, params.top_k, params.top_p), dim=-1)
             nxt = _sample(probs, generator)
@@ -300,6 +305,11 @@ class HFRollout(BaseRollout):
         # the training engine's FSDP2 setting, restored after each generation (see gathered_fsdp2_params)
         self.reshard_after_forward = reshard_after_forward
         self.eos_token_ids, self.pad_token_id = stop_and_pad_ids(module, tokenizer, type(self).__name__)
+        #: a vision-language model's image/video placeholder tokens, never sampled (see generate_tokens)
+        self.suppress_ids = [
+            int(i) for i in (getattr(module.config, "image_token_id", None), getattr(module.config, "video_token_id", None))
+            if i is not None
+        ]
 
     def sampling_params(self, meta_info: dict[str, Any]) -> SamplingParams:
         """The sampling settings for one call (see :func:`sampling_params_for`)."""
@@ -346,6 +356,7 @@ class HFRollout(BaseRollout):
                         calculate_log_probs=bool(self.config.calculate_log_probs),
                         generator=self.generator,
                         vision=mm,
+                        suppress_ids=self.suppress_ids,
                     )
                     for (input_ids, attention_mask, position_ids), mm in zip(micro_batches, vision)
                 ]
