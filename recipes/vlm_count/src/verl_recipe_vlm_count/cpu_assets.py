@@ -80,7 +80,7 @@ def write_task(out_dir: Path) -> tuple[Path, Path]:
     )
 
 
-def warm_start(out_dir: Path, rows: list[dict], steps: int = WARM_START_STEPS) -> Path:
+def warm_start(out_dir: Path, rows: list[dict], steps: int | None = None) -> Path:
     """Build the tiny Qwen2-VL and fine-tune it on ``rows``' answers (loss on the digit and EOS only)."""
     import torch
     from transformers import AutoModelForImageTextToText
@@ -88,6 +88,7 @@ def warm_start(out_dir: Path, rows: list[dict], steps: int = WARM_START_STEPS) -
     from verl.workers.tiny_vlm import build_tiny_qwen2_vl
     from verl.workers.tokenizer import hf_processor
 
+    steps = WARM_START_STEPS if steps is None else int(steps)  # read at call time (tests shrink it)
     build_tiny_qwen2_vl(out_dir, seed=0)
     processor = hf_processor(str(out_dir))
     tok = processor.tokenizer
