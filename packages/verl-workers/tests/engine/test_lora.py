@@ -8,7 +8,6 @@ import os
 import pytest
 import torch
 
-
 R, ALPHA = 4, 8
 
 

@@ -116,6 +116,13 @@ def load_tokenizer(config: DictConfig):
     return tokenizer
 
 
+def load_processor(config: DictConfig):
+    """A vision-language model's processor (None for text-only models), through verl-workers."""
+    from verl.trainer.model_builders import load_processor as _load
+
+    return _load(tokenizer_path(config), trust_remote_code=bool(config.actor_rollout_ref.model.trust_remote_code))
+
+
 def build_trainer(config: DictConfig, tokenizer: Any = None, reward_fn: Any = None, val_reward_fn: Any = None,
                   role_worker_mapping: dict | None = None, trainer_cls: type | None = None,
                   resource_pool_manager: Any = None):
@@ -132,17 +139,18 @@ def build_trainer(config: DictConfig, tokenizer: Any = None, reward_fn: Any = No
         reward_fn = load_reward_manager(config, tokenizer, num_examine=config.reward.num_examine)
     if val_reward_fn is None and config.data.val_files:
         val_reward_fn = load_reward_manager(config, tokenizer, num_examine=1)
-    train_dataset = create_rl_dataset(config.data.train_files, config.data, tokenizer, is_train=True)
+    processor = load_processor(config)
+    train_dataset = create_rl_dataset(config.data.train_files, config.data, tokenizer, processor, is_train=True)
     val_dataset = None
     if config.data.val_files:
-        val_dataset = create_rl_dataset(config.data.val_files, config.data, tokenizer, is_train=False)
+        val_dataset = create_rl_dataset(config.data.val_files, config.data, tokenizer, processor, is_train=False)
     mapping = role_worker_mapping if role_worker_mapping is not None else build_role_worker_mapping(config)
     if resource_pool_manager is None:
         resource_pool_manager = build_resource_pool_manager(config, mapping)
     return (trainer_cls or RayPPOTrainer)(
         config, tokenizer, mapping, resource_pool_manager,
         reward_fn=reward_fn, val_reward_fn=val_reward_fn, train_dataset=train_dataset,
-        val_dataset=val_dataset, collate_fn=collate_fn,
+        val_dataset=val_dataset, collate_fn=collate_fn, processor=processor,
     )
 
 

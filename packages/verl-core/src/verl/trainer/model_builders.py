@@ -12,9 +12,14 @@ package is an error that says ``pip install verl-workers``.
 from verl.utils.registry import Registry
 
 MODEL_BUILDERS = Registry("model builder", {"tiny_qwen2": "verl-workers"})
-TOKENIZER_LOADERS = Registry("tokenizer loader", {"hf": "verl-workers"})
+TOKENIZER_LOADERS = Registry("tokenizer loader", {"hf": "verl-workers", "hf_processor": "verl-workers"})
 
 
 def load_tokenizer(path: str, trust_remote_code: bool = False):
     """The tokenizer at ``path`` through the registered ``hf`` loader (needs verl-workers)."""
     return TOKENIZER_LOADERS.get("hf")(path, trust_remote_code=trust_remote_code)
+
+
+def load_processor(path: str, trust_remote_code: bool = False):
+    """The multimodal processor at ``path`` (None for text-only models), through verl-workers."""
+    return TOKENIZER_LOADERS.get("hf_processor")(path, trust_remote_code=trust_remote_code)

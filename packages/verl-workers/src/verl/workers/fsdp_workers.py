@@ -181,6 +181,8 @@ class ActorRolloutRefWorker(Worker):
                 total_training_steps=self.total_training_steps,
                 checkpoint_config=actor_cfg.checkpoint,
                 **_engine_options(actor_cfg, bool(actor_cfg.use_torch_compile)),
+                # only FSDP engines take it: other engines keep their signature unless it is asked for
+                **({"freeze_vision": True} if self._is_actor and actor_cfg.get("freeze_vision_tower") else {}),
             )
             if self._is_actor:
                 self.actor = DataParallelPPOActor(

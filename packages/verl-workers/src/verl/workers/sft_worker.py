@@ -6,7 +6,8 @@ worker per device in a Ray worker group driven by ``verl.trainer.sft_trainer``. 
 right-padded conversation: ``input_ids``, ``attention_mask``, ``position_ids``, ``loss_mask`` [B, L].
 
 Also registered here: ``MODEL_BUILDERS["tiny_qwen2"]`` (`build_tiny_chat_model`) and
-``TOKENIZER_LOADERS["hf"]`` (`verl.workers.tokenizer.hf_tokenizer`), so core never imports transformers.
+``TOKENIZER_LOADERS["hf"]`` (`verl.workers.tokenizer.hf_tokenizer`) and ``TOKENIZER_LOADERS["hf_processor"]``
+(`verl.workers.tokenizer.hf_processor`), so core never imports transformers.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from verl.registries import WORKER_CLASSES
 from verl.single_controller.base.decorator import Dispatch, register
 from verl.single_controller.base.worker import Worker
 from verl.trainer.model_builders import MODEL_BUILDERS, TOKENIZER_LOADERS
-from verl.workers.tokenizer import hf_tokenizer
+from verl.workers.tokenizer import hf_processor, hf_tokenizer
 
 _SEQ_KEYS = ("input_ids", "attention_mask", "position_ids", "loss_mask")
 
@@ -178,3 +179,5 @@ def build_tiny_chat_model(out_dir: str | os.PathLike, size: str = "xs", seed: in
 WORKER_CLASSES.register("sft", SFTWorker)
 MODEL_BUILDERS.register("tiny_qwen2", build_tiny_chat_model)
 TOKENIZER_LOADERS.register("hf", hf_tokenizer)
+# the multimodal processor of a vision-language model path (None for text-only models)
+TOKENIZER_LOADERS.register("hf_processor", hf_processor)

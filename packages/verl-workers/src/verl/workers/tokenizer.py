@@ -36,7 +36,10 @@ def hf_tokenizer(name_or_path: str | os.PathLike, correct_pad_token: bool = True
 def hf_processor(name_or_path: str | os.PathLike, **kwargs: Any):
     """A multimodal processor for the path, or None when the model has none (text-only models)."""
     from transformers import AutoProcessor
+    from verl.workers.tiny_vlm import register_image_only_processor
 
+    # processors saved by verl.workers.tiny_vlm (Qwen2-VL without a video processor) load by name
+    register_image_only_processor()
     try:
         processor = AutoProcessor.from_pretrained(os.fspath(name_or_path), **kwargs)
     except (OSError, ValueError, KeyError):

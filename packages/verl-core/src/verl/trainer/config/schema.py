@@ -58,6 +58,11 @@ class DataConfig:
     # Upstream default is 8; the prompt dataset is in memory and cheap, so 0 (main process) by default.
     dataloader_num_workers: int = 0
     apply_chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    # multimodal rows (verl.utils.dataset.vision; read with a vision-language model's processor)
+    image_key: str = "images"
+    video_key: str = "videos"  # video rows are refused (not supported yet)
+    return_multi_modal_inputs: bool = True
+    mm_processor_kwargs: dict[str, Any] = field(default_factory=dict)  # min_pixels, max_pixels
     custom_cls: CustomClsConfig = field(default_factory=CustomClsConfig)
 
 
@@ -159,6 +164,8 @@ class ActorConfig:
     # old_log_probs := the rollout's own log-probs (needs rollout.calculate_log_probs): no extra forward
     use_rollout_log_probs: bool = False
     use_kl_loss: bool = False
+    # vision-language models: no gradient into the vision tower (model.visual)
+    freeze_vision_tower: bool = False
     kl_loss_coef: float = 0.001
     kl_loss_type: str = "low_var_kl"
     use_torch_compile: bool = False

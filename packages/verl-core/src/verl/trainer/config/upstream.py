@@ -58,18 +58,12 @@ _RM_ROLLOUT = (
 #: Feature keys that other work implements; each line: name -> (key patterns, why refused for now).
 #: Flip a feature to implemented by deleting its line (the keys then come from schema.py).
 FEATURES: dict[str, tuple[tuple[str, ...], str]] = {
+    # the image path landed (data.image_key, return_multi_modal_inputs, mm_processor_kwargs,
+    # actor.freeze_vision_tower); audio, image patch sizes and per-prompt image limits have not
     "vlm": (
-        (
-            "data.image_key",
-            "data.video_key",
-            "data.audio_key",
-            "data.image_patch_size",
-            "data.return_multi_modal_inputs",
-            "data.mm_processor_kwargs",
-            "*.freeze_vision_tower",
-            "*.limit_images",
-        ),
-        "multi-modal (vision/audio) inputs are not implemented yet; text-only prompts",
+        ("data.audio_key", "data.image_patch_size", "*.limit_images"),
+        "audio inputs, data.image_patch_size and limit_images are not implemented; images go through "
+        "data.image_key and the model's processor",
     ),
 }
 

@@ -38,6 +38,13 @@ class RLHFDataset(torch.utils.data.Dataset):
     ``config`` is the ``data`` section (DictConfig or dict): ``prompt_key``, ``max_prompt_length``,
     ``filter_overlong_prompts``, ``truncation`` (error | left | right | middle), ``return_raw_input_ids``,
     ``return_full_prompt``, ``apply_chat_template_kwargs``.
+
+    With a multimodal ``processor`` (Qwen2-VL family): rows may carry images under ``image_key`` (see
+    :mod:`verl.utils.dataset.vision`); every item then has 3-D rotary ``position_ids`` [3, L], and, with
+    ``return_multi_modal_inputs``, ``multi_modal_inputs`` (the processor's ``pixel_values`` /
+    ``image_grid_thw``; an empty dict for text-only rows) and ``multi_modal_data`` (``{"image": [PIL]}``,
+    what generation engines take). ``mm_processor_kwargs`` go to the image loading
+    (``min_pixels`` / ``max_pixels``).
     """
 
     def __init__(self, data_files, tokenizer, config=None, processor=None, max_samples: int = -1):
@@ -50,6 +57,13 @@ class RLHFDataset(torch.utils.data.Dataset):
         self.return_raw_input_ids = bool(_cfg_get(config, "return_raw_input_ids", False))
         self.return_full_prompt = bool(_cfg_get(config, "return_full_prompt", False))
         self.chat_kwargs = dict(_cfg_get(config, "apply_chat_template_kwargs", {}))
+        self.image_key = _cfg_get(config, "image_key", "images")
+        self.video_key = _cfg_get(config, "video_key", "videos")
+        self.return_multi_modal_inputs = bool(_cfg_get(config, "return_multi_modal_inputs", True))
+        self.mm_kwargs = dict(_cfg_get(config, "mm_processor_kwargs", {}))
+        unknown = sorted(set(self.mm_kwargs) - {"min_pixels", "max_pixels"})
+        if unknown:
+            raise ValueError(f"data.mm_processor_kwargs has unknown keys {unknown}; known: min_pixels, max_pixels")
         if self.truncation not in TRUNCATION_MODES:
             raise ValueError(
                 f"data.truncation={self.truncation!r} is not one of {', '.join(TRUNCATION_MODES)}"
@@ -98,10 +112,33 @@ class RLHFDataset(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.rows)
 
+    def _images(self, index: int) -> list:
+        row = self.rows[index]
+        if row.get(self.video_key) is not None and len(row[self.video_key]):
+            raise NotImplementedError(f"{self.where[index]}: video rows ({self.video_key!r}) are not supported yet")
+        images = row.get(self.image_key)
+        if images is None:
+            return []
+        if self.processor is None:
+            raise ValueError(
+                f"{self.where[index]}: the row has images ({self.image_key!r}) but the model has no multimodal "
+                "processor; use a vision-language model path"
+            )
+        return list(images)
+
+    def messages(self, index: int) -> list:
+        """The row's prompt messages; for a multimodal processor, with ``<image>`` turned into image parts."""
+        messages = self.rows[index][self.prompt_key]
+        if self.processor is None:
+            return messages
+        from verl.utils.dataset.vision import build_vl_messages
+
+        return build_vl_messages(messages, len(self._images(index)), self.where[index])
+
     def prompt_text(self, index: int) -> str:
         """The row's messages rendered by the chat template, with the generation prompt appended."""
         templater = self.processor if self.processor is not None else self.tokenizer
-        messages = self.rows[index][self.prompt_key]
+        messages = self.messages(index)
         return templater.apply_chat_template(
             messages, add_generation_prompt=True, tokenize=False, **self.chat_kwargs
         )
@@ -112,16 +149,34 @@ class RLHFDataset(torch.utils.data.Dataset):
         if ids is None:
             text = self.prompt_text(index)
             if self.processor is not None:
-                ids = list(self.processor(text=[text], add_special_tokens=False)["input_ids"][0])
+                ids = self._process(index)[0]
             else:
                 ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
             self._ids[index] = ids
         return ids
 
+    def _process(self, index: int) -> tuple[list[int], dict, list]:
+        """Token ids, the processor's vision tensors and the loaded images of a row (processor path)."""
+        from verl.utils.dataset.vision import load_image
+
+        where = self.where[index]
+        images = [load_image(im, f"{where}: {self.image_key}[{k}]", **self.mm_kwargs)
+                  for k, im in enumerate(self._images(index))]
+        out = self.processor(text=[self.prompt_text(index)], images=images or None, return_tensors="pt",
+                             add_special_tokens=False)
+        mm = {k: out[k] for k in ("pixel_values", "image_grid_thw") if k in out}
+        return out["input_ids"][0].tolist(), mm, images
+
     def _truncate(self, ids: list[int], index: int) -> list[int]:
         limit = self.max_prompt_length
         if len(ids) <= limit:
             return ids
+        if self.processor is not None and self._images(index):
+            raise ValueError(
+                f"{self.where[index]}: prompt with images is {len(ids)} tokens, longer than "
+                f"data.max_prompt_length={limit}; image tokens cannot be truncated: raise max_prompt_length, "
+                "lower data.mm_processor_kwargs.max_pixels, or set data.filter_overlong_prompts=true"
+            )
         if self.truncation == "left":
             return ids[-limit:]
         if self.truncation == "right":
@@ -136,11 +191,17 @@ class RLHFDataset(torch.utils.data.Dataset):
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         row = self.rows[index]
+        mm_inputs, images = None, []
+        if self.processor is not None:
+            ids, mm_inputs, images = self._process(index)
+            self._ids[index] = ids
         ids = self._truncate(self.prompt_ids(index), index)
         n_pad = self.max_prompt_length - len(ids)
         input_ids = torch.tensor([self.pad_token_id] * n_pad + ids, dtype=torch.long)
         attention_mask = torch.tensor([0] * n_pad + [1] * len(ids), dtype=torch.long)
         position_ids = torch.clamp(torch.cumsum(attention_mask, dim=0) - 1, min=0)
+        if self.processor is not None:
+            position_ids = self._rope_index(input_ids, attention_mask, mm_inputs.get("image_grid_thw"))
         extra_info = dict(row.get("extra_info") or {})
         item: dict[str, Any] = {
             "input_ids": input_ids,
@@ -158,11 +219,30 @@ class RLHFDataset(torch.utils.data.Dataset):
         tools_kwargs = row.get("tools_kwargs", extra_info.get("tools_kwargs"))
         if tools_kwargs is not None:
             item["tools_kwargs"] = tools_kwargs
+        if images and not self.return_multi_modal_inputs:
+            # the engines read the pixels from multi_modal_inputs; without them the image tokens have no features
+            raise ValueError(
+                f"{self.where[index]}: the row has images but data.return_multi_modal_inputs=false drops the "
+                "pixel inputs the model needs; set it to true"
+            )
+        if self.processor is not None and self.return_multi_modal_inputs:
+            item["multi_modal_inputs"] = mm_inputs
+            item["multi_modal_data"] = {"image": images} if images else {}
         if self.return_raw_input_ids:
             item["raw_prompt_ids"] = ids
         if self.return_full_prompt:
             item["full_prompts"] = self.prompt_text(index)
         return item
+
+    def _rope_index(self, input_ids, attention_mask, image_grid_thw) -> torch.Tensor:
+        from verl.utils.dataset.vision import get_rope_index
+
+        image_processor = self.processor.image_processor
+        return get_rope_index(
+            input_ids, attention_mask, image_grid_thw,
+            image_token_id=int(self.processor.image_token_id),
+            spatial_merge_size=int(image_processor.merge_size),
+        )
 
 
 def collate_fn(items: list[dict[str, Any]]) -> dict[str, Any]:

@@ -16,7 +16,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from verl.rewards.managers.agent_rewards import AgentRewardWeights, add_agent_rewards, last_assistant_positions
+from verl.rewards.managers.agent_rewards import (
+    AgentRewardWeights,
+    add_agent_rewards,
+    last_assistant_positions,
+)
 
 # Non-tensor columns of agent rollouts the scorer also sees in extra_info (as upstream's reward loop does).
 _AGENT_INFO = ("num_turns", "tool_rewards", "turn_scores")

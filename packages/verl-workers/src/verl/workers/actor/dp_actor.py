@@ -69,8 +69,25 @@ def split_for_engine(
         lengths = data.batch["attention_mask"].sum(-1).tolist()
         groups = token_budget_groups(lengths, int(max_token_len))
         order = torch.tensor([i for g in groups for i in g], dtype=torch.long)
-        return [data.select_idxs(torch.tensor(g, dtype=torch.long)).batch for g in groups], order
-    return [mb.batch for mb in data.split(rows)], None
+        return [_engine_batch(data.select_idxs(torch.tensor(g, dtype=torch.long))) for g in groups], order
+    return [_engine_batch(mb) for mb in data.split(rows)], None
+
+
+#: the per-row vision inputs of vision-language models (a dict of pixel_values / image_grid_thw per row)
+MM_KEY = "multi_modal_inputs"
+
+
+def _engine_batch(data: DataProto):
+    """The engine's micro-batch: the tensors, plus the rows' ``multi_modal_inputs`` when present
+    (a plain dict then, since a TensorDict holds tensors only)."""
+    if MM_KEY not in data.non_tensor_batch:
+        return data.batch
+    return {**dict(data.batch.items()), MM_KEY: data.non_tensor_batch[MM_KEY]}
+
+
+def model_inputs(data: DataProto, keys) -> DataProto:
+    """``data`` reduced to the batch ``keys`` and, for vision-language rows, ``multi_modal_inputs``."""
+    return data.select(batch_keys=list(keys), non_tensor_batch_keys=[MM_KEY])
 
 
 def restore_order(values: torch.Tensor, order: torch.Tensor | None) -> torch.Tensor:
@@ -113,7 +130,7 @@ class DataParallelPPOActor:
         number of micro-batches (equal row counts)."""
         micro = micro_batch_size_for_inference(self.config, data)
         temperature = float(data.meta_info.get("temperature", 1.0))
-        batch = data.select(batch_keys=list(_MODEL_INPUTS))
+        batch = model_inputs(data, _MODEL_INPUTS)
         micro_batches, order = split_for_engine(
             batch, self.engine, rows=micro,
             use_dynamic_bsz=bool(data.meta_info.get("use_dynamic_bsz", self.config.get("log_prob_use_dynamic_bsz", False))),
@@ -140,7 +157,7 @@ class DataParallelPPOActor:
         missing = [k for k in keys if k not in data.batch]
         if missing:
             raise KeyError(f"update_policy needs batch keys {missing}; the batch has {sorted(data.batch.keys())}")
-        return data.select(batch_keys=keys)
+        return model_inputs(data, keys)
 
     def _loss_fn(self, info: GlobalBatchInfo):
         cfg = self.config

@@ -18,6 +18,7 @@ from verl.utils.torch_functional import masked_mean
 from verl.workers.actor.dp_actor import (
     _response_mask,
     _sum_over_ranks,
+    model_inputs,
     response_mask_of,
     restore_order,
     split_for_engine,
@@ -46,7 +47,7 @@ class DataParallelPPOCritic:
             micro_batch_size=data.meta_info.get("micro_batch_size") or cfg.forward_micro_batch_size_per_gpu,
             use_dynamic_bsz=bool(cfg.use_dynamic_bsz), max_token_len=cfg.forward_max_token_len_per_gpu,
         )
-        batch = data.select(batch_keys=list(_MODEL_INPUTS))
+        batch = model_inputs(data, _MODEL_INPUTS)
         micro_batches, order = split_for_engine(
             batch, self.engine, rows=int(micro), use_dynamic_bsz=bool(cfg.use_dynamic_bsz),
             max_token_len=cfg.forward_max_token_len_per_gpu,
@@ -98,7 +99,7 @@ class DataParallelPPOCritic:
         missing = [k for k in keys if k not in data.batch]
         if missing:
             raise KeyError(f"update_critic needs batch keys {missing}; the batch has {sorted(data.batch.keys())}")
-        data = data.select(batch_keys=keys)
+        data = model_inputs(data, keys)
         micro = rows_per_micro_batch(
             data.batch["input_ids"].shape[-1], micro_batch_size=cfg.ppo_micro_batch_size_per_gpu,
             use_dynamic_bsz=bool(cfg.use_dynamic_bsz), max_token_len=cfg.ppo_max_token_len_per_gpu,

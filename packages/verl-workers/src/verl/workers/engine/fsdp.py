@@ -36,9 +36,11 @@ from verl.workers.engine.hf_model import (
     HeadOptions,
     apply_liger,
     check_model_flags,
+    freeze_vision_tower,
     install_fused_forward,
     load_hf_model,
     response_outputs,
+    vision_inputs,
 )
 from verl.workers.engine.lora import ADAPTER_DIR, LoraLayout, apply_lora, broadcast_from_rank0, lora_enabled
 from verl.workers.engine.optim import build_lr_scheduler, build_optimizer
@@ -95,7 +97,10 @@ class _FSDPEngineBase(BaseEngine):
         checkpoint_config: Any = None,
         use_torch_compile: bool = False,
         ulysses_sequence_parallel_size: int = 1,
+        freeze_vision: bool = False,
     ):
+        """``freeze_vision``: no gradient into a vision-language model's vision tower
+        (``actor.freeze_vision_tower``)."""
         self.device = _engine_device()
         _check_offload_flags(engine_config, self.device)
         check_model_flags(model_config, self.device)
@@ -135,6 +140,8 @@ class _FSDPEngineBase(BaseEngine):
             from verl.workers.engine.ulysses import install
 
             install(model, self.sp_size)
+        if freeze_vision:
+            freeze_vision_tower(model)
         self.hf_config = model.config
         #: where the LoRA adapters sit (None: no LoRA); see verl.workers.engine.lora
         self.lora: LoraLayout | None = None
@@ -190,7 +197,10 @@ class _FSDPEngineBase(BaseEngine):
         return self._dp_group
 
     def _to_device(self, micro_batch: Batch) -> dict[str, torch.Tensor]:
-        return {k: micro_batch[k].to(self.device) for k in ("input_ids", "attention_mask", "position_ids", "responses")}
+        out = {k: micro_batch[k].to(self.device) for k in ("input_ids", "attention_mask", "position_ids", "responses")}
+        if "multi_modal_inputs" in micro_batch:  # vision-language rows (see verl.workers.actor.dp_actor)
+            out.update(vision_inputs(micro_batch["multi_modal_inputs"], self.device))
+        return out
 
     # ------------------------------------------------------------------ compute
     def forward_micro_batch(

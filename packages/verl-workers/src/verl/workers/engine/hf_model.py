@@ -14,7 +14,12 @@ def load_hf_model(model_config: Any, model_type: str, dtype: torch.dtype) -> tor
     """``from_pretrained(model_config.path)`` as a causal LM, or for ``value`` as a token classifier
     with one label (a causal-LM checkpoint loads too: the backbone is reused, the head is new).
     ``dtype``: what to load the weights in (``fsdp_config.model_dtype``, see ``engine.precision``)."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification
+    from transformers import (
+        AutoConfig,
+        AutoModelForCausalLM,
+        AutoModelForImageTextToText,
+        AutoModelForTokenClassification,
+    )
 
     path = model_config.path
     if path is None:
@@ -23,8 +28,15 @@ def load_hf_model(model_config: Any, model_type: str, dtype: torch.dtype) -> tor
     hf_config = AutoConfig.from_pretrained(path, trust_remote_code=trust)
     for key, value in dict(model_config.override_config or {}).items():
         setattr(hf_config, key, value)
+    vision = is_vision_language(hf_config)
+    if vision and model_type == "value":
+        raise NotImplementedError(
+            f"{path} is a vision-language model ({hf_config.model_type}); a value model (critic) on it is not "
+            "supported yet: use a critic-free estimator (algorithm.adv_estimator=grpo)"
+        )
     if model_type == "causal_lm":
-        model = AutoModelForCausalLM.from_pretrained(path, config=hf_config, dtype=dtype, trust_remote_code=trust)
+        auto = AutoModelForImageTextToText if vision else AutoModelForCausalLM
+        model = auto.from_pretrained(path, config=hf_config, dtype=dtype, trust_remote_code=trust)
     elif model_type == "value":
         hf_config.num_labels = 1
         hf_config.classifier_dropout = 0.0  # values must be deterministic in train mode
@@ -47,6 +59,41 @@ def load_hf_model(model_config: Any, model_type: str, dtype: torch.dtype) -> tor
         else:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     return model
+
+
+def is_vision_language(hf_config: Any) -> bool:
+    """The config describes an image-text-to-text model (it has a vision tower config)."""
+    return getattr(hf_config, "vision_config", None) is not None
+
+
+def freeze_vision_tower(model: torch.nn.Module) -> int:
+    """Stop gradients into the vision tower (``model.model.visual`` in transformers' Qwen2-VL family);
+    returns how many parameters were frozen. An error when the model has no vision tower."""
+    visual = getattr(getattr(model, "model", model), "visual", None)
+    if visual is None:
+        raise ValueError(
+            f"actor.freeze_vision_tower=True but {type(model).__name__} has no vision tower (model.visual)"
+        )
+    visual.requires_grad_(False)
+    return sum(p.numel() for p in visual.parameters())
+
+
+def vision_inputs(rows: Any, device: torch.device) -> dict[str, torch.Tensor]:
+    """The model's vision kwargs for a micro-batch from its rows' ``multi_modal_inputs`` (one dict per
+    row; empty for text-only rows): ``pixel_values`` and ``image_grid_thw`` concatenated in row order,
+    which is the order the rows' image tokens appear in the flattened batch."""
+    out: dict[str, list[torch.Tensor]] = {}
+    for row in rows:
+        for key in ("pixel_values", "image_grid_thw"):
+            if row and key in row:
+                out.setdefault(key, []).append(torch.as_tensor(row[key]))
+    return {k: torch.cat(v, dim=0).to(device) for k, v in out.items()}
+
+
+def model_position_ids(position_ids: torch.Tensor) -> torch.Tensor:
+    """Position ids in the model's layout: [B, L] as is; M-RoPE ids stored per row as [B, 3, L] go to
+    the model as [3, B, L]."""
+    return position_ids.transpose(0, 1) if position_ids.dim() == 3 else position_ids
 
 
 def check_model_flags(model_config: Any, device: torch.device) -> None:
@@ -196,6 +243,11 @@ def response_outputs(
     (mixed precision, see :mod:`verl.workers.engine.precision`). ``head``: fused LM head, compiled
     log-prob functions, Ulysses sequence parallelism (which needs ``remove_padding``)."""
     kw = dict(temperature=temperature, calculate_entropy=calculate_entropy, entropy_grad=entropy_grad, head=head)
+    if remove_padding and micro_batch["position_ids"].dim() == 3:
+        raise NotImplementedError(
+            "model.use_remove_padding=True with M-RoPE (3-D) position ids of vision-language rows is not "
+            "supported yet; set use_remove_padding=False"
+        )
     if remove_padding:
         return _packed_response_outputs(module, micro_batch, model_type, compute_dtype=compute_dtype or module.dtype, **kw)
     if head.sp_group is not None:
@@ -208,8 +260,18 @@ def response_outputs(
             f"input_ids has {input_ids.shape[-1]} columns but responses has {n_resp}: input_ids must be "
             f"cat(prompts, responses) with at least one prompt column"
         )
-    inputs = dict(input_ids=input_ids, attention_mask=micro_batch["attention_mask"],
-                  position_ids=micro_batch["position_ids"])
+    vision = {k: micro_batch[k] for k in ("pixel_values", "image_grid_thw") if k in micro_batch}
+    if vision and head.fused:
+        raise NotImplementedError(
+            "model.use_fused_kernels=True runs the language model alone and cannot take image inputs; "
+            "set use_fused_kernels=False for vision-language models"
+        )
+    inputs = dict(
+        input_ids=input_ids,
+        attention_mask=micro_batch["attention_mask"],
+        position_ids=model_position_ids(micro_batch["position_ids"]),
+        **vision,
+    )
 
     # position t predicts token t+1: the response tokens are predicted by positions [-R-1, -1)
     def select(x):

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 from torch import nn
+from verl.workers.engine.hf_model import model_position_ids, vision_inputs
 from verl.workers.engine.precision import compute_params
 from verl.workers.rollout.base import BaseRollout, register_rollout, rollout_generator
 
@@ -105,6 +106,8 @@ def generate_tokens(
     calculate_log_probs: bool = False,
     generator: torch.Generator | Sequence[torch.Generator] | None = None,
     sync_group: dist.ProcessGroup | None = None,
+    vision: dict[str, torch.Tensor] | None = None,
+    suppress_ids: Sequence[int] = (),
 ) -> dict[str, torch.Tensor]:
     """Sample responses for left-padded prompts; returns the contract's tensors (see module doc).
 
@@ -114,8 +117,14 @@ def generate_tokens(
     ``input_ids``/``attention_mask``/``position_ids`` are [B, P]. Returned tensors are [B, R]
     (``responses``, ``response_mask``, optionally ``rollout_log_probs``) and [B, P + R]
     (``input_ids``, ``attention_mask``, ``position_ids``), plus ``prompts`` [B, P].
+
+    Vision-language models: ``vision`` holds the batch's ``pixel_values`` / ``image_grid_thw`` (see
+    ``verl.workers.engine.hf_model.vision_inputs``), fed with the prompt; ``position_ids`` are then
+    M-RoPE ids [B, 3, P], and every generated token advances all three axes by one.
+    ``suppress_ids``: tokens never sampled (a vision model's image/video placeholders: a sampled one
+    would be an image slot without pixels in every later forward).
     """
-    if input_ids.shape != attention_mask.shape or input_ids.shape != position_ids.shape:
+    if input_ids.shape != attention_mask.shape or input_ids.shape != position_ids.shape[:1] + position_ids.shape[-1:]:
         raise ValueError(
             f"prompt tensors disagree in shape: input_ids {tuple(input_ids.shape)}, attention_mask "
             f"{tuple(attention_mask.shape)}, position_ids {tuple(position_ids.shape)}"
@@ -124,17 +133,20 @@ def generate_tokens(
     batch = input_ids.shape[0]
     eos = torch.tensor(list(eos_token_ids), dtype=torch.long, device=device)
     running = torch.ones(batch, dtype=torch.bool, device=device)
-    last_pos = position_ids[:, -1:]
+    last_pos = position_ids[..., -1:]
     mask = attention_mask
     tokens: list[torch.Tensor] = []
     gen_mask: list[torch.Tensor] = []
     log_probs: list[torch.Tensor] = []
 
     out = module(
-        input_ids=input_ids, attention_mask=mask, position_ids=position_ids, use_cache=True, logits_to_keep=1
+        input_ids=input_ids, attention_mask=mask, position_ids=model_position_ids(position_ids), use_cache=True,
+        logits_to_keep=1, **(vision or {}),
     )
     for step in range(params.response_length):
         logits = out.logits[:, -1, :].float() / params.temperature
+        if len(suppress_ids):
+            logits[:, list(suppress_ids)] = float("-inf")
         if params.do_sample:
             probs = torch.softmax(filter_logits(logits, params.top_k, params.top_p), dim=-1)
             nxt = _sample(probs, generator)
@@ -154,7 +166,7 @@ def generate_tokens(
         out = module(
             input_ids=nxt.unsqueeze(-1),
             attention_mask=mask,
-            position_ids=last_pos + step + 1,
+            position_ids=model_position_ids(last_pos + step + 1),
             past_key_values=out.past_key_values,
             use_cache=True,
         )
@@ -162,14 +174,14 @@ def generate_tokens(
     responses = torch.stack(tokens, dim=1)
     response_mask = torch.stack(gen_mask, dim=1).to(attention_mask.dtype)
     r = responses.shape[1]
-    resp_pos = last_pos + torch.arange(1, r + 1, device=device).unsqueeze(0)
+    resp_pos = last_pos + torch.arange(1, r + 1, device=device)
     result = {
         "prompts": input_ids,
         "responses": responses,
         "response_mask": response_mask,
         "input_ids": torch.cat([input_ids, responses], dim=1),
         "attention_mask": torch.cat([attention_mask, response_mask], dim=1),
-        "position_ids": torch.cat([position_ids, resp_pos.to(position_ids.dtype)], dim=1),
+        "position_ids": torch.cat([position_ids, resp_pos.to(position_ids.dtype)], dim=-1),
     }
     if calculate_log_probs:
         result["rollout_log_probs"] = torch.stack(log_probs, dim=1)
@@ -293,6 +305,11 @@ class HFRollout(BaseRollout):
         # the training engine's FSDP2 setting, restored after each generation (see gathered_fsdp2_params)
         self.reshard_after_forward = reshard_after_forward
         self.eos_token_ids, self.pad_token_id = stop_and_pad_ids(module, tokenizer, type(self).__name__)
+        #: a vision-language model's image/video placeholder tokens, never sampled (see generate_tokens)
+        self.suppress_ids = [
+            int(i) for i in (getattr(module.config, "image_token_id", None), getattr(module.config, "video_token_id", None))
+            if i is not None
+        ]
 
     def sampling_params(self, meta_info: dict[str, Any]) -> SamplingParams:
         """The sampling settings for one call (see :func:`sampling_params_for`)."""
@@ -311,8 +328,18 @@ class HFRollout(BaseRollout):
         eos = [] if self.config.ignore_eos else self.eos_token_ids
         return self.sampling_params(prompts.meta_info), eos, micro_batches
 
+    def vision_micro_batches(self, prompts: DataProto, n_micro: int) -> list[dict[str, torch.Tensor] | None]:
+        """Per micro-batch of :meth:`decode_inputs`, the vision kwargs of its rows (None without
+        ``multi_modal_inputs``: a text model)."""
+        rows_mm = prompts.non_tensor_batch.get("multi_modal_inputs")
+        if rows_mm is None:
+            return [None] * n_micro
+        step = int(self.config.micro_batch_size or len(rows_mm)) or 1
+        return [vision_inputs(rows_mm[i : i + step], self.device) for i in range(0, len(rows_mm), step)]
+
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         params, eos, micro_batches = self.decode_inputs(prompts)
+        vision = self.vision_micro_batches(prompts, len(micro_batches))
         was_training = self.module.training
         self.module.eval()
         try:
@@ -328,8 +355,10 @@ class HFRollout(BaseRollout):
                         self.pad_token_id,
                         calculate_log_probs=bool(self.config.calculate_log_probs),
                         generator=self.generator,
+                        vision=mm,
+                        suppress_ids=self.suppress_ids,
                     )
-                    for input_ids, attention_mask, position_ids in micro_batches
+                    for (input_ids, attention_mask, position_ids), mm in zip(micro_batches, vision)
                 ]
         finally:
             self.module.train(was_training)
@@ -357,7 +386,8 @@ def concat_generations(chunks: list[dict[str, torch.Tensor]], pad_token_id: int)
                     value, (0, extra), value=pad_token_id if key == "input_ids" else 0
                 )
             elif extra and key == "position_ids":
-                last = value[:, p - 1 : p]
-                value = torch.cat([value[:, :p], last + torch.arange(1, r + 1, dtype=value.dtype, device=value.device)], dim=1)
+                last = value[..., p - 1 : p]
+                steps = torch.arange(1, r + 1, dtype=value.dtype, device=value.device)
+                value = torch.cat([value[..., :p], last + steps], dim=-1)
             out[key].append(value)
     return {k: torch.cat(v, dim=0) for k, v in out.items()}

@@ -1,0 +1,1 @@
+"""Vision-language GRPO (count the shapes) as a verl recipe (see README.md)."""
