@@ -135,6 +135,22 @@ def save_engine_checkpoint(engine: _FSDPEngineBase, path: str, global_step: int 
     dist.barrier()
 
 
+def apply_schedule(scheduler: torch.optim.lr_scheduler.LRScheduler) -> None:
+    """Set the optimizer's rates to what this run's schedule gives at the restored step.
+
+    The optimizer state restores the rate the saving run's schedule gave; a run resumed with a larger
+    ``total_training_steps`` (allowed) has another cosine, and its first step would train at the old rate
+    (0 at the end of the old schedule). The lambdas are this run's (a state dict does not carry them).
+    """
+    if not isinstance(scheduler, torch.optim.lr_scheduler.LambdaLR):
+        return
+    step = scheduler.last_epoch
+    rates = [base * fn(step) for base, fn in zip(scheduler.base_lrs, scheduler.lr_lambdas)]
+    for group, lr in zip(scheduler.optimizer.param_groups, rates):
+        group["lr"] = lr
+    scheduler._last_lr = rates  # what get_last_lr() reports
+
+
 def _save_hf_config(engine: _FSDPEngineBase, hf_dir: str, full_state: dict | None) -> None:
     os.makedirs(hf_dir, exist_ok=True)
     engine.hf_config.save_pretrained(hf_dir)
@@ -182,6 +198,7 @@ def load_engine_checkpoint(engine: _FSDPEngineBase, path: str) -> None:
     extra = torch.load(extra_file, weights_only=False)
     if engine.lr_scheduler is not None and extra["lr_scheduler"] is not None:
         engine.lr_scheduler.load_state_dict(extra["lr_scheduler"])
+        apply_schedule(engine.lr_scheduler)
     if same_world:
         _set_rng_state(extra["rng"])
     elif rank == 0:
