@@ -14,7 +14,10 @@ def chaos_assets(tmp_path_factory):
     from .harness import write_task
 
     root = tmp_path_factory.mktemp("chaos_assets")
-    return {"model": MODEL_BUILDERS.get("tiny_qwen2")(root / "model", size="xs"), "data": write_task(root / "data")}
+    return {
+        "model": MODEL_BUILDERS.get("tiny_qwen2")(root / "model", size="xs"),
+        "data": write_task(root / "data"),
+    }
 
 
 @pytest.fixture

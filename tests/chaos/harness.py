@@ -25,30 +25,52 @@ def write_task(data_dir: Path) -> dict[str, str]:
     from verl.utils.dataset.rows import write_parquet
 
     train, test = addition_rows("train")[:N_PROMPTS], addition_rows("test")[:4]
-    return {"train": str(write_parquet(train, data_dir / "train.parquet")),
-            "test": str(write_parquet(test, data_dir / "test.parquet"))}
+    return {
+        "train": str(write_parquet(train, data_dir / "train.parquet")),
+        "test": str(write_parquet(test, data_dir / "test.parquet")),
+    }
 
 
 def rl_args(model: str, data: dict, out: Path, steps: int | None, *extra: str, workers: int = 2) -> list[str]:
     n = 2
     return [
-        f"data.train_files={data['train']}", f"data.val_files={data['test']}",
-        f"actor_rollout_ref.model.path={model}", "actor_rollout_ref.model.enable_gradient_checkpointing=false",
-        "data.max_prompt_length=32", "data.max_response_length=4", f"data.train_batch_size={BATCH}",
-        "algorithm.adv_estimator=grpo", f"actor_rollout_ref.rollout.n={n}", "actor_rollout_ref.rollout.temperature=1.0",
+        f"data.train_files={data['train']}",
+        f"data.val_files={data['test']}",
+        f"actor_rollout_ref.model.path={model}",
+        "actor_rollout_ref.model.enable_gradient_checkpointing=false",
+        "data.max_prompt_length=32",
+        "data.max_response_length=4",
+        f"data.train_batch_size={BATCH}",
+        "algorithm.adv_estimator=grpo",
+        f"actor_rollout_ref.rollout.n={n}",
+        "actor_rollout_ref.rollout.temperature=1.0",
         f"actor_rollout_ref.actor.ppo_mini_batch_size={BATCH // 2}",
         f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={BATCH * n // 2 // workers}",
         f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={BATCH * n // workers}",
         # warmup + cosine: a scheduler that is not restored changes the LR of the resumed steps
-        "actor_rollout_ref.actor.optim.lr=1e-3", "actor_rollout_ref.actor.optim.lr_warmup_steps=2",
-        "actor_rollout_ref.actor.optim.lr_scheduler_type=cosine", "actor_rollout_ref.actor.optim.weight_decay=0.01",
-        "actor_rollout_ref.actor.use_kl_loss=false", "actor_rollout_ref.actor.entropy_coeff=0.0",
-        "trainer.device=cpu", "trainer.nnodes=1", f"trainer.n_gpus_per_node={workers}",
-        "trainer.total_epochs=2", *([f"trainer.total_training_steps={steps}"] if steps else []),
-        "trainer.test_freq=-1", "trainer.save_freq=1", "trainer.val_before_train=false",
-        "trainer.logger=[jsonl]", "trainer.project_name=chaos", "trainer.experiment_name=chaos",
-        f"trainer.default_local_dir={out}", "trainer.resume_mode=auto", "trainer.progress_bar=false",
-        "trainer.seed=7", f"reward.custom_reward_function.path={REWARD_FILE}", *extra,
+        "actor_rollout_ref.actor.optim.lr=1e-3",
+        "actor_rollout_ref.actor.optim.lr_warmup_steps=2",
+        "actor_rollout_ref.actor.optim.lr_scheduler_type=cosine",
+        "actor_rollout_ref.actor.optim.weight_decay=0.01",
+        "actor_rollout_ref.actor.use_kl_loss=false",
+        "actor_rollout_ref.actor.entropy_coeff=0.0",
+        "trainer.device=cpu",
+        "trainer.nnodes=1",
+        f"trainer.n_gpus_per_node={workers}",
+        "trainer.total_epochs=2",
+        *([f"trainer.total_training_steps={steps}"] if steps else []),
+        "trainer.test_freq=-1",
+        "trainer.save_freq=1",
+        "trainer.val_before_train=false",
+        "trainer.logger=[jsonl]",
+        "trainer.project_name=chaos",
+        "trainer.experiment_name=chaos",
+        f"trainer.default_local_dir={out}",
+        "trainer.resume_mode=auto",
+        "trainer.progress_bar=false",
+        "trainer.seed=7",
+        f"reward.custom_reward_function.path={REWARD_FILE}",
+        *extra,
     ]
 
 

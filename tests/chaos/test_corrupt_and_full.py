@@ -41,7 +41,9 @@ def _copy(src, dst):
     return dst
 
 
-def test_truncated_shard_is_refused_naming_the_file(chaos_assets, two_checkpoints, tmp_path, in_process_worker_env):
+def test_truncated_shard_is_refused_naming_the_file(
+    chaos_assets, two_checkpoints, tmp_path, in_process_worker_env
+):
     run = _copy(two_checkpoints, tmp_path / "run")
     shard_dir = run / "global_step_2" / "actor" / "model_optim"
     shard = next(p for p in sorted(shard_dir.iterdir()) if p.suffix == ".distcp")
@@ -56,19 +58,24 @@ def test_truncated_shard_is_refused_naming_the_file(chaos_assets, two_checkpoint
 def test_missing_tracker_is_refused_naming_the_file(chaos_assets, two_checkpoints, tmp_path):
     run = _copy(two_checkpoints, tmp_path / "run")
     os.remove(run / "latest_checkpointed_iteration.txt")
-    with pytest.raises(FileNotFoundError, match=r"latest_checkpointed_iteration.txt is missing.*global_step_1, global_step_2"):
+    with pytest.raises(
+        FileNotFoundError, match=r"latest_checkpointed_iteration.txt is missing.*global_step_1, global_step_2"
+    ):
         run_inprocess(_local(chaos_assets["model"], chaos_assets["data"], run, 3))
     assert train_rows(run).keys() == {1, 2}  # nothing was started over
 
 
-def test_checkpoint_of_another_model_shape_is_refused_naming_it(chaos_assets, two_checkpoints, tmp_path,
-                                                                in_process_worker_env):
+def test_checkpoint_of_another_model_shape_is_refused_naming_it(
+    chaos_assets, two_checkpoints, tmp_path, in_process_worker_env
+):
     """The model folder at the same path was replaced by one of another shape (the path is unchanged, so
     the recorded-keys check cannot see it): the load must say which tensor does not fit, and where."""
     from verl.trainer.model_builders import MODEL_BUILDERS
 
     run = _copy(two_checkpoints, tmp_path / "run")
-    other = MODEL_BUILDERS.get("tiny_qwen2")(tmp_path / "model", size="xs", hidden_size=32, intermediate_size=64)
+    other = MODEL_BUILDERS.get("tiny_qwen2")(
+        tmp_path / "model", size="xs", hidden_size=32, intermediate_size=64
+    )
     # the checkpoint was written for chaos_assets' model path: swap that folder's contents for the run
     model = _copy(chaos_assets["model"], tmp_path / "orig_model")
     shutil.rmtree(chaos_assets["model"])
@@ -90,8 +97,11 @@ def tiny_disk(tmp_path):
     path.mkdir()
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", f"chaos{uuid.uuid4().hex[:6]}", str(path)],
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", f"chaos{uuid.uuid4().hex[:6]}", str(path)],
+        capture_output=True,
+        text=True,
+    )
     if res.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {res.stderr.strip()}")
     yield path
@@ -99,7 +109,8 @@ def tiny_disk(tmp_path):
 
 
 def test_disk_full_during_save_stops_with_a_clear_error_and_keeps_the_previous(
-        chaos_assets, tiny_disk, tmp_path, in_process_worker_env):
+    chaos_assets, tiny_disk, tmp_path, in_process_worker_env
+):
     model, data = chaos_assets["model"], chaos_assets["data"]
     with pytest.raises(OSError) as err:
         run_inprocess(_local(model, data, tiny_disk, 3))
@@ -107,7 +118,9 @@ def test_disk_full_during_save_stops_with_a_clear_error_and_keeps_the_previous(
     print(f"\n[chaos] disk full: {type(err.value).__name__}: {msg[:400]}")
     assert "No space left on device" in msg and "global_step_2" in msg
     assert (tiny_disk / "latest_checkpointed_iteration.txt").read_text() == "1"
-    assert sorted(n for n in os.listdir(tiny_disk) if n.startswith(("global_step", ".tmp"))) == ["global_step_1"]
+    assert sorted(n for n in os.listdir(tiny_disk) if n.startswith(("global_step", ".tmp"))) == [
+        "global_step_1"
+    ]
     # The previous checkpoint is usable: resume from it (on a disk with room) and finish the run.
     run = _copy(tiny_disk, tmp_path / "moved")
     run_inprocess(_local(model, data, run, 2, "trainer.save_freq=-1"))

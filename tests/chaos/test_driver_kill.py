@@ -34,13 +34,20 @@ def test_driver_sigkill_leaves_no_ray_processes(chaos_assets, tmp_path):
     from verl.utils.checkpoint import find_latest_ckpt_path, load_trainer_state
 
     out = tmp_path / "run"
-    args = rl_args(chaos_assets["model"], chaos_assets["data"], out, 200, "trainer.save_freq=2",
-                   "ray_kwargs.ray_init.num_cpus=2")
+    args = rl_args(
+        chaos_assets["model"],
+        chaos_assets["data"],
+        out,
+        200,
+        "trainer.save_freq=2",
+        "ray_kwargs.ray_init.num_cpus=2",
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")}  # its own Ray, as a user's
     env["RAY_ENABLE_UV_RUN_RUNTIME_ENV"] = "0"
     log = open(tmp_path / "driver.log", "w")
-    driver = subprocess.Popen([sys.executable, "-m", "verl.trainer.main_ppo", *args], env=env, stdout=log,
-                              stderr=subprocess.STDOUT)
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "verl.trainer.main_ppo", *args], env=env, stdout=log, stderr=subprocess.STDOUT
+    )
     try:
         deadline = time.monotonic() + 600
         while _train_steps_logged(out) < 3:  # a checkpoint at step 2, now mid-step
@@ -54,9 +61,13 @@ def test_driver_sigkill_leaves_no_ray_processes(chaos_assets, tmp_path):
         driver.wait()
         killed_at = time.monotonic()
         _, alive = psutil.wait_procs(started, timeout=30)
-        lingering = [f"{p.pid} {p.name()}" for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-        print(f"\n[chaos] driver SIGKILL: {len(started)} processes ({', '.join(names)}) gone "
-              f"{time.monotonic() - killed_at:.1f} s after the kill; lingering: {lingering}")
+        lingering = [
+            f"{p.pid} {p.name()}" for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+        ]
+        print(
+            f"\n[chaos] driver SIGKILL: {len(started)} processes ({', '.join(names)}) gone "
+            f"{time.monotonic() - killed_at:.1f} s after the kill; lingering: {lingering}"
+        )
         assert not lingering, f"processes the killed driver started still run: {lingering}"
     finally:
         if driver.poll() is None:

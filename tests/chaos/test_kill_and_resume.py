@@ -46,7 +46,9 @@ def _killer_trainer(kill_step: int, record: dict):
     return KillMidUpdate
 
 
-def test_worker_sigkill_mid_update_then_auto_resume_matches_uninterrupted(ray_cluster, chaos_assets, tmp_path):
+def test_worker_sigkill_mid_update_then_auto_resume_matches_uninterrupted(
+    ray_cluster, chaos_assets, tmp_path
+):
     from verl.single_controller.ray import WorkerDiedError
 
     model, data = chaos_assets["model"], chaos_assets["data"]
@@ -65,9 +67,17 @@ def test_worker_sigkill_mid_update_then_auto_resume_matches_uninterrupted(ray_cl
         run_inprocess(args, trainer_cls=_killer_trainer(KILL_STEP, record))
     seconds_to_fail = time.monotonic() - record["killed_at"]
     msg = str(err.value)
-    for part in (f"training step {KILL_STEP}", "rank 1", f"pid {record['pid']}", "actor_rollout", "update_actor"):
+    for part in (
+        f"training step {KILL_STEP}",
+        "rank 1",
+        f"pid {record['pid']}",
+        "actor_rollout",
+        "update_actor",
+    ):
         assert part in msg, f"{part!r} not in the error: {msg}"
-    print(f"\n[chaos] worker SIGKILL mid-update: driver failed {seconds_to_fail:.1f} s after the kill: {msg[:300]}")
+    print(
+        f"\n[chaos] worker SIGKILL mid-update: driver failed {seconds_to_fail:.1f} s after the kill: {msg[:300]}"
+    )
     assert (run_dir / "latest_checkpointed_iteration.txt").read_text() == "4"
     assert sorted(train_rows(run_dir)) == [1, 2, 3, 4, 5]  # step 5 logged, not checkpointed
 
@@ -75,7 +85,9 @@ def test_worker_sigkill_mid_update_then_auto_resume_matches_uninterrupted(ray_cl
     got = train_rows(run_dir)  # raises if a step was logged twice
     assert sorted(got) == [1, 2, 3, 4, 5, 6]
     for step in range(1, TOTAL + 1):  # bit-exact: same seed, CPU, same worker count
-        assert got[step] == expected[step], f"step {step}: resumed {got[step]} != uninterrupted {expected[step]}"
+        assert got[step] == expected[step], (
+            f"step {step}: resumed {got[step]} != uninterrupted {expected[step]}"
+        )
 
     from verl.trainer.main_ppo import main
 

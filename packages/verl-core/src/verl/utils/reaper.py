@@ -28,7 +28,7 @@ def _stat(pid: int) -> tuple[int, int] | None:
             text = f.read().decode(errors="replace")
     except OSError:
         return None
-    fields = text[text.rindex(")") + 2:].split()  # the command name may hold spaces and parentheses
+    fields = text[text.rindex(")") + 2 :].split()  # the command name may hold spaces and parentheses
     return int(fields[1]), int(fields[19])
 
 
@@ -81,7 +81,7 @@ def _is_zombie(pid: int) -> bool:
             text = f.read().decode(errors="replace")
     except OSError:
         return True
-    return text[text.rindex(")") + 2:].split()[0] == "Z"
+    return text[text.rindex(")") + 2 :].split()[0] == "Z"
 
 
 def start_reaper() -> subprocess.Popen | None:
@@ -89,8 +89,11 @@ def start_reaper() -> subprocess.Popen | None:
     local cluster; a normal exit is fine too (what Ray's shutdown left is ended)."""
     if not os.path.isdir("/proc/self"):
         return None
-    return subprocess.Popen([sys.executable, "-m", "verl.utils.reaper", str(os.getpid())],
-                            stdin=subprocess.DEVNULL, start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "verl.utils.reaper", str(os.getpid())],
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
 
 
 if __name__ == "__main__":
