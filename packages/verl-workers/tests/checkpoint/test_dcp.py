@@ -108,3 +108,29 @@ def test_resume_with_more_total_steps_follows_the_new_schedule_from_its_first_st
     c, _ = critic(total=2)
     c.engine.load_checkpoint(ckpt)
     assert c.engine.get_lr() == 0.0
+
+
+def test_truncated_or_missing_shard_is_refused_naming_the_file(dist_world1, tiny_value_model_dir, ppo_config, tmp_path):
+    a = _critic(ppo_config, tiny_value_model_dir)
+    ckpt = tmp_path / "ckpt"
+    a.engine.save_checkpoint(str(ckpt))
+    shard = next(p for p in sorted((ckpt / "model_optim").iterdir()) if p.suffix == ".distcp")
+    size = shard.stat().st_size
+    os.truncate(shard, size - 1)
+    with pytest.raises(ValueError, match=rf"{shard} is truncated: {size - 1} bytes"):
+        a.engine.load_checkpoint(str(ckpt))
+    os.remove(shard)
+    with pytest.raises(FileNotFoundError, match=rf"checkpoint shard {shard} is missing"):
+        a.engine.load_checkpoint(str(ckpt))
+
+
+def test_save_errors_in_the_users_terms(tmp_path):
+    import errno
+
+    from verl.workers.checkpoint.dcp import _save_error
+
+    full = _save_error(str(tmp_path / "global_step_3" / "actor"), OSError(errno.ENOSPC, "No space left on device"))
+    assert isinstance(full, OSError) and full.errno == errno.ENOSPC
+    assert "while writing checkpoint" in str(full) and "global_step_3" in str(full) and "previous one" in str(full)
+    other = _save_error(str(tmp_path / "x"), RuntimeError("line 1\nboom"))
+    assert isinstance(other, RuntimeError) and str(other) == f"writing checkpoint {tmp_path / 'x'} failed: RuntimeError: boom"
