@@ -8,7 +8,6 @@ process against the test session's Ray; ``train_rows(out)`` reads the per-step r
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 # Metrics that measure time or throughput differ between any two runs; everything else must match.
@@ -112,12 +111,3 @@ def assert_rows_match(expected: dict[int, dict], got: dict[int, dict], steps, re
                 assert a[k] == b[k], f"step {step} {k}: uninterrupted {a[k]!r} != resumed {b[k]!r}"
             else:
                 assert abs(a[k] - b[k]) <= rel * max(1.0, abs(a[k])), f"step {step} {k}: {a[k]!r} vs {b[k]!r}"
-
-
-def pids_alive(pids) -> list[int]:
-    import psutil
-
-    return [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
-
-
-os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
