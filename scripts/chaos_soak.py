@@ -89,6 +89,8 @@ def main(argv: list[str] | None = None) -> dict:
         threading.Thread(target=_killer, args=(driver, args.kill_every, rng, kills), daemon=True).start()
         rc = driver.wait()
         if rc == 0:
+            for k in kills:  # a kill that raced the end of training hit a worker already shutting down
+                k.setdefault("failed_after_s", "driver finished")
             break
         killed = [k for k in kills if "failed_after_s" not in k]
         if not killed:
