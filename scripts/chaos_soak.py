@@ -34,7 +34,7 @@ def _worker_pids(driver_pid: int) -> list[int]:
     out = []
     for p in procs:
         try:
-            if p.name().startswith("ray::FusedWorker") or "FusedWorker" in " ".join(p.cmdline()[:1]):
+            if "FusedWorker" in " ".join(p.cmdline()[:1]):  # Ray's process title; name() is cut to 15 chars
                 out.append(p.pid)
         except psutil.Error:
             pass
@@ -45,6 +45,9 @@ def _killer(driver: subprocess.Popen, every: float, rng: random.Random, log: lis
     """Sleep a random 0.5..1.5 x ``every`` seconds, then SIGKILL one random worker of ``driver``."""
     time.sleep(rng.uniform(0.5, 1.5) * every)
     pids = _worker_pids(driver.pid)
+    while not pids and driver.poll() is None:  # still starting up: kill once the workers exist
+        time.sleep(1.0)
+        pids = _worker_pids(driver.pid)
     if driver.poll() is None and pids:
         pid = rng.choice(pids)
         os.kill(pid, signal.SIGKILL)
