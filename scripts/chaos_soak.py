@@ -3,7 +3,7 @@ Ray worker is SIGKILLed every few minutes; each time the driver fails, it is rel
 ``trainer.resume_mode=auto``. At the end: completed steps == requested and no step counted twice in
 metrics.jsonl (and the number of kills, relaunches and seconds each failure took to surface).
 
-    uv run python scripts/chaos_soak.py --out /tmp/soak --steps 300 --kill-every 180   # ~30+ min on 2 cores
+    uv run python scripts/chaos_soak.py --out /tmp/soak --steps 2000 --kill-every 180  # ~30+ min on 2 cores
     uv run python scripts/chaos_soak.py --out /tmp/soak --steps 12 --kill-every 40     # a quick look
 
 The GRPO run starts from the random-init tiny model (no SFT warm start): the soak is about surviving
