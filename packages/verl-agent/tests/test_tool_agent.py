@@ -184,3 +184,23 @@ def test_sanity_check_reports_a_mismatch(tokenizer, stop_ids, rollout_config):
     assert msg.startswith(f"first difference at token {len(good) - 2} ")
     assert "assistant\\nac'" in msg and "assistant\\nab<|im_end|>" in msg
     assert "first difference" in check_trajectory(chat, messages, None, bad, stop_ids, mode="warn")
+
+
+class Hangs(BaseTool):
+    default_schema = {"type": "function", "function": {"name": "hangs", "description": "h", "parameters": {"type": "object", "properties": {}}}}
+
+    async def execute(self, instance_id, parameters, **kwargs):
+        await asyncio.sleep(3600)
+
+
+def test_a_hung_tool_times_out_as_an_error_the_model_sees(tokenizer, stop_ids, rollout_config):
+    """multi_turn.tool_timeout: a tool that never answers costs that long, then is answered with an error
+    (counted in tool_call_errors); the rollout goes on (found by the chaos suite: it waited forever)."""
+    server = ScriptedLLMServer([format_tool_call("hangs", {}), CALL, "done"], stop_ids, tokenizer)
+    cfg = rollout_config(response_length=2000, multi_turn__tool_timeout=0.2)
+    out = run(ToolAgentLoop(cfg, server, tokenizer, tools=[ADD, Hangs({})]))
+    tool_msgs = [m["content"] for m in out.extra_fields["messages"] if m["role"] == "tool"]
+    assert tool_msgs == ["Error: tool 'hangs' did not answer within 0.2 s (multi_turn.tool_timeout)", "5"]
+    assert out.metrics["tool_call_errors"] == 1 and out.extra_fields["stop_reason"] == "done"
+    with pytest.raises(ValueError, match=r"multi_turn.tool_timeout=0.0 must be a positive"):
+        ToolAgentLoop(rollout_config(multi_turn__tool_timeout=0), server, tokenizer, tools=[ADD])

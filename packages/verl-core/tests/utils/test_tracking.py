@@ -167,3 +167,26 @@ def test_generations_in_mlflow_wandb_swanlab_offline(tmp_path, monkeypatch):
     (media,) = glob.glob(str(tmp_path / "swanlog" / "run-*" / "media" / "echarts" / "*.json"))
     rows = json.load(open(media))["rowData"]
     assert rows == [{"step": 2, "input": i, "output": o, "score": s} for i, o, s in SAMPLES]
+
+
+def test_resumed_run_drops_rows_logged_after_its_checkpoint(tmp_path):
+    """A run killed at step 5 with its last checkpoint at step 3 logged steps 4 and 5 (and a partial line);
+    the resumed run trains them again: each must appear once."""
+    t = Tracking("p", "e", default_backend=["jsonl"], output_dir=str(tmp_path))
+    for step in range(6):
+        t.log({"critic/score/mean": float(step)}, step=step)
+    t.log_generations([("in", "out", 1.0)], step=4)
+    t.finish()
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write('{"step": 6, "critic/sco')  # the kill came mid-write
+    fresh = Tracking("p", "e", default_backend=["jsonl"], output_dir=str(tmp_path))  # no resume: keep rows
+    fresh.finish()
+    assert [json.loads(x)["step"] for x in open(tmp_path / "metrics.jsonl")] == [0, 1, 2, 3, 4, 5]
+    resumed = Tracking("p", "e", default_backend=["jsonl"], output_dir=str(tmp_path), resume_step=3)
+    for step in (4, 5):
+        resumed.log({"critic/score/mean": 10.0 + step}, step=step)
+    resumed.finish()
+    rows = [json.loads(x) for x in open(tmp_path / "metrics.jsonl")]
+    assert [(r["step"], r["critic/score/mean"]) for r in rows] == [(0, 0.0), (1, 1.0), (2, 2.0), (3, 3.0),
+                                                                      (4, 14.0), (5, 15.0)]
+    assert (tmp_path / "val_generations.jsonl").read_text() == ""

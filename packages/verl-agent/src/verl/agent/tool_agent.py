@@ -60,6 +60,9 @@ class ToolAgentLoop(AgentLoopBase):
         self.max_parallel_calls = int(mt.max_parallel_calls)
         self.max_tool_response_length = int(mt.max_tool_response_length)
         self.truncate_side = str(mt.tool_response_truncate_side)
+        self.tool_timeout = float(mt.tool_timeout)
+        if not self.tool_timeout > 0:
+            raise ValueError(f"multi_turn.tool_timeout={mt.tool_timeout} must be a positive number of seconds")
         self.sanity_mode = str(mt.tokenization_sanity_check_mode)
 
     async def _call_tool(
@@ -79,13 +82,22 @@ class ToolAgentLoop(AgentLoopBase):
                 error = validate_arguments(tool.tool_schema, call.arguments)
                 if error:
                     return f"Error: {error}", 0.0, {"tool_error": 1.0}
-                response, reward, metrics = normalize_function_tool_return(await tool.call(call.arguments))
+                response, reward, metrics = normalize_function_tool_return(
+                    await asyncio.wait_for(tool.call(call.arguments), self.tool_timeout)
+                )
             else:
                 execute_kwargs = dict((tools_kwargs.get(call.name) or {}).get("execute_kwargs", {}))
-                response, reward, metrics = await tool.execute(
-                    instances[call.name], call.arguments, **execute_kwargs
+                response, reward, metrics = await asyncio.wait_for(
+                    tool.execute(instances[call.name], call.arguments, **execute_kwargs), self.tool_timeout
                 )
             return tool_text(response), float(reward or 0.0), dict(metrics or {})
+        except TimeoutError:  # a hung tool must not hang the rollout: the model sees it, a metric counts it
+            logger.warning("tool %s did not answer within %s s on %r", call.name, self.tool_timeout, call.arguments)
+            return (
+                f"Error: tool {call.name!r} did not answer within {self.tool_timeout:g} s (multi_turn.tool_timeout)",
+                0.0,
+                {"tool_error": 1.0, "tool_timeout": 1.0},
+            )
         except Exception as e:  # a tool bug must not kill the rollout: the model sees the error
             logger.warning("tool %s failed on %r: %r", call.name, call.arguments, e)
             return f"Error: tool {call.name!r} failed: {type(e).__name__}: {e}", 0.0, {"tool_error": 1.0}

@@ -165,6 +165,12 @@ def run_ppo(config: DictConfig, **build_kwargs: Any) -> dict[str, float]:
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # what ray_init_kwargs gives Ray workers
     elif not ray.is_initialized():
         ray.init(**ray_init_kwargs(config))
+        if not ray_init_kwargs(config).get("address"):
+            # this process owns the cluster it just started: if it is SIGKILLed, the reaper ends Ray's
+            # processes (agents otherwise outlive it, reparented to init)
+            from verl.utils.reaper import start_reaper
+
+            start_reaper()
     out_dir = config.trainer.default_local_dir
     os.makedirs(out_dir, exist_ok=True)
     atomic_write_text(os.path.join(out_dir, "config.yaml"), config_to_yaml(config))

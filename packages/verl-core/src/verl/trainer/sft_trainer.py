@@ -36,6 +36,10 @@ def init_ray(config: DictConfig) -> None:
     kwargs = {k: v for k, v in dict(config.ray_kwargs.ray_init).items() if v is not None}
     env = {"TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     ray.init(include_dashboard=False, runtime_env={"env_vars": env}, **kwargs)
+    if not kwargs.get("address"):  # our own cluster: end its processes if this driver is SIGKILLed
+        from verl.utils.reaper import start_reaper
+
+        start_reaper()
 
 
 def run_sft(config: DictConfig, worker_cls: Any = None) -> dict[str, Any]:

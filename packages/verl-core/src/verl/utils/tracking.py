@@ -102,10 +102,38 @@ class _Console:
         pass
 
 
+def _keep_rows_through(path: str, resume_step: int | None) -> None:
+    """Rewrite the JSON-lines file ``path`` without the rows a resumed run will log again.
+
+    A run killed after logging steps past its last checkpoint would otherwise count those steps twice
+    when it resumes; rows with ``step > resume_step`` go (``None``: a fresh run, all rows stay). A last
+    line cut short by a kill mid-write goes too. Atomic: the old file or the new one, never a mix.
+    """
+    if not os.path.exists(path):
+        return
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    lines = text.splitlines(keepends=True)
+    if lines and not lines[-1].endswith("\n"):
+        lines.pop()  # cut short by a kill mid-write
+    if resume_step is not None:
+        lines = [line for line in lines if not line.strip() or json.loads(line).get("step", 0) <= resume_step]
+    if "".join(lines) == text:
+        return
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.writelines(lines)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
 class _Jsonl:
-    def __init__(self, path: str):
+    def __init__(self, path: str, resume_step: int | None = None):
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         self.path = path
+        _keep_rows_through(path, resume_step)
+        _keep_rows_through(os.path.join(os.path.dirname(path), "val_generations.jsonl"), resume_step)
         self._f = open(path, "a", encoding="utf-8")  # append: a resumed run continues the same file
 
     def log(self, data: dict, step: int) -> None:
@@ -126,11 +154,13 @@ class _Jsonl:
 
 
 class _TensorBoard:
-    def __init__(self, log_dir: str):
+    def __init__(self, log_dir: str, resume_step: int | None = None):
         from torch.utils.tensorboard import SummaryWriter
 
         self.log_dir = log_dir
-        self.writer = SummaryWriter(log_dir=log_dir)
+        # purge_step: TensorBoard hides the events a killed run wrote past the checkpoint it resumes from
+        purge = None if resume_step is None else resume_step + 1
+        self.writer = SummaryWriter(log_dir=log_dir, purge_step=purge)
 
     def log(self, data: dict, step: int) -> None:
         for k, v in scalar_metrics(data).items():
@@ -250,6 +280,8 @@ class Tracking:
         default_backend: a list of backend names (or one name); see ``BACKENDS``.
         config: the run config (dict or OmegaConf), recorded by the backends that store one.
         output_dir: where file-based backends write; default ``outputs/{project}/{experiment}``.
+        resume_step: the checkpoint step a resumed run continues from: ``metrics.jsonl`` (and TensorBoard)
+            drop what was logged after it, so no step is counted twice. None for a fresh run.
     """
 
     def __init__(
@@ -259,6 +291,7 @@ class Tracking:
         default_backend: str | Iterable[str] = "console",
         config: Any = None,
         output_dir: str | None = None,
+        resume_step: int | None = None,
     ):
         backends = [default_backend] if isinstance(default_backend, str) else list(default_backend)
         unknown = [b for b in backends if b not in BACKENDS]
@@ -269,6 +302,7 @@ class Tracking:
         self.output_dir = output_dir or os.path.join("outputs", project_name, experiment_name)
         os.makedirs(self.output_dir, exist_ok=True)
         plain = _plain_config(config)
+        self.resume_step = resume_step
         self.loggers: dict[str, Any] = {}
         for b in dict.fromkeys(backends):  # keep order, drop duplicates
             self.loggers[b] = self._make(b, plain)
@@ -281,10 +315,10 @@ class Tracking:
         if backend == "console":
             return _Console()
         if backend == "jsonl":
-            return _Jsonl(os.path.join(self.output_dir, "metrics.jsonl"))
+            return _Jsonl(os.path.join(self.output_dir, "metrics.jsonl"), self.resume_step)
         if backend == "tensorboard":
             log_dir = os.environ.get("TENSORBOARD_DIR") or os.path.join(self.output_dir, "tensorboard")
-            return _TensorBoard(log_dir)
+            return _TensorBoard(log_dir, self.resume_step)
         if backend == "wandb":
             return _Wandb(self.project_name, self.experiment_name, config, self.output_dir)
         if backend == "swanlab":

@@ -111,3 +111,30 @@ def test_rng_roundtrip():
     random.random(), np.random.rand(), torch.rand(5)  # move on
     set_rng_state(state)
     assert (random.random(), float(np.random.rand()), torch.rand(3).tolist()) == expect
+
+
+def test_missing_tracker_with_checkpoints_is_refused_naming_the_file(tmp_path):
+    """resume_mode=auto must not silently start over when only the tracker file was lost."""
+    _save(tmp_path, 1, "one")
+    _save(tmp_path, 2, "two")
+    os.remove(tmp_path / TRACKER_FILE)
+    with pytest.raises(FileNotFoundError, match=rf"{TRACKER_FILE} is missing.*global_step_1, global_step_2.*echo 2"):
+        find_latest_ckpt_path(str(tmp_path))
+
+
+def test_incomplete_or_missing_tracked_dir_falls_back_to_the_newest_complete(tmp_path):
+    _save(tmp_path, 1, "one")
+    _save(tmp_path, 2, "two")
+    _save(tmp_path, 3, "three")
+    os.remove(tmp_path / "global_step_3" / "trainer_state.pt")  # copied in part after the fact
+    with pytest.warns(UserWarning, match=r"global_step_3 is incomplete \(no trainer_state.pt\); resuming from .*global_step_2"):
+        assert find_latest_ckpt_path(str(tmp_path)) == str(tmp_path / "global_step_2")
+    os.remove(tmp_path / "global_step_2" / "trainer_state.pt")
+    import shutil
+
+    shutil.rmtree(tmp_path / "global_step_3")
+    with pytest.warns(UserWarning, match=r"global_step_3 does not exist; resuming from .*global_step_1"):
+        assert find_latest_ckpt_path(str(tmp_path)) == str(tmp_path / "global_step_1")
+    os.remove(tmp_path / "global_step_1" / "trainer_state.pt")
+    with pytest.raises(FileNotFoundError, match="no complete older checkpoint"):
+        find_latest_ckpt_path(str(tmp_path))

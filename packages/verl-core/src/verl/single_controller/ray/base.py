@@ -321,6 +321,11 @@ class RayWorkerGroup(WorkerGroup):
     def workers(self) -> list:
         return self._workers
 
+    @property
+    def worker_pids(self) -> list[int]:
+        """The OS process id of each rank's worker (to watch or signal it from outside Ray)."""
+        return [int(info["pid"]) for info in self._worker_info]
+
     def get_master_addr_port(self) -> tuple[str, str]:
         return self._master_addr, self._master_port
 

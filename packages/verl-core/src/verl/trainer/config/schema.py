@@ -213,6 +213,7 @@ class MultiTurnConfig:
     max_parallel_calls: int = 1
     max_tool_response_length: int = 256
     tool_response_truncate_side: str = "middle"
+    tool_timeout: float = 60.0  # seconds one tool call may take; then the model sees an error (tool_timeouts)
     tool_config_path: str | None = None
     function_tool_path: str | None = None
     interaction_config_path: str | None = None

@@ -12,6 +12,7 @@ resuming live in ``verl.trainer.ppo.stages`` (mixed in here) to keep this file a
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import uuid
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from verl.single_controller.ray import (
     RayClassWithInitArgs,
     RayWorkerGroup,
     ResourcePoolManager,
+    WorkerError,
     create_colocated_worker_cls,
 )
 from verl.trainer.config import resolve_device, use_critic, use_reference_policy
@@ -85,6 +87,16 @@ def merge_outputs(batch: DataProto, output: DataProto) -> tuple[DataProto, dict]
     metrics = output.meta_info.get("metrics", {})
     batch.union(DataProto(batch=output.batch, non_tensor_batch=output.non_tensor_batch, meta_info={}))
     return batch, metrics
+
+
+@contextlib.contextmanager
+def _naming_step(step: int):
+    """A worker's failure (a raise, or its process killed) re-raised with the training step it hit: the
+    message already names the role, rank and pid; the step says what the last checkpoint lost."""
+    try:
+        yield
+    except WorkerError as e:
+        raise type(e)(f"training step {step}: {e}", e.rank, e.method) from e
 
 
 class RayPPOTrainer(TrainerIOMixin):
@@ -438,7 +450,7 @@ class RayPPOTrainer(TrainerIOMixin):
                 batch_dict = self._next_batch()
                 metrics: dict[str, float] = {}
                 timing_raw: dict[str, float] = {}
-                with marked_timer("step", timing_raw):
+                with marked_timer("step", timing_raw), _naming_step(self.global_steps):
                     batch = self._train_step(DataProto.from_single_dict(batch_dict), metrics, timing_raw)
                     if batch is None:
                         continue

@@ -23,6 +23,7 @@ from verl.trainer.ppo.dumps import (
 from verl.trainer.ppo.metric_utils import val_metrics_dict
 from verl.trainer.ppo.reward import compute_reward
 from verl.utils.checkpoint import (
+    TRAINER_STATE_FILE,
     atomic_checkpoint,
     find_latest_ckpt_path,
     get_rng_state,
@@ -36,6 +37,53 @@ from verl.utils.tracking import Tracking
 
 class NothingToTrainError(RuntimeError):
     """A run was asked to continue from a checkpoint that already reached its last step."""
+
+
+#: Keys a resumed run must keep: the checkpoint's weights, optimizer, LR schedule or data position are only
+#: meaningful with them (a new ``optim.lr`` would be silently overridden by the restored schedule; a new
+#: batch size or data file would make the saved data position point elsewhere). Everything else may change,
+#: e.g. ``trainer.total_training_steps`` / ``total_epochs`` (grow the run; the LR schedule follows the new
+#: total), ``save_freq``, ``test_freq``, ``logger``, micro batch sizes, the worker count (DCP reshards).
+RESUME_FIXED_KEYS = (
+    "actor_rollout_ref.model.path",
+    "critic.model.path",
+    "data.train_files",
+    "data.train_batch_size",
+    "data.gen_batch_size",
+    "data.shuffle",
+    "data.seed",
+    "actor_rollout_ref.rollout.n",
+    "actor_rollout_ref.actor.ppo_mini_batch_size",
+    "actor_rollout_ref.actor.optim.lr",
+    "critic.optim.lr",
+    "algorithm.adv_estimator",
+)
+
+
+def resume_identity(config: Any) -> dict[str, Any]:
+    """The values of `RESUME_FIXED_KEYS` in ``config`` (plain Python), saved with every checkpoint."""
+    from omegaconf import OmegaConf
+
+    out = {}
+    for key in RESUME_FIXED_KEYS:
+        value = OmegaConf.select(config, key, default=None)
+        out[key] = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+    return out
+
+
+def check_resume_identity(saved: dict[str, Any] | None, config: Any, state_file: str) -> None:
+    """Refuse to resume when a key of `RESUME_FIXED_KEYS` differs from the checkpoint's run."""
+    if saved is None:  # a checkpoint written before the identity was recorded
+        return
+    now = resume_identity(config)
+    changed = [f"{k}: {saved[k]!r} in the checkpoint, {now[k]!r} now" for k in saved if k in now and saved[k] != now[k]]
+    if changed:
+        raise ValueError(
+            f"cannot resume from {state_file}: " + "; ".join(changed) + ". These keys cannot change on resume "
+            f"({', '.join(RESUME_FIXED_KEYS)}); keys such as trainer.total_training_steps, trainer.total_epochs, "
+            "trainer.save_freq and trainer.test_freq may. Restore the old values, or start a new run with "
+            "trainer.resume_mode=disable or another trainer.default_local_dir."
+        )
 
 
 class TrainerIOMixin:
@@ -78,6 +126,7 @@ class TrainerIOMixin:
         self.epoch = 0
         self._batches_consumed = 0
         self._train_iter = None
+        self._resumed_from: str | None = None  # the checkpoint dir fit() resumed from
 
     def _next_batch(self) -> dict:
         """The next prompt batch; a new pass over the data starts when one runs out.
@@ -173,6 +222,8 @@ class TrainerIOMixin:
         return Tracking(
             project_name=t.project_name, experiment_name=t.experiment_name, default_backend=list(t.logger),
             config=self.config, output_dir=self.output_dir,
+            # rows a killed run logged past its checkpoint are dropped: they are trained and logged again
+            resume_step=self.global_steps if self._resumed_from is not None else None,
         )
 
     def _progress_bar(self, initial: int, total: int):
@@ -202,6 +253,7 @@ class TrainerIOMixin:
             "rng": get_rng_state(),
             "kl_ctrl": self.kl_ctrl_in_reward.state_dict() if self.kl_ctrl_in_reward is not None else None,
             "total_training_steps": self.total_training_steps,
+            "resume_identity": resume_identity(self.config),
         }
 
     def _save_checkpoint(self) -> str:
@@ -252,7 +304,11 @@ class TrainerIOMixin:
         """Steps left after resuming (reads only ``trainer_state.pt``, so it can run before the
         workers start). Raises `NothingToTrainError` when there are none."""
         path = self._resume_path()
-        done = int(load_trainer_state(path)["global_step"]) if path is not None else 0
+        done = 0
+        if path is not None:
+            state = load_trainer_state(path)
+            check_resume_identity(state.get("resume_identity"), self.config, os.path.join(path, TRAINER_STATE_FILE))
+            done = int(state["global_step"])
         total = self.total_training_steps
         if done >= total:
             t = self.config.trainer

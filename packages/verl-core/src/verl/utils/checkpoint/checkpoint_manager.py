@@ -18,7 +18,10 @@ import contextlib
 import os
 import re
 import shutil
+import warnings
 from collections.abc import Iterator
+
+from verl.utils.checkpoint.trainer_state import TRAINER_STATE_FILE
 
 TRACKER_FILE = "latest_checkpointed_iteration.txt"
 STEP_DIR_PREFIX = "global_step_"
@@ -46,24 +49,46 @@ def read_latest_step(root_path: str) -> int | None:
     return int(text)
 
 
+def is_complete_checkpoint_dir(path: str) -> bool:
+    """A committed step dir holds the driver's ``trainer_state.pt`` (written last, before the commit)."""
+    return os.path.isfile(os.path.join(path, TRAINER_STATE_FILE))
+
+
 def find_latest_ckpt_path(root_path: str) -> str | None:
     """Directory of the newest complete checkpoint under ``root_path``, or None when there is none.
 
-    The tracker is the only source of truth: a ``global_step_N`` dir committed by a save that crashed
-    before updating the tracker is ignored (the run redoes that step). A tracker pointing to a missing
-    directory is an error, since silently starting over would discard training.
+    The tracker names it: a ``global_step_N`` dir committed by a save that crashed before updating the
+    tracker is ignored (the run redoes that step). When the dir the tracker names is gone or incomplete
+    (no ``trainer_state.pt``: deleted or copied in part after the fact), the newest complete older one is
+    used, with a warning naming what was skipped. Errors, since silently starting over would discard
+    training: the tracker names a dir and no complete one is left, or the tracker file is missing while
+    complete checkpoints exist.
     """
     step = read_latest_step(root_path)
+    tracker = get_checkpoint_tracker_filename(root_path)
+    complete = [(s, p) for s, p in list_checkpoints(root_path) if is_complete_checkpoint_dir(p)]
     if step is None:
+        if complete:
+            raise FileNotFoundError(
+                f"{tracker} is missing, but {root_path} holds checkpoints "
+                f"{', '.join(os.path.basename(p) for _, p in complete)}; write the step to resume from into "
+                f"it (e.g. `echo {complete[-1][0]} > {tracker}`), or set trainer.resume_mode=resume_path "
+                f"trainer.resume_from_path={complete[-1][1]}, or start over with trainer.resume_mode=disable"
+            )
         return None
     path = checkpoint_path(root_path, step)
-    if not os.path.isdir(path):
+    if os.path.isdir(path) and is_complete_checkpoint_dir(path):
+        return path
+    why = "does not exist" if not os.path.isdir(path) else f"is incomplete (no {TRAINER_STATE_FILE})"
+    older = [p for s, p in complete if s < step]
+    if not older:
         raise FileNotFoundError(
-            f"{get_checkpoint_tracker_filename(root_path)} says step {step}, but {path} does not exist; "
+            f"{tracker} says step {step}, but {path} {why} and no complete older checkpoint is left; "
             f"restore it, point trainer.resume_from_path at another global_step_* dir, or set "
             f"trainer.resume_mode=disable"
         )
-    return path
+    warnings.warn(f"{tracker} says step {step}, but {path} {why}; resuming from {older[-1]}", stacklevel=2)
+    return older[-1]
 
 
 def list_checkpoints(root_path: str) -> list[tuple[int, str]]:

@@ -85,6 +85,8 @@ def check_row(row: Any, where: str, prompt_key: str = "prompt") -> dict:
             )
         if not isinstance(m["content"], str | list):
             raise bad(f"{prompt_key}[{i}].content", f"must be a string, got {type(m['content']).__name__}")
+    if all(isinstance(m["content"], str) and not m["content"].strip() for m in messages):
+        raise bad(prompt_key, f"holds only empty messages: {messages!r:.80}; every prompt needs some text")
     rm = row.get("reward_model")
     if not isinstance(rm, Mapping):
         raise bad("reward_model", f"must be a dict with 'ground_truth' (and 'style'), got {rm!r:.80}")

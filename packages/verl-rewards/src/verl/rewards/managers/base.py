@@ -10,6 +10,8 @@ loop earned (`verl.rewards.managers.agent_rewards`, weighted), or with ``return_
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -185,21 +187,41 @@ class RewardManagerBase:
         except Exception as e:
             if not self.count_errors_as_zero:
                 raise RuntimeError(
-                    f"reward scorer failed on row {row.index} (data_source={row.data_source!r}): "
+                    f"{self._scorer_name()} failed on row {row.index} (data_source={row.data_source!r}): "
                     f"{type(e).__name__}: {e}. Set reward.reward_kwargs.count_errors_as_zero=true to score such rows 0"
                 ) from e
             errors.append(f"row {row.index} ({row.data_source}): {type(e).__name__}: {e}")
             return 0.0
 
-    @staticmethod
-    def split_result(result: float | dict, row: Row) -> tuple[float, dict]:
+    def split_result(self, result: float | dict, row: Row) -> tuple[float, dict]:
+        """``(score, extra columns)`` of one scorer result; a score that is not a finite number is an error
+        naming the scorer, the row and the value: a NaN or a string must never become a silent reward."""
         if isinstance(result, dict):
             if "score" not in result:
                 raise KeyError(
-                    f"row {row.index} (data_source={row.data_source!r}): scorer returned a dict without 'score': {result!r}"
+                    f"{self._scorer_name()} returned a dict without 'score' for row {row.index} "
+                    f"(data_source={row.data_source!r}): {result!r:.200}"
                 )
-            return float(result["score"]), {k: v for k, v in result.items()}
-        return float(result), {"score": float(result)}
+            return self._checked_score(result["score"], row), {k: v for k, v in result.items()}
+        score = self._checked_score(result, row)
+        return score, {"score": score}
+
+    def _checked_score(self, value: Any, row: Row) -> float:
+        numeric = isinstance(value, numbers.Real) or (isinstance(value, torch.Tensor) and value.numel() == 1)
+        if not numeric or not math.isfinite(float(value)):
+            raise ValueError(
+                f"{self._scorer_name()} returned {value!r:.100} ({type(value).__name__}) for row {row.index} "
+                f"(data_source={row.data_source!r}); a score must be a finite number (int, float, bool) or a "
+                f"dict with a finite 'score'"
+            )
+        return float(value)
+
+    def _scorer_name(self) -> str:
+        fn = self.compute_score
+        fn = getattr(fn, "func", fn)  # functools.partial (bound reward_kwargs)
+        name = getattr(fn, "__qualname__", type(fn).__name__)
+        code = getattr(fn, "__code__", None)
+        return f"reward scorer {name}" + (f" ({code.co_filename})" if code is not None else "")
 
     @staticmethod
     def collect(results: list[tuple[float, dict]]) -> Scored:

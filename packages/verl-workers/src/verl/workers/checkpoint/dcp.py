@@ -18,6 +18,7 @@ run stopped, and loading it is an error. Model and optimizer reload with a diffe
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
@@ -100,7 +101,38 @@ def _state_dicts(engine: _FSDPEngineBase, with_optimizer: bool = True) -> dict:
 
 
 def save_engine_checkpoint(engine: _FSDPEngineBase, path: str, global_step: int = 0) -> None:
-    """Write ``engine``'s model, optimizer, LR scheduler and RNG state to ``path`` (collective)."""
+    """Write ``engine``'s model, optimizer, LR scheduler and RNG state to ``path`` (collective).
+
+    A failure names the folder; a full disk says so (DCP reports it as e.g. ``unexpected pos 704 vs 598``).
+    """
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    try:
+        _save_engine_checkpoint(engine, path, global_step)
+    except (Exception, CheckpointException) as e:  # DCP's CheckpointException is a BaseException
+        raise _save_error(path, e) from e
+
+
+def _save_error(path: str, error: BaseException) -> Exception:
+    """The error of a failed save in the user's terms: disk full (ENOSPC), or what failed where."""
+    where = path if os.path.exists(path) else os.path.dirname(path)
+    usage = shutil.disk_usage(where) if os.path.exists(where) else None
+    cause = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+    full = isinstance(error, OSError) and error.errno == errno.ENOSPC
+    # what was written so far is still there: a full disk has (almost) nothing left
+    full = full or (usage is not None and usage.free < max(1 << 20, usage.total // 1000))
+    if full:
+        free = f"{usage.free} of {usage.total} bytes free" if usage is not None else "disk full"
+        return OSError(
+            errno.ENOSPC,
+            f"No space left on device while writing checkpoint {path} ({free}; {type(error).__name__}: {cause}). "
+            f"This checkpoint is not committed and the previous one stays the latest; free space or set "
+            f"trainer.default_local_dir to a disk with room, then resume",
+        )
+    return RuntimeError(f"writing checkpoint {path} failed: {type(error).__name__}: {cause}")
+
+
+def _save_engine_checkpoint(engine: _FSDPEngineBase, path: str, global_step: int) -> None:
     import torch.distributed.checkpoint as dcp
 
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -136,6 +168,47 @@ def save_engine_checkpoint(engine: _FSDPEngineBase, path: str, global_step: int 
     dist.barrier()
 
 
+def check_shards(dcp_dir: str) -> None:
+    """Every shard file the DCP metadata lists is present and at least as long as the data it indexes:
+    a truncated or missing shard is refused naming the file, before DCP fails in ``torch.load``."""
+    from torch.distributed.checkpoint import FileSystemReader
+
+    try:
+        meta = FileSystemReader(dcp_dir).read_metadata()
+    except Exception as e:
+        raise ValueError(f"cannot read the DCP metadata of checkpoint {dcp_dir}: {type(e).__name__}: {e}") from e
+    need: dict[str, int] = {}
+    for info in meta.storage_data.values():
+        need[info.relative_path] = max(need.get(info.relative_path, 0), info.offset + info.length)
+    for name, size in sorted(need.items()):
+        file = os.path.join(dcp_dir, name)
+        if not os.path.isfile(file):
+            raise FileNotFoundError(f"checkpoint shard {file} is missing (listed in {dcp_dir}/.metadata)")
+        have = os.path.getsize(file)
+        if have < size:
+            raise ValueError(
+                f"checkpoint shard {file} is truncated: {have} bytes, the checkpoint's metadata indexes {size}; "
+                f"the file was cut short after the save (copy, transfer or disk); restore it or resume from an "
+                f"earlier checkpoint"
+            )
+
+
+def apply_schedule(scheduler: torch.optim.lr_scheduler.LRScheduler) -> None:
+    """Set the optimizer's rates to what this run's schedule gives at the restored step.
+
+    The optimizer state restores the rate the saving run's schedule gave; a run resumed with a larger
+    ``total_training_steps`` (allowed) has another cosine, and its first step would train at the old rate
+    (0 at the end of the old schedule). The lambdas are this run's (a state dict does not carry them).
+    """
+    if not isinstance(scheduler, torch.optim.lr_scheduler.LambdaLR):
+        return
+    step = scheduler.last_epoch
+    rates = [base * fn(step) for base, fn in zip(scheduler.base_lrs, scheduler.lr_lambdas)]
+    for group, lr in zip(scheduler.optimizer.param_groups, rates):
+        group["lr"] = lr
+    scheduler._last_lr = rates  # what get_last_lr() reports
+
+
 def _save_hf_config(engine: _FSDPEngineBase, hf_dir: str, full_state: dict | None) -> None:
     os.makedirs(hf_dir, exist_ok=True)
     engine.hf_config.save_pretrained(hf_dir)
@@ -169,7 +242,18 @@ def load_engine_checkpoint(engine: _FSDPEngineBase, path: str) -> None:
             f"only {sorted(saved)}; drop them from load_contents"
         )
     state = _state_dicts(engine, "optimizer" in wanted)
-    dcp.load(state, checkpoint_id=os.path.join(path, DCP_DIR))
+    check_shards(os.path.join(path, DCP_DIR))
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    try:
+        dcp.load(state, checkpoint_id=os.path.join(path, DCP_DIR))
+    except (Exception, CheckpointException) as e:  # DCP names neither the folder nor, in its message, the failing tensor's file
+        cause = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+        raise ValueError(
+            f"cannot load checkpoint {os.path.join(path, DCP_DIR)} into this {engine.model_type!r} model: {cause}"
+            f" (a checkpoint of another model or shape? it must come from a run of actor_rollout_ref.model.path="
+            f"{engine.model_config.path})"
+        ) from e
     if "optimizer" not in state:
         set_model_state_dict(engine.module, state["model"])
     else:
@@ -183,6 +267,7 @@ def load_engine_checkpoint(engine: _FSDPEngineBase, path: str) -> None:
     extra = torch.load(extra_file, weights_only=False)
     if engine.lr_scheduler is not None and extra["lr_scheduler"] is not None:
         engine.lr_scheduler.load_state_dict(extra["lr_scheduler"])
+        apply_schedule(engine.lr_scheduler)
     if same_world:
         _set_rng_state(extra["rng"])
     elif rank == 0:

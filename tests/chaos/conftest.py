@@ -1,0 +1,38 @@
+"""The chaos suite's shared inputs: a random-init xs Qwen2 and 16 addition prompts (built once)."""
+
+import os
+
+os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")  # before the session's Ray starts
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def chaos_assets(tmp_path_factory):
+    from verl.trainer.model_builders import MODEL_BUILDERS
+
+    from .harness import write_task
+
+    root = tmp_path_factory.mktemp("chaos_assets")
+    return {
+        "model": MODEL_BUILDERS.get("tiny_qwen2")(root / "model", size="xs"),
+        "data": write_task(root / "data"),
+    }
+
+
+@pytest.fixture
+def in_process_worker_env():
+    """``trainer.worker_backend=local`` makes this pytest process a rank-0 worker (rendezvous env, gloo
+    group): undo it afterwards."""
+    import torch.distributed as dist
+
+    keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+    saved = {k: os.environ.get(k) for k in keys}
+    yield
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
