@@ -183,3 +183,17 @@ def test_result_of_unfinished_rows_and_unsupported_models_are_errors():
     gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_embd=16, n_layer=1, n_head=2, eos_token_id=EOS))
     with pytest.raises(NotImplementedError, match="gpt2"):
         ResumableGeneration(rollout_for(gpt2), prompts([3], do_sample=False))
+
+
+def test_grad_mode_is_untouched_between_steps_and_after_an_abandoned_generation():
+    # the generation holds its weight snapshot between step() calls; it must not hold grad mode off
+    # with it: a colocated update (or the next test) on this thread would silently get no gradients
+    model = make_model(2)
+    gen = ResumableGeneration(rollout_for(model), prompts([3, 5], seed=1, do_sample=False))
+    assert torch.is_grad_enabled()
+    gen.step(2)
+    assert not gen.done and torch.is_grad_enabled()
+    loss = model(input_ids=torch.tensor([[2, 3]])).logits.sum()
+    assert loss.requires_grad  # a training forward between two decode steps records its graph
+    del gen  # abandoned mid-generation, never paused
+    assert torch.is_grad_enabled()

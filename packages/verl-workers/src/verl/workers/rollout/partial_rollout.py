@@ -144,10 +144,12 @@ class ResumableGeneration:
         return DataProto.from_dict(tensors={k: v.cpu() for k, v in tensors.items()})
 
     # ------------------------------------------------------------------ decoding
+    # no_grad per call, not in the stack held between calls: a grad mode left off between step() calls
+    # would leak into whatever else runs on this thread (a colocated update, a test after this one)
+    @torch.no_grad()
     def _prefill(self) -> None:
         """Snapshot the weights and run prompt + sampled tokens of the unfinished rows through them."""
         stack = ExitStack()
-        stack.enter_context(torch.no_grad())
         stack.enter_context(gathered_fsdp2_params(self.module, self.rollout.reshard_after_forward))
         self._stack = stack
         w = self._w = decoder_weights(self.module)
@@ -179,6 +181,7 @@ class ResumableGeneration:
         )
         self._eos = torch.tensor(self.eos_ids, dtype=torch.long, device=device)
 
+    @torch.no_grad()
     def _decode_one(self) -> bool:
         """Sample one token per active row and run it through the model; True when every row stopped.
 
