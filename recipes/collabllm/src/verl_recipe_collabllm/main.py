@@ -27,6 +27,8 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
+from verl.trainer.config.recipes import recipe_configs_dir
+from verl.trainer.config.recipes import with_default_config as _with_default_config
 
 CPU_CONFIG = "collabllm_cpu.yaml"
 PAPER_CONFIG = "collabllm_qwen2.5_7b_math_hard.yaml"
@@ -35,18 +37,12 @@ INTERACTION_KEY = "actor_rollout_ref.rollout.multi_turn.interaction_config_path"
 
 def configs_dir() -> Path:
     """The recipe's configs: inside the package in a wheel, ``recipes/collabllm/configs`` in the repo."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here / "configs", here.parents[1] / "configs"):
-        if candidate.is_dir():
-            return candidate
-    raise FileNotFoundError(f"no configs directory next to {here} nor in {here.parents[1]}")
+    return recipe_configs_dir(__file__)
 
 
 def with_default_config(argv: list[str]) -> list[str]:
     """Prepend ``--config <CPU default>`` unless the command line names a config file."""
-    if any(a == "--config" or a.startswith("--config=") for a in argv):
-        return list(argv)
-    return ["--config", str(configs_dir() / CPU_CONFIG), *argv]
+    return _with_default_config(argv, configs_dir() / CPU_CONFIG)
 
 
 def write_rule_user_interaction(path: Path, base_url: str) -> Path:

@@ -19,6 +19,8 @@ from typing import Any
 
 from omegaconf import DictConfig
 from verl.trainer.config import load_config, validate_config
+from verl.trainer.config.recipes import recipe_configs_dir
+from verl.trainer.config.recipes import with_default_config as _with_default_config
 
 CPU_CONFIG = "dapo_cpu.yaml"
 PAPER_CONFIG = "dapo_qwen2.5_32b.yaml"
@@ -26,18 +28,12 @@ PAPER_CONFIG = "dapo_qwen2.5_32b.yaml"
 
 def configs_dir() -> Path:
     """The recipe's configs: inside the package in a wheel, ``recipes/dapo/configs`` in the repo."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here / "configs", here.parents[1] / "configs"):
-        if candidate.is_dir():
-            return candidate
-    raise FileNotFoundError(f"no configs directory next to {here} nor in {here.parents[1]}")
+    return recipe_configs_dir(__file__)
 
 
 def with_default_config(argv: list[str]) -> list[str]:
     """Prepend ``--config <CPU default>`` unless the command line names a config file."""
-    if any(a == "--config" or a.startswith("--config=") for a in argv):
-        return list(argv)
-    return ["--config", str(configs_dir() / CPU_CONFIG), *argv]
+    return _with_default_config(argv, configs_dir() / CPU_CONFIG)
 
 
 def build_reward_fn(cfg: DictConfig, tokenizer: Any, num_examine: int) -> Any:

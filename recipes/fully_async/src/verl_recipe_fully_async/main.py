@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+from verl.trainer.config.recipes import recipe_configs_dir
 
 from verl_recipe_fully_async.config import load_async_config, rollout_world_size, validate_async_config
 
@@ -27,11 +28,7 @@ PAPER_CONFIG = "fully_async_qwen2.5_7b.yaml"
 
 def configs_dir() -> Path:
     """The recipe's configs: inside the package in a wheel, ``recipes/fully_async/configs`` in the repo."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here / "configs", here.parents[1] / "configs"):
-        if candidate.is_dir():
-            return candidate
-    raise FileNotFoundError(f"no configs directory next to {here} nor in {here.parents[1]}")
+    return recipe_configs_dir(__file__)
 
 
 def with_default_config(argv: list[str], defaults: tuple[str, ...] = (CPU_CONFIG,)) -> list[str]:

@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
+from verl.trainer.config.recipes import recipe_configs_dir
+from verl.trainer.config.recipes import with_default_config as _with_default_config
 
 CPU_CONFIG = "prime_cpu.yaml"
 PAPER_CONFIG = "prime_eurus2_7b_sft.yaml"
@@ -30,18 +32,12 @@ PRM_POOL = "reward_pool"
 
 def configs_dir() -> Path:
     """The recipe's configs: inside the package in a wheel, ``recipes/prime/configs`` in the repo."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here / "configs", here.parents[1] / "configs"):
-        if candidate.is_dir():
-            return candidate
-    raise FileNotFoundError(f"no configs directory next to {here} nor in {here.parents[1]}")
+    return recipe_configs_dir(__file__)
 
 
 def with_default_config(argv: list[str]) -> list[str]:
     """Prepend ``--config <CPU default>`` unless the command line names a config file."""
-    if any(a == "--config" or a.startswith("--config=") for a in argv):
-        return list(argv)
-    return ["--config", str(configs_dir() / CPU_CONFIG), *argv]
+    return _with_default_config(argv, configs_dir() / CPU_CONFIG)
 
 
 def load_recipe_config(argv: list[str]) -> DictConfig:

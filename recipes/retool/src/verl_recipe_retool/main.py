@@ -28,6 +28,8 @@ import sys
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
+from verl.trainer.config.recipes import recipe_configs_dir
+from verl.trainer.config.recipes import with_default_config as _with_default_config
 
 CPU_CONFIG = "retool_cpu.yaml"
 PAPER_CONFIG = "retool_qwen2.5_7b.yaml"
@@ -37,18 +39,12 @@ TOOL_KEY = "actor_rollout_ref.rollout.multi_turn.tool_config_path"
 
 def configs_dir() -> Path:
     """The recipe's configs: inside the package in a wheel, ``recipes/retool/configs`` in the repo."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here / "configs", here.parents[1] / "configs"):
-        if candidate.is_dir():
-            return candidate
-    raise FileNotFoundError(f"no configs directory next to {here} nor in {here.parents[1]}")
+    return recipe_configs_dir(__file__)
 
 
 def with_default_config(argv: list[str]) -> list[str]:
     """Prepend ``--config <CPU default>`` unless the command line names a config file."""
-    if any(a == "--config" or a.startswith("--config=") for a in argv):
-        return list(argv)
-    return ["--config", str(configs_dir() / CPU_CONFIG), *argv]
+    return _with_default_config(argv, configs_dir() / CPU_CONFIG)
 
 
 def asset_overrides(cfg: DictConfig) -> list[str]:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 from verl.trainer.config import load_config, validate_config
+from verl.trainer.config.recipes import recipe_configs_dir
 
 CPU_CONFIG = "vlm_count_cpu.yaml"
 PAPER_CONFIG = "geo3k_qwen2_5_vl_7b.yaml"
@@ -26,11 +27,7 @@ PAPER_CONFIG = "geo3k_qwen2_5_vl_7b.yaml"
 
 def configs_dir() -> Path:
     """The recipe's configs: inside the package in a wheel, ``recipes/vlm_count/configs`` in the repo."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here / "configs", here.parents[1] / "configs"):
-        if candidate.is_dir():
-            return candidate
-    raise FileNotFoundError(f"no configs directory next to {here} nor in {here.parents[1]}")
+    return recipe_configs_dir(__file__)
 
 
 def load_recipe_config(argv: list[str], build_assets: bool = True) -> DictConfig:
