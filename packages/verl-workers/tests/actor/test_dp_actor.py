@@ -218,3 +218,30 @@ def test_rows_per_prompt_refuses_micro_batches_that_split_a_unit(dist_world1, ti
         w.append(actor.engine.full_state_dict())
     for k in w[0]:
         torch.testing.assert_close(w[0][k], w[1][k], atol=1e-6, rtol=1e-5)
+
+
+def test_last_mini_batch_may_be_shorter(dist_world1, tiny_model_dir, ppo_config, make_rl_batch):
+    """Upstream splits a step's rows with DataProto.split (a shorter last mini-batch), e.g. its
+    run_qwen3-1.7b.sh: 1024 prompts in mini-batches of 80. 7 rows in mini-batches of 3 are three optimizer
+    steps on rows 0-2, 3-5 and 6, the same as three updates on those slices one after the other."""
+    data = make_rl_batch(n=7, seed=17)
+    extra = (
+        "actor_rollout_ref.actor.optim.lr=1e-3",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+    )
+    actor, _ = _actor(ppo_config, tiny_model_dir, *extra, mini=3)
+    actor.update_policy(data)
+    split_weights = actor.engine.full_state_dict()
+
+    ref, _ = _actor(ppo_config, tiny_model_dir, *extra, mini=3)
+    for lo, hi in ((0, 3), (3, 6), (6, 7)):
+        ref.ppo_mini_batch_size_per_rank = hi - lo
+        ref.update_policy(data.slice(lo, hi))
+    ref_weights = ref.engine.full_state_dict()
+    for k in split_weights:
+        torch.testing.assert_close(split_weights[k], ref_weights[k], atol=1e-5, rtol=1e-5)
+    # the third (one-row) step happened: two steps only (rows 6 dropped) would leave other weights
+    two, _ = _actor(ppo_config, tiny_model_dir, *extra, mini=3)
+    two.update_policy(data.slice(0, 6))
+    diff = max((two.engine.full_state_dict()[k] - split_weights[k]).abs().max().item() for k in split_weights)
+    assert diff > 1e-4

@@ -163,7 +163,7 @@ def test_size_messages_in_prompts_trajectories_and_workers():
     assert "ppo_micro_batch_size_per_gpu=5" in problems[0]
 
 
-def test_mini_batch_must_divide_train_batch_and_world_size():
+def test_mini_batch_must_divide_world_size_and_fit_the_train_batch():
     problems = _problems(
         [
             "data.train_batch_size=10",
@@ -174,11 +174,23 @@ def test_mini_batch_must_divide_train_batch_and_world_size():
         ]
     )
     text = "\n".join(problems)
-    # 10 prompts x 3 = 30 trajectories over 4 workers; mini 3 does not divide 10; 3 x 3 = 9 over 4 workers
+    # 10 prompts x 3 = 30 trajectories over 4 workers; 3 x 3 = 9 over 4 workers. Mini 3 not dividing 10
+    # is fine (upstream: a shorter last mini-batch of 1 prompt)
     assert "30 trajectories is not divisible by trainer.nnodes*n_gpus_per_node=2*2=4 workers" in text
-    assert "ppo_mini_batch_size=3 prompts does not divide data.train_batch_size=10" in text
     assert "= 9 trajectories is not divisible by" in text
-    assert len(problems) == 3
+    assert len(problems) == 2
+    # upstream's only rule: train_batch_size >= ppo_mini_batch_size
+    problems = _problems(["data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=8"])
+    assert any("ppo_mini_batch_size=8 prompts is larger than data.train_batch_size=4" in p for p in problems)
+    # Megatron's pipeline schedule needs equal micro-batches: there the mini-batch must divide
+    problems = _problems(
+        [
+            "data.train_batch_size=10",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "actor_rollout_ref.actor.strategy=megatron",
+        ]
+    )
+    assert any("ppo_mini_batch_size=4 prompts does not divide data.train_batch_size=10" in p for p in problems)
 
 
 def test_valid_sizes_pass():

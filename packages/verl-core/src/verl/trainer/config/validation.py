@@ -269,10 +269,19 @@ def _dp(ws: int, workers: str, strategy: str, megatron: DictConfig, key: str, sp
 
 def _check_minibatch(problems, key, sec, train_bs: int, n: int, ws: int, workers: str, dynamic: bool) -> None:
     mini = int(sec.ppo_mini_batch_size)
-    if train_bs % mini:
+    # Upstream splits each step's rows into mini-batches with a shorter last one (DataProto.split) and only
+    # asks for train_batch_size >= ppo_mini_batch_size; the fsdp engines do the same. Megatron's pipeline
+    # schedule exchanges activations of one fixed micro-batch shape, so there the mini-batch must divide.
+    if mini > train_bs:
+        problems.append(
+            f"{key}.ppo_mini_batch_size={mini} prompts is larger than data.train_batch_size={train_bs} prompts; "
+            "a step has at most one mini-batch of the whole batch"
+        )
+    elif train_bs % mini and sec.strategy == "megatron":
         problems.append(
             f"{key}.ppo_mini_batch_size={mini} prompts does not divide data.train_batch_size={train_bs} prompts; "
-            f"each step must split into whole mini-batches (divisors of {train_bs}: {_divisors(train_bs)})"
+            "with strategy=megatron each step must split into whole mini-batches (the pipeline schedule needs "
+            f"equal micro-batches; divisors of {train_bs}: {_divisors(train_bs)})"
         )
     if (mini * n) % ws:
         problems.append(

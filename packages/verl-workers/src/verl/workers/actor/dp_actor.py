@@ -203,10 +203,8 @@ class DataParallelPPOActor:
         cfg = self.config
         unit = int(data.meta_info.get("rows_per_prompt", 1))
         mini = self._mini_batch_rows(unit)
-        if len(data) % mini:
-            raise ValueError(
-                f"this rank has {len(data)} trajectories, not a multiple of the mini-batch of {mini} per rank"
-            )
+        # the last mini-batch may be shorter (upstream's data.split); every rank holds as many rows, so the
+        # k-th mini-batches line up across ranks and their global token counts are all-reduced as usual
         micro = rows_per_micro_batch(
             data.batch["input_ids"].shape[-1], micro_batch_size=cfg.ppo_micro_batch_size_per_gpu,
             use_dynamic_bsz=bool(cfg.use_dynamic_bsz), max_token_len=cfg.ppo_max_token_len_per_gpu,

@@ -89,10 +89,8 @@ class DataParallelPPOCritic:
                 "DataParallelPPOCritic.update_critic needs ppo_mini_batch_size_per_rank "
                 "(= critic.ppo_mini_batch_size * rollout_n // dp_size), given to the constructor"
             )
-        if len(data) % mini:
-            raise ValueError(
-                f"this rank has {len(data)} trajectories, not a multiple of the mini-batch of {mini} per rank"
-            )
+        # the last mini-batch may be shorter (upstream's data.split); every rank holds as many rows, so the
+        # k-th mini-batches line up across ranks and their global token counts are all-reduced as usual
         keys = list(_MODEL_INPUTS) + ["values", "returns"]
         if "response_mask" in data.batch:
             keys.append("response_mask")
