@@ -73,3 +73,16 @@ def test_sequence_parallel_sizes_use_data_parallel_ranks():
 def test_liger_is_refused_on_cpu():
     text = "\n".join(_problems("actor_rollout_ref.model.use_liger=true"))
     assert "use_liger=true needs a CUDA GPU" in text and "use_fused_kernels=true" in text
+
+
+def test_liger_on_cuda_without_the_package_names_the_install(monkeypatch):
+    import importlib.util
+
+    from verl.trainer.config import validation
+
+    if importlib.util.find_spec("liger_kernel") is not None:
+        pytest.skip("liger-kernel is installed here")
+    monkeypatch.setattr(validation, "resolve_device", lambda cfg: "cuda")
+    text = "\n".join(_problems("actor_rollout_ref.model.use_liger=true"))
+    # the port tool counts "<module>, which is not installed: <install line>" as an install, like vllm's
+    assert "use_liger=true needs liger_kernel, which is not installed: pip install liger-kernel" in text

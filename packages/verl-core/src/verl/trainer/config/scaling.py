@@ -69,6 +69,9 @@ def _check_liger(cfg: DictConfig, problems: list[str]) -> None:
             "+ log-prob that runs on CPU)"
         )
     elif importlib.util.find_spec("liger_kernel") is None:
+        # worded like the engine checks in installed.py ("which is not installed: <line>"): the port tool
+        # reports it as an install the command needs, as it does for vllm
         problems.append(
-            "actor_rollout_ref.model.use_liger=true needs the liger-kernel package: pip install liger-kernel"
+            "actor_rollout_ref.model.use_liger=true needs liger_kernel, which is not installed: "
+            "pip install liger-kernel (GPU only: Liger's kernels are Triton)"
         )
