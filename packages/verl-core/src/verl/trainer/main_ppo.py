@@ -224,6 +224,13 @@ def main(argv: list[str] | None = None) -> None:
         return
     config = load_config(args)
     validate_config(config)
+    # Hydra's run directory (hydra.run.dir=...): its .hydra/config.yaml and overrides.yaml, as upstream's
+    # @hydra.main writes them (load_config refused every hydra.* setting it does not read)
+    from verl.trainer.config.hydra_run import split_hydra, write_run_dir
+
+    run_dir = write_run_dir(split_hydra(args)[1], config_to_yaml(config))
+    if run_dir is not None:
+        print(f"hydra run directory: {os.path.abspath(run_dir)}", flush=True)
     if not config.actor_rollout_ref.hybrid_engine:
         # refused here, before Ray starts (the trainer refuses it too, for code that builds one directly)
         raise ConfigError([

@@ -70,13 +70,15 @@ def _sp_size(section: Any) -> int:
     return int(section.ulysses_sequence_parallel_size)
 
 
-def _engine_options(section: Any, use_torch_compile: bool = False) -> dict[str, Any]:
+def _engine_options(section: Any, use_torch_compile: bool = False, entropy_checkpointing: bool = False) -> dict[str, Any]:
     """Engine keywords beyond the common ones, given only when set (engines without them refuse them)."""
     options: dict[str, Any] = {}
     if _sp_size(section) != 1:
         options["ulysses_sequence_parallel_size"] = _sp_size(section)
     if use_torch_compile:
         options["use_torch_compile"] = True
+    if entropy_checkpointing:
+        options["entropy_checkpointing"] = True
     return options
 
 
@@ -180,7 +182,9 @@ class ActorRolloutRefWorker(Worker):
                 grad_clip=actor_cfg.grad_clip,
                 total_training_steps=self.total_training_steps,
                 checkpoint_config=actor_cfg.checkpoint,
-                **_engine_options(actor_cfg, bool(actor_cfg.use_torch_compile)),
+                **_engine_options(
+                    actor_cfg, bool(actor_cfg.use_torch_compile), bool(actor_cfg.entropy_checkpointing)
+                ),
                 # only FSDP engines take it: other engines keep their signature unless it is asked for
                 **({"freeze_vision": True} if self._is_actor and actor_cfg.get("freeze_vision_tower") else {}),
             )

@@ -12,6 +12,8 @@ command-line overrides. The command line takes Hydra's forms, as upstream verl's
     --config-path=DIR --config-name=NAME    NAME.yaml under DIR (its ``defaults`` list may name
                   ppo_trainer / ppo_megatron_trainer and other yamls under DIR), or upstream's own
                   ``ppo_trainer`` / ``ppo_megatron_trainer`` when DIR has no such file
+    hydra.run.dir=DIR hydra.output_subdir=NAME hydra.job.chdir=false
+                  Hydra's run directory, written by ``main_ppo`` (``hydra_run``); other ``hydra.*`` refused
 
 Upstream spellings we renamed are rewritten (``upstream.ALIASES``). Every problem found (unknown keys with a
 did-you-mean, wrong forms, values of the wrong type) is collected and raised together as one `ConfigError`.
@@ -28,6 +30,7 @@ from omegaconf import BooleanNode, DictConfig, ListConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from verl.trainer.config import not_implemented, upstream
+from verl.trainer.config.hydra_run import split_hydra
 from verl.trainer.config.keys import (
     ConfigError,
     all_keys,
@@ -96,8 +99,10 @@ def load_config(
     The result is not yet validated nor read-only: call `validate_config` on it once, before use.
     Raises `ConfigError` listing every problem, and `FileNotFoundError` for a missing file.
     """
-    args = _parse_argv(list(argv or []))
-    problems = list(args.problems)
+    # Hydra's own hydra.* settings: the run directory is main_ppo's to write (hydra_run); others refused
+    argv, _, hydra_problems = split_hydra(list(argv or []))
+    args = _parse_argv(argv)
+    problems = hydra_problems + list(args.problems)
     touched: set[str] = set()  # keys the user set (upstream's mirrors they did not set follow their source)
     base, named_files = "ppo_trainer", []
     if args.config_name is not None:

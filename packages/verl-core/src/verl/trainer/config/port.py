@@ -24,6 +24,7 @@ from pathlib import Path
 from unittest import mock
 
 from verl.trainer.config import upstream
+from verl.trainer.config.hydra_run import is_hydra_arg, split_hydra
 from verl.trainer.config.keys import ConfigError, is_upstream_key, known
 from verl.trainer.config.loader import _parse_argv, _parse_value, full_defaults, load_config
 from verl.trainer.config.not_implemented import flatten
@@ -135,12 +136,17 @@ def _arith(text: str, env: dict[str, str] | None = None) -> str:
 
 # ----------------------------------------------------------------------------------------- classify
 def classify(argv: list[str]) -> list[KeyReport]:
-    args = _parse_argv(argv)
+    rest, _, hydra_problems = split_hydra(argv)
+    out = []
+    for arg in (a for a in argv if is_hydra_arg(a)):
+        why = [p for p in hydra_problems if p.startswith(arg + ":")]
+        out.append(KeyReport(arg, "refused", why[0]) if why else KeyReport(arg, "supported", "Hydra's run directory"))
+    args = _parse_argv(rest)
     name = "ppo_trainer"
     if args.config_name and args.config_name.strip("'\"").removesuffix(".yaml") in upstream.CONFIG_NAMES:
         name = args.config_name.strip("'\"").removesuffix(".yaml")
     cfg = full_defaults(config_name=name)
-    out = [KeyReport(p, "form", p) for p in args.problems]
+    out += [KeyReport(p, "form", p) for p in args.problems]
     for op, key, raw in args.overrides:
         arg = f"{op}{key}" + ("" if raw is None else f"={raw}")
         if op == "+" and upstream.is_upstream_key(key):

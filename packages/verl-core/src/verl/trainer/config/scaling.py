@@ -33,6 +33,7 @@ def check_scaling(cfg: DictConfig, problems: list[str], ws: int, critic: bool, r
         for flag, value in (
             ("actor_rollout_ref.actor.use_torch_compile", arr.actor.use_torch_compile),
             ("actor_rollout_ref.model.use_liger", arr.model.use_liger),
+            ("actor_rollout_ref.actor.entropy_checkpointing", arr.actor.entropy_checkpointing),
         ):
             if bool(value):
                 problems.append(

@@ -169,6 +169,9 @@ class ActorConfig:
     kl_loss_coef: float = 0.001
     kl_loss_type: str = "low_var_kl"
     use_torch_compile: bool = False
+    # recompute the entropy's softmax in backward (torch.utils.checkpoint) instead of keeping it: less
+    # memory when entropy_coeff != 0 (fsdp engines; the fused kernel already recomputes per chunk)
+    entropy_checkpointing: bool = False
     ulysses_sequence_parallel_size: int = 1
     grad_clip: float = 1.0
     policy_loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)

@@ -138,7 +138,15 @@ REFUSED: tuple[tuple[str, str], ...] = (
     ("critic.forward_micro_batch_size", _USE_PER_GPU),
     ("*entropy_from_logits_with_chunking", "chunked entropy is not implemented; leave it false"),
     ("*entropy_from_logits_chunk_size", "chunked entropy is not implemented; leave it at its default"),
-    ("*entropy_checkpointing", "entropy recomputation (checkpointing) is not implemented; leave it false"),
+    (
+        "actor_rollout_ref.ref.entropy_checkpointing",
+        "the reference model computes no gradient, so there is no entropy backward to recompute; "
+        "actor_rollout_ref.actor.entropy_checkpointing is the actor's",
+    ),
+    (
+        "critic.fsdp.entropy_checkpointing",
+        "upstream's critic.fsdp section is not read (the critic computes no entropy)",
+    ),
     (
         "*pad_to_length*",
         "padding micro-batches to a fixed length is not implemented; leave it at its default",

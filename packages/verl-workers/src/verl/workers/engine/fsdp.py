@@ -96,6 +96,7 @@ class _FSDPEngineBase(BaseEngine):
         total_training_steps: int | None = None,
         checkpoint_config: Any = None,
         use_torch_compile: bool = False,
+        entropy_checkpointing: bool = False,
         ulysses_sequence_parallel_size: int = 1,
         freeze_vision: bool = False,
     ):
@@ -127,6 +128,7 @@ class _FSDPEngineBase(BaseEngine):
             fused=model_type == "causal_lm" and "use_fused_kernels" in model_config
             and bool(model_config.use_fused_kernels),
             compile=bool(use_torch_compile), sp_group=self.sp_group,
+            checkpoint_entropy=bool(entropy_checkpointing),
         )
 
         #: the dtypes of this engine: fp32 masters when trained, compute in ``param_dtype``

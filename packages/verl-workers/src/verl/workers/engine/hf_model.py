@@ -196,6 +196,9 @@ class HeadOptions:
     fused: bool = False  # model.use_fused_kernels: chunked LM head, no [tokens, vocab] logits
     compile: bool = False  # actor.use_torch_compile: torch.compile the log-prob / entropy functions
     sp_group: Any = None  # the Ulysses group when ulysses_sequence_parallel_size > 1
+    # actor.entropy_checkpointing: keep only the logits for the entropy's backward and recompute the
+    # softmax there (torch.utils.checkpoint), instead of holding [tokens, vocab] intermediates
+    checkpoint_entropy: bool = False
 
 
 def _token_outputs(
@@ -219,8 +222,16 @@ def _token_outputs(
     if calculate_entropy:
         # without a gradient the [B, R, V] intermediates are freed at once (entropy as a metric only)
         with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-            result["entropys"] = entropy_fn(logits)
+            result["entropys"] = entropy_of(logits, entropy_fn, checkpoint=head.checkpoint_entropy)
     return result
+
+
+def entropy_of(logits: torch.Tensor, entropy_fn=entropy_from_logits, *, checkpoint: bool = False) -> torch.Tensor:
+    """``entropy_fn(logits)``; with ``checkpoint`` (and autograd on) the softmax intermediates are not kept
+    for backward but recomputed from ``logits`` there (upstream's ``entropy_checkpointing``)."""
+    if checkpoint and torch.is_grad_enabled() and logits.requires_grad:
+        return torch.utils.checkpoint.checkpoint(entropy_fn, logits, use_reentrant=False)
+    return entropy_fn(logits)
 
 
 def response_outputs(
