@@ -48,13 +48,20 @@ def _grads(model_dir, data, **options):
     from verl.workers.engine import build_engine
 
     cfg = load_config(
-        [f"actor_rollout_ref.model.path={model_dir}", "actor_rollout_ref.model.enable_gradient_checkpointing=false"],
+        [
+            f"actor_rollout_ref.model.path={model_dir}",
+            "actor_rollout_ref.model.enable_gradient_checkpointing=false",
+        ],
         defaults_yaml=None,
     )
     arr = cfg.actor_rollout_ref
     engine = build_engine(
-        "fsdp2", model_config=arr.model, engine_config=arr.actor.fsdp_config, optim_config=arr.actor.optim,
-        total_training_steps=2, **options,
+        "fsdp2",
+        model_config=arr.model,
+        engine_config=arr.actor.fsdp_config,
+        optim_config=arr.actor.optim,
+        total_training_steps=2,
+        **options,
     )
 
     def loss(out, mb):
@@ -72,4 +79,6 @@ def test_engine_with_entropy_checkpointing_gives_the_same_gradients(dist_world1,
     assert engine._head.checkpoint_entropy
     assert plain.keys() == ckpt.keys()
     for name in plain:
-        torch.testing.assert_close(ckpt[name], plain[name], atol=2e-6, rtol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
+        torch.testing.assert_close(
+            ckpt[name], plain[name], atol=2e-6, rtol=1e-5, msg=lambda m, n=name: f"{n}: {m}"
+        )

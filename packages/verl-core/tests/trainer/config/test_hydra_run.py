@@ -11,7 +11,12 @@ REQUIRED = ["data.train_files=train.parquet", "actor_rollout_ref.model.path=/mod
 
 
 def test_run_dir_is_read_and_written(tmp_path):
-    argv = [*REQUIRED, f"hydra.run.dir={tmp_path}/outputs/${{now:%Y}}", "hydra.job.chdir=False", "data.seed=3"]
+    argv = [
+        *REQUIRED,
+        f"hydra.run.dir={tmp_path}/outputs/${{now:%Y}}",
+        "hydra.job.chdir=False",
+        "data.seed=3",
+    ]
     cfg = load_config(argv)  # hydra.* does not reach the training config
     assert "hydra" not in cfg and cfg.data.seed == 3
     rest, run, problems = split_hydra(argv)
