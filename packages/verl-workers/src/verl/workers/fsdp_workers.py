@@ -261,7 +261,13 @@ class ActorRolloutRefWorker(Worker):
         from verl.workers.rollout.weight_sync import sync_weights
 
         bucket_mb = int(dict(self.config.rollout.engine_kwargs or {}).get(_BUCKET_MB_KEY, 512))
-        sync_weights(self.actor_engine.hf_state_dict().items(), target, bucket_mb << 20)
+        if self.config.rollout.layered_summon:  # one decoder layer gathered at a time (LoRA merged per layer)
+            from verl.workers.engine.layered import iter_layered_hf_state
+
+            items = iter_layered_hf_state(self.actor_engine)
+        else:
+            items = self.actor_engine.hf_state_dict().items()
+        sync_weights(items, target, bucket_mb << 20)
         self._rollout_weights_version = self._weights_version
 
     # ------------------------------------------------------------------ rollout

@@ -54,6 +54,7 @@ LEAF_HELP: dict[str, str] = {
     "kl_loss_coef": "weight of that KL term",
     "use_torch_compile": "torch.compile the log-prob/entropy computation",
     "entropy_checkpointing": "recompute the entropy's softmax in the backward pass (less memory)",
+    "layered_summon": "gather the actor's weights for the rollout one decoder layer at a time",
     "ulysses_sequence_parallel_size": "Ulysses sequence-parallel group size",
     "grad_clip": "gradient-norm clipping threshold",
     "cliprange_value": "clip range of the value loss",

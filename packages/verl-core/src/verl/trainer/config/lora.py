@@ -24,7 +24,26 @@ def _names(value) -> bool:
     )
 
 
+def check_layered_summon(cfg: DictConfig, problems: list[str]) -> None:
+    """``rollout.layered_summon`` (upstream's LoRA option): gather the weights for the rollout layer by layer."""
+    arr = cfg.actor_rollout_ref
+    if not arr.rollout.layered_summon:
+        return
+    key = "actor_rollout_ref.rollout.layered_summon=true"
+    if arr.actor.strategy != "fsdp2":
+        problems.append(
+            f"{key} is implemented for the fsdp2 engine (FSDP1's state-dict hooks unshard the whole model; the "
+            f"megatron engine gathers per pipeline stage); actor_rollout_ref.actor.strategy is {arr.actor.strategy!r}"
+        )
+    elif not lora_on(cfg) and arr.rollout.name in ("native", "hf"):
+        problems.append(
+            f"{key}: nothing is gathered here, the {arr.rollout.name} rollout reads the actor's module directly; "
+            "it applies to LoRA runs (merged weights) and to rollout engines with their own weights (vllm, sglang)"
+        )
+
+
 def check_lora(cfg: DictConfig, problems: list[str]) -> None:
+    check_layered_summon(cfg, problems)
     m = cfg.actor_rollout_ref.model
     if not isinstance(m.lora_rank, int) or m.lora_rank < 0:
         problems.append(f"{_KEY}.lora_rank={m.lora_rank!r} must be an integer >= 0 (0 turns LoRA off)")

@@ -255,6 +255,9 @@ class RolloutConfig:
     enforce_eager: bool = True
     free_cache_engine: bool = True
     load_format: str = "dummy"
+    # gather the actor's weights for the rollout one decoder layer at a time (LoRA merged per layer)
+    # instead of the whole model at once: peak memory about one layer (fsdp2 engine)
+    layered_summon: bool = False
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
     val_kwargs: ValKwargsConfig = field(default_factory=ValKwargsConfig)
     multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)

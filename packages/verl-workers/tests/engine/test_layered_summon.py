@@ -1,0 +1,75 @@
+"""``rollout.layered_summon``: the weights for the rollout gathered one decoder layer at a time, LoRA merged
+per layer, equal to the whole-model gather (``hf_state_dict``), and lazy (one layer gathered per step)."""
+
+import pytest
+import torch
+
+
+def _engine(ppo_config, model_dir, *extra):
+    from verl.workers.engine import build_engine
+
+    arr = ppo_config(
+        f"actor_rollout_ref.model.path={model_dir}",
+        "actor_rollout_ref.model.enable_gradient_checkpointing=false",
+        *extra,
+    ).actor_rollout_ref
+    return build_engine(
+        "fsdp2",
+        model_config=arr.model,
+        engine_config=arr.actor.fsdp_config,
+        optim_config=arr.actor.optim,
+        grad_clip=1.0,
+        total_training_steps=2,
+    )
+
+
+@pytest.mark.parametrize("lora", [True, False])
+def test_layered_equals_whole_model_gather_and_is_lazy(
+    dist_world1, tiny_model_dir, ppo_config, monkeypatch, lora
+):
+    from verl.workers.engine import layered
+
+    extra = ("actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.model.lora_alpha=8") if lora else ()
+    engine = _engine(ppo_config, tiny_model_dir, *extra)
+    if lora:  # peft starts lora_B at zero: give the adapters a value so the merge shows
+        g = torch.Generator().manual_seed(0)
+        with torch.no_grad():
+            for name, p in engine.module.named_parameters():
+                if "lora_B" in name:
+                    p.copy_(torch.randn(p.shape, generator=g) * 0.1)
+    whole = engine.hf_state_dict()
+    gathered: list[str] = []
+    real = layered._gathered
+    monkeypatch.setattr(layered, "_gathered", lambda v: (gathered.append(v.shape), real(v))[1])
+    stream = layered.iter_layered_hf_state(engine)
+    first_name, first = next(stream)
+    n_layers = engine.hf_config.num_hidden_layers
+    assert first_name.startswith("model.layers.0.")
+    # one layer gathered so far, not the model
+    per_layer = len(gathered)
+    assert 0 < per_layer < len(engine.module.state_dict()) / n_layers + 1
+    rest = dict(stream)
+    out = {first_name: first, **rest}
+    assert sorted(out) == sorted(whole)
+    for k in whole:
+        torch.testing.assert_close(out[k], whole[k], atol=0, rtol=0, msg=k)
+    if lora:
+        assert not any("lora_" in k or "base_layer" in k for k in out)
+
+
+def test_config_checks(ppo_config, tiny_model_dir):
+    from verl.trainer.config import ConfigError, validate_config
+
+    def problems(*extra):
+        cfg = ppo_config(f"actor_rollout_ref.model.path={tiny_model_dir}", *extra)
+        try:
+            validate_config(cfg)
+        except ConfigError as e:
+            return "\n".join(e.problems)
+        return ""
+
+    on = "actor_rollout_ref.rollout.layered_summon=true"
+    assert "is implemented for the fsdp2 engine" in problems(on, "actor_rollout_ref.actor.strategy=fsdp")
+    assert "nothing is gathered here, the native rollout" in problems(on)
+    lora = ("actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.model.lora_alpha=8")
+    assert "layered_summon" not in problems(on, *lora)
