@@ -35,6 +35,7 @@ LEAF_HELP: dict[str, str] = {
     "enable_activation_offload": "move saved activations to host memory during the forward pass",
     "use_remove_padding": "pack the real tokens of a micro-batch (no padding) in each forward",
     "use_fused_kernels": "fused log-prob/entropy kernels",
+    "impl_backend": "the fused kernel's softmax work: torch | triton (Triton kernels, CUDA GPU)",
     "use_shm": "load the model through /dev/shm",
     "tokenizer_path": "tokenizer directory (default: the model path)",
     "override_config": "fields written over the model's HF config (open dict)",

@@ -10,6 +10,7 @@ kernels need a CUDA device and the ``liger-kernel`` package. ``use_fused_kernels
 from __future__ import annotations
 
 import importlib.util
+import os
 
 from omegaconf import DictConfig
 
@@ -29,6 +30,7 @@ def check_scaling(cfg: DictConfig, problems: list[str], ws: int, critic: bool, r
         _check_sp(problems, ws, key, int(section.ulysses_sequence_parallel_size), strategy, model_key, model)
     if bool(arr.model.use_liger):
         _check_liger(cfg, problems)
+    _check_fused_backend(cfg, problems)
     if arr.actor.strategy == "megatron":
         for flag, value in (
             ("actor_rollout_ref.actor.use_torch_compile", arr.actor.use_torch_compile),
@@ -76,3 +78,24 @@ def _check_liger(cfg: DictConfig, problems: list[str]) -> None:
             "actor_rollout_ref.model.use_liger=true needs liger_kernel, which is not installed: "
             "pip install liger-kernel (GPU only: Liger's kernels are Triton)"
         )
+
+
+def _check_fused_backend(cfg: DictConfig, problems: list[str]) -> None:
+    from verl.trainer.config.validation import resolve_device
+
+    model = cfg.actor_rollout_ref.model
+    backend = model.fused_kernel_options.impl_backend
+    key = f"actor_rollout_ref.model.fused_kernel_options.impl_backend={backend!r}"
+    if backend not in ("torch", "triton"):
+        problems.append(f"{key}: known backends are torch and triton")
+    elif backend == "triton":
+        if not bool(model.use_fused_kernels):
+            problems.append(f"{key} is the fused kernel's backend; set actor_rollout_ref.model.use_fused_kernels=true")
+        elif resolve_device(cfg) != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+            problems.append(
+                f"{key} compiles Triton kernels for a CUDA GPU; the device is {resolve_device(cfg)}. Use "
+                "impl_backend=torch (the same values), or TRITON_INTERPRET=1 to interpret the kernels on CPU"
+            )
+        elif importlib.util.find_spec("triton") is None:
+            # worded like installed.py: the port tool reports it as an install the command needs
+            problems.append(f"{key} needs triton, which is not installed: pip install triton (GPU)")

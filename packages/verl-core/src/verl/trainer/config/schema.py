@@ -113,6 +113,12 @@ class CheckpointConfig:
 
 # ---------------------------------------------------------------------------- actor / rollout / ref
 @dataclass
+class FusedKernelOptionsConfig:
+    # the fused log-prob/entropy's per-row softmax work: torch ops, or Triton kernels (GPU; same values)
+    impl_backend: str = "torch"  # torch | triton
+
+
+@dataclass
 class ModelConfig:
     path: str | None = None
     tokenizer_path: str | None = None  # None: same as path
@@ -129,6 +135,7 @@ class ModelConfig:
     exclude_modules: Any = None  # null, a regex string or a list of module names
     lora_adapter_path: str | None = None  # a peft adapter folder to start from (its config wins)
     use_fused_kernels: bool = False  # chunked LM head + log-prob/entropy (never [tokens, vocab] logits)
+    fused_kernel_options: FusedKernelOptionsConfig = field(default_factory=FusedKernelOptionsConfig)
     use_liger: bool = False  # Liger's Triton kernels (GPU + liger-kernel only)
     trust_remote_code: bool = False
     use_shm: bool = False

@@ -322,6 +322,10 @@ REFUSED: tuple[tuple[str, str], ...] = (
         "*ulysses_sequence_parallel_size",
         "sequence parallelism is set per role (<role>.ulysses_sequence_parallel_size)",
     ),
+    (
+        "critic.model.fused_kernel_options.*",
+        "the fused log-prob/entropy kernel is the actor's (a value model has no LM head); leave it at its default",
+    ),
     ("*.fused_kernel_options.*", "fused-kernel options are not read"),
     ("*use_fused_kernels", "fused kernels are not implemented for this model"),
     ("*.use_liger", "Liger kernels are not implemented for this model"),

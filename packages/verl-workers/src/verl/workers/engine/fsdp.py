@@ -37,6 +37,7 @@ from verl.workers.engine.hf_model import (
     apply_liger,
     check_model_flags,
     freeze_vision_tower,
+    fused_backend,
     install_fused_forward,
     load_hf_model,
     response_outputs,
@@ -137,7 +138,7 @@ class _FSDPEngineBase(BaseEngine):
         if "use_liger" in model_config and bool(model_config.use_liger):
             apply_liger(model)
         if self._head.fused:
-            install_fused_forward(model)
+            install_fused_forward(model, fused_backend(model_config))
         if self.sp_size > 1:
             from verl.workers.engine.ulysses import install
 

@@ -12,7 +12,8 @@ H = -sum p log p::
 
     dl/dz = onehot(y) - p            dH/dz = -p * (log p + H)
 
-Pure PyTorch: runs on CPU and GPU alike. Numerics are fp32 (the softmax in fp32 whatever the
+``impl_backend=torch`` (default) is pure PyTorch: runs on CPU and GPU alike; ``impl_backend=triton`` does the
+per-row softmax work in Triton kernels (:mod:`verl.workers.engine.fused_logprob_triton`, GPU). Numerics are fp32 (the softmax in fp32 whatever the
 weight dtype), matching the unfused ``logits.float() / temperature``.
 """
 
@@ -22,6 +23,8 @@ import torch
 
 #: tokens per chunk (upstream's default): [chunk, V] fp32 logits is 128 MiB at V = 64k
 DEFAULT_CHUNK_SIZE = 512
+#: model.fused_kernel_options.impl_backend values (upstream's)
+BACKENDS = ("torch", "triton")
 
 
 def _stats_dtype(h: torch.Tensor) -> torch.dtype:
@@ -37,20 +40,38 @@ def _chunk_stats(h: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, te
     return logp, label_logp, entropy
 
 
+def _triton_grad_z(h, weight, labels, temperature: float, g_logp, g_ent) -> torch.Tensor:
+    """The torch backward's ``grad_z`` from the Triton row kernels (impl_backend=triton)."""
+    from verl.workers.engine import fused_logprob_triton as tk
+
+    z = ((h @ weight.t()).to(torch.float32) / temperature).contiguous()
+    lse, _, ent = tk.row_stats(z, labels)
+    return tk.row_grad(z, labels, lse, ent, g_logp, g_ent)
+
+
 class FusedLinearLogProbEntropy(torch.autograd.Function):
-    """``(hidden [T, H], weight [V, H], labels [T]) -> (log_probs [T], entropy [T])`` in fp32."""
+    """``(hidden [T, H], weight [V, H], labels [T]) -> (log_probs [T], entropy [T])`` in fp32.
+
+    ``backend``: ``torch`` (the softmax statistics in torch ops) or ``triton`` (one Triton kernel per
+    pass over the chunk's logits, :mod:`verl.workers.engine.fused_logprob_triton`; fp32 only)."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, labels, temperature: float, chunk_size: int):
+    def forward(ctx, hidden, weight, labels, temperature: float, chunk_size: int, backend: str = "torch"):
         ctx.set_materialize_grads(False)
         n = hidden.shape[0]
         log_probs = torch.empty(n, dtype=_stats_dtype(hidden), device=hidden.device)
         entropy = torch.empty_like(log_probs)
         for s in range(0, n, chunk_size):
             e = min(s + chunk_size, n)
-            _, log_probs[s:e], entropy[s:e] = _chunk_stats(hidden[s:e], weight, labels[s:e], temperature)
+            if backend == "triton":
+                from verl.workers.engine.fused_logprob_triton import row_stats
+
+                z = ((hidden[s:e] @ weight.t()).to(torch.float32) / temperature).contiguous()
+                _, log_probs[s:e], entropy[s:e] = row_stats(z, labels[s:e])
+            else:
+                _, log_probs[s:e], entropy[s:e] = _chunk_stats(hidden[s:e], weight, labels[s:e], temperature)
         ctx.save_for_backward(hidden, weight, labels)
-        ctx.temperature, ctx.chunk_size = temperature, chunk_size
+        ctx.temperature, ctx.chunk_size, ctx.backend = temperature, chunk_size, backend
         return log_probs, entropy
 
     @staticmethod
@@ -63,10 +84,16 @@ class FusedLinearLogProbEntropy(torch.autograd.Function):
             torch.zeros(weight.shape, dtype=_stats_dtype(hidden), device=weight.device) if need_w else None
         )
         if grad_logp is None and grad_entropy is None:
-            return None, None, None, None, None
+            return None, None, None, None, None, None
         for s in range(0, hidden.shape[0], chunk_size):
             e = min(s + chunk_size, hidden.shape[0])
             h = hidden[s:e]
+            if ctx.backend == "triton":
+                g_l = None if grad_logp is None else grad_logp[s:e]
+                g_h = None if grad_entropy is None else grad_entropy[s:e]
+                grad_z = _triton_grad_z(h, weight, labels[s:e], temperature, g_l, g_h)
+                _accumulate(grad_z, h, weight, temperature, grad_h, grad_w, s, e)
+                continue
             logp, _, ent = _chunk_stats(h, weight, labels[s:e], temperature)
             p = logp.exp()
             grad_z = torch.zeros_like(logp)
@@ -77,13 +104,17 @@ class FusedLinearLogProbEntropy(torch.autograd.Function):
             if grad_entropy is not None:
                 grad_z -= grad_entropy[s:e].to(p.dtype)[:, None] * p * (logp + ent[:, None])
             del logp, p
-            # z = h W^T / temperature
-            grad_z = (grad_z / temperature).to(hidden.dtype)
-            if need_h:
-                grad_h[s:e] = grad_z @ weight.to(hidden.dtype)
-            if need_w:
-                grad_w += (grad_z.t() @ h).to(grad_w.dtype)
-        return grad_h, grad_w.to(weight.dtype) if need_w else None, None, None, None
+            _accumulate(grad_z, h, weight, temperature, grad_h, grad_w, s, e)
+        return grad_h, grad_w.to(weight.dtype) if need_w else None, None, None, None, None
+
+
+def _accumulate(grad_z, h, weight, temperature: float, grad_h, grad_w, s: int, e: int) -> None:
+    """Chain rule through z = h W^T / temperature into the hidden states' and the weight's gradients."""
+    grad_z = (grad_z / temperature).to(h.dtype)
+    if grad_h is not None:
+        grad_h[s:e] = grad_z @ weight.to(h.dtype)
+    if grad_w is not None:
+        grad_w += (grad_z.t() @ h).to(grad_w.dtype)
 
 
 def fused_log_prob_entropy(
@@ -92,6 +123,7 @@ def fused_log_prob_entropy(
     labels: torch.Tensor,
     temperature: float = 1.0,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
+    backend: str = "torch",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-prob of ``labels`` and entropy under ``softmax(hidden @ weight.T / temperature)``, chunked.
 
@@ -102,10 +134,15 @@ def fused_log_prob_entropy(
         raise ValueError(f"temperature={temperature} must be > 0 to compute log-probs")
     if chunk_size <= 0:
         raise ValueError(f"chunk_size={chunk_size} must be a positive number of tokens")
+    if backend not in BACKENDS:
+        raise ValueError(f"fused_kernel_options.impl_backend={backend!r}; known: {', '.join(BACKENDS)}")
+    if backend == "triton" and _stats_dtype(hidden) != torch.float32:
+        raise ValueError(f"impl_backend=triton computes in fp32; the hidden states are {hidden.dtype}")
     if hidden.shape[:-1] != labels.shape:
         raise ValueError(f"hidden states {tuple(hidden.shape)} and labels {tuple(labels.shape)} do not match")
     lead = labels.shape
     logp, ent = FusedLinearLogProbEntropy.apply(
-        hidden.reshape(-1, hidden.shape[-1]), weight, labels.reshape(-1), float(temperature), int(chunk_size)
+        hidden.reshape(-1, hidden.shape[-1]), weight, labels.reshape(-1), float(temperature), int(chunk_size),
+        backend,
     )
     return logp.view(lead), ent.view(lead)

@@ -102,6 +102,8 @@ def check_model_flags(model_config: Any, device: torch.device) -> None:
     :mod:`verl.workers.engine.fused_logprob`; ``use_liger``: Liger's Triton kernels, GPU only)."""
     if "use_liger" in model_config and bool(model_config.use_liger):
         check_liger(device)
+    if fused_backend(model_config) == "triton":
+        check_triton(device)
     if "enable_activation_offload" in model_config and bool(model_config.enable_activation_offload):
         if device.type == "cpu":
             raise ValueError(
@@ -113,6 +115,28 @@ def check_model_flags(model_config: Any, device: torch.device) -> None:
                 "model.enable_activation_offload=True offloads the activations gradient checkpointing saves; "
                 "set model.enable_gradient_checkpointing=True too"
             )
+
+
+def fused_backend(model_config: Any) -> str:
+    """``model.fused_kernel_options.impl_backend`` (torch when the section is absent)."""
+    if "fused_kernel_options" not in model_config:
+        return "torch"
+    return str(model_config.fused_kernel_options.impl_backend)
+
+
+def check_triton(device: torch.device | str) -> None:
+    """``impl_backend=triton`` compiles Triton kernels for a CUDA device; ``TRITON_INTERPRET=1`` runs them
+    on CPU tensors instead (how the tests check them)."""
+    import importlib.util
+    import os
+
+    if importlib.util.find_spec("triton") is None:
+        raise ValueError("model.fused_kernel_options.impl_backend=triton needs triton: pip install triton")
+    if str(device).split(":")[0] != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ValueError(
+            f"model.fused_kernel_options.impl_backend=triton compiles Triton kernels for a CUDA GPU; the device "
+            f"is {device}. Use impl_backend=torch (same values), or TRITON_INTERPRET=1 to interpret them on CPU"
+        )
 
 
 def check_liger(device: torch.device | str) -> None:
@@ -141,7 +165,7 @@ def apply_liger(model: torch.nn.Module) -> None:
     _apply_liger_kernel_to_instance(model=model)
 
 
-def install_fused_forward(model: torch.nn.Module) -> None:
+def install_fused_forward(model: torch.nn.Module, backend: str = "torch") -> None:
     """Give a causal LM a second forward mode: called with ``verl_fused=FusedRequest(...)`` it runs the
     backbone and returns ``(log_probs, entropy)`` through the chunked LM head
     (:func:`~verl.workers.engine.fused_logprob.fused_log_prob_entropy`) instead of logits.
@@ -166,7 +190,7 @@ def install_fused_forward(model: torch.nn.Module) -> None:
         weight = head.weight
         if weight.dtype != hidden.dtype:  # mixed precision without FSDP (ComputeCast) casts on call only
             weight = weight.to(hidden.dtype)
-        return fused_log_prob_entropy(hidden, weight, verl_fused.labels, verl_fused.temperature)
+        return fused_log_prob_entropy(hidden, weight, verl_fused.labels, verl_fused.temperature, backend=backend)
 
     model.forward = forward
 
