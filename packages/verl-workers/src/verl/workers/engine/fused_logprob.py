@@ -142,7 +142,11 @@ def fused_log_prob_entropy(
         raise ValueError(f"hidden states {tuple(hidden.shape)} and labels {tuple(labels.shape)} do not match")
     lead = labels.shape
     logp, ent = FusedLinearLogProbEntropy.apply(
-        hidden.reshape(-1, hidden.shape[-1]), weight, labels.reshape(-1), float(temperature), int(chunk_size),
+        hidden.reshape(-1, hidden.shape[-1]),
+        weight,
+        labels.reshape(-1),
+        float(temperature),
+        int(chunk_size),
         backend,
     )
     return logp.view(lead), ent.view(lead)
