@@ -53,7 +53,7 @@ def test_each_argument_is_classified_and_the_verdict_names_the_reason():
         "trainer.n_gpus_per_node=8",
         "reward_model.reward_manager=dapo",  # alias
         "actor_rollout_ref.rollout.cudagraph_capture_sizes=null",  # upstream key at its default
-        "actor_rollout_ref.rollout.layered_summon=True",  # upstream key, refused
+        "trainer.use_v1=False",  # upstream key, refused
         "actor_rollout_ref.actor.kl_loss.type=low_var_kl",  # not upstream 0.9.1's either
     ]
     (rep,) = reports_for(argv)
@@ -64,10 +64,12 @@ def test_each_argument_is_classified_and_the_verdict_names_the_reason():
         "trainer.n_gpus_per_node": "supported",
         "reward_model.reward_manager": "alias",
         "actor_rollout_ref.rollout.cudagraph_capture_sizes": "default",
-        "actor_rollout_ref.rollout.layered_summon": "refused",
+        "trainer.use_v1": "refused",
         "actor_rollout_ref.actor.kl_loss.type": "stale",
     }
     assert rep.stale == ["actor_rollout_ref.actor.kl_loss.type=low_var_kl"] and not rep.loads
+    # the stale key's detail names 0.9.1's spelling
+    assert "0.9.1: actor_rollout_ref.actor.use_kl_loss / kl_loss_coef / kl_loss_type" in rep.keys[-1].detail
     (rep,) = reports_for(argv[:5])
     assert rep.loads and not rep.stale
 

@@ -76,7 +76,7 @@ def _check_liger(cfg: DictConfig, problems: list[str]) -> None:
         # reports it as an install the command needs, as it does for vllm
         problems.append(
             "actor_rollout_ref.model.use_liger=true needs liger_kernel, which is not installed: "
-            "pip install liger-kernel (GPU only: Liger's kernels are Triton)"
+            "pip install liger-kernel (GPU only; Liger's kernels are Triton)"
         )
 
 

@@ -158,6 +158,17 @@ REFUSED: tuple[tuple[str, str], ...] = (
     ),
     ("critic.fsdp.*", "upstream's critic.fsdp section is not read; set critic.model.fsdp_config.* instead"),
     (
+        "*.megatron.use_dist_checkpointing",
+        "starting from a Megatron distributed checkpoint (megatron.core.dist_checkpointing at "
+        "dist_checkpointing_path) is not implemented; the megatron engine builds its model from the HF weights "
+        "at model.path (convert the checkpoint to HF); leave it false",
+    ),
+    (
+        "*.megatron.dist_checkpointing_path",
+        "starting from a Megatron distributed checkpoint is not implemented; the megatron engine loads the HF "
+        "weights at model.path",
+    ),
+    (
         "*.megatron.*",
         "this Megatron option is not implemented by the megatron engine (it reads the parallel "
         "sizes, sequence_parallel, use_distributed_optimizer, seed, override_transformer_config and "
