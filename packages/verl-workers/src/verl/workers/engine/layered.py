@@ -28,10 +28,15 @@ def _gathered(value: torch.Tensor) -> torch.Tensor:
     return full.detach().cpu().clone()
 
 
-def layer_groups(module: torch.nn.Module, layer_classes: tuple[type, ...]) -> list[tuple[str, ...]]:
+def layer_groups(module: torch.nn.Module, layer_names: set[str]) -> list[tuple[str, ...]]:
     """The module's state-dict keys grouped by decoder layer (model order), then the rest (embeddings,
-    final norm, LM head) as the last group."""
-    prefixes = [f"{name}." for name, m in module.named_modules() if isinstance(m, layer_classes)]
+    final norm, LM head) as the last group. ``layer_names``: the model's ``_no_split_modules``; matched
+    along each module's class hierarchy, since fully_shard swaps a layer's class for ``FSDP<Layer>``."""
+    prefixes = [
+        f"{name}."
+        for name, m in module.named_modules()
+        if any(c.__name__ in layer_names for c in type(m).__mro__)
+    ]
     groups: dict[str, list[str]] = {p: [] for p in prefixes}
     rest: list[str] = []
     for key in module.state_dict(keep_vars=True):
@@ -43,7 +48,7 @@ def layer_groups(module: torch.nn.Module, layer_classes: tuple[type, ...]) -> li
 def iter_layered_hf_state(engine) -> Iterator[tuple[str, torch.Tensor]]:
     """(HF name, tensor) pairs of ``engine``'s weights, LoRA merged, gathered one layer at a time
     (collective: every rank iterates to the end)."""
-    from verl.workers.engine.fsdp import FSDP2Engine, _layer_classes
+    from verl.workers.engine.fsdp import FSDP2Engine
 
     if not isinstance(engine, FSDP2Engine):
         raise NotImplementedError(
@@ -53,7 +58,10 @@ def iter_layered_hf_state(engine) -> Iterator[tuple[str, torch.Tensor]]:
     module = engine.module
     live = module.state_dict(keep_vars=True)  # FSDP2: sharded DTensors, nothing gathered yet
     # a PeftModel answers _no_split_modules from the HF model it wraps
-    for keys in layer_groups(module, tuple(_layer_classes(module))):
+    layer_names = set(module._no_split_modules or [])
+    if not layer_names:
+        raise ValueError(f"{type(module).__name__} names no decoder layer class in _no_split_modules")
+    for keys in layer_groups(module, layer_names):
         group = {k: _gathered(live[k]) for k in keys}
         yield from (group if engine.lora is None else engine.lora.merge(group)).items()
         del group
