@@ -48,3 +48,21 @@ def test_critic_from_causal_lm_path_and_update_lowers_value_loss(
     assert abs(metrics["critic/vf_loss"] - before) < 1e-5
     for k in ("critic/vf_clipfrac", "critic/grad_norm", "critic/lr", "critic/vpred_mean"):
         assert torch.isfinite(torch.tensor(metrics[k])), k
+
+
+def test_last_mini_batch_may_be_shorter(dist_world1, tiny_value_model_dir, ppo_config, make_rl_batch):
+    """As the actor (upstream's data.split): 7 rows in mini-batches of 3 are three optimizer steps, the
+    same as updates on rows 0-2, 3-5 and 6 one after the other."""
+    data = make_rl_batch(n=7, seed=19)
+    extra = ("critic.optim.lr=1e-3", "critic.ppo_micro_batch_size_per_gpu=2")
+    critic, _ = _critic(ppo_config, tiny_value_model_dir, *extra, mini=3)
+    data.batch["values"] = critic.compute_values(data)
+    metrics = critic.update_critic(data)
+    ref, _ = _critic(ppo_config, tiny_value_model_dir, *extra, mini=3)
+    for lo, hi in ((0, 3), (3, 6), (6, 7)):
+        ref.ppo_mini_batch_size_per_rank = hi - lo
+        ref.update_critic(data.slice(lo, hi))
+    got, want = critic.engine.full_state_dict(), ref.engine.full_state_dict()
+    for k in want:
+        torch.testing.assert_close(got[k], want[k], atol=1e-5, rtol=1e-5)
+    assert torch.isfinite(torch.tensor(metrics["critic/vf_loss"]))
