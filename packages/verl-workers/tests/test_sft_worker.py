@@ -64,6 +64,48 @@ def test_train_batch_loss_is_masked_cross_entropy(dist_world1, tiny_model_dir, t
     assert after["val/nll_sum"] / after["val/tokens"] < expected - 0.1
 
 
+
+def test_bf16_sft_computes_in_bf16_steps_fp32_masters_and_saves_them(dist_world1, tiny_model_dir, tiny_tokenizer,
+                                                                     tmp_path):
+    """model.model_dtype=bfloat16 in SFT: the loss is a bf16 model's (computed here directly, and not
+    fp32's), the parameters, gradients and AdamW state are fp32, and the saved Hugging Face folder
+    holds the fp32 masters bit for bit (before the fix it held them rounded to bf16)."""
+    from transformers import AutoModelForCausalLM
+    from verl.workers.sft_worker import SFTWorker
+
+    data = write_chats(tmp_path / "d.jsonl", 4)
+    cfg = sft_cfg(tiny_model_dir, data, tmp_path / "out", "model.model_dtype=bfloat16")
+    ds = SFTDataset(data, tiny_tokenizer, cfg.data)
+    batch = sft_collate_fn([ds[i] for i in range(4)], pad_token_id=ds.pad_token_id)
+    bf16_model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.bfloat16)
+    expected = plain_nll(bf16_model, batch)
+    assert expected != pytest.approx(plain_nll(AutoModelForCausalLM.from_pretrained(tiny_model_dir), batch), rel=1e-5)
+
+    worker = SFTWorker(cfg, total_training_steps=10)
+    worker.init_model()
+    engine = worker.engine
+    # the masters start from the bf16 load, upcast (the values a bf16 model holds), and are fp32
+    start = engine.full_state_dict()
+    for k, v in bf16_model.state_dict().items():
+        assert start[k].dtype == torch.float32 and torch.equal(start[k], v.float()), k
+    tokens = int(batch["loss_mask"][:, 1:].sum())
+    for step in range(3):
+        out = worker.train_batch(DataProto.from_dict(tensors=batch, meta_info={"global_tokens": tokens}))
+        if step == 0:
+            assert out.meta_info["metrics"]["train/loss"] == pytest.approx(expected, rel=1e-5)
+    assert out.meta_info["metrics"]["train/loss"] < expected - 0.1
+    assert {p.dtype for p in engine.module.parameters()} == {torch.float32}
+    assert {v.dtype for st in engine.optimizer.state.values() for v in st.values() if v.dim()} == {torch.float32}
+    masters = engine.full_state_dict()
+    w = masters["model.layers.0.mlp.up_proj.weight"]
+    assert (w.to(torch.bfloat16).float() != w).float().mean() > 0.5  # off the bf16 grid: the test can fail
+
+    folder = worker.save_hf_model(str(tmp_path / "hf"))
+    saved = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).state_dict()
+    for k, v in saved.items():
+        assert torch.equal(v, masters[k]), k
+
+
 @pytest.mark.slow
 def test_sft_through_ray_learns_saves_hf_and_resumes(ray_cluster, tiny_model_dir, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -14,20 +14,45 @@ import os
 import shutil
 import sys
 import warnings
+from collections.abc import Mapping
 
 import torch
 from verl.workers.checkpoint.dcp import _TOKENIZER_FILES, DCP_DIR, HF_DIR, read_meta
 
 
-def build_model_from_config(hf_dir: str, model_type: str):
-    """A randomly initialised model of ``hf_dir``'s config (``value``: token classifier; else causal LM)."""
+def build_model_from_config(hf_dir: str, model_type: str, dtype: torch.dtype | None = None):
+    """A randomly initialised model of ``hf_dir``'s config (``value``: token classifier; else causal LM).
+
+    ``dtype``: the dtype of the weights that will be loaded into it. Without it the model takes the
+    config's ``dtype``, which is the dtype the training engine *loaded* the checkpoint in
+    (``model_dtype``): under mixed precision (bf16 load, fp32 master weights) that would round the
+    trained fp32 weights to bf16 on export, where upstream saves the trained state dict as it is."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification
 
     config = AutoConfig.from_pretrained(hf_dir)
+    kwargs = {} if dtype is None else {"dtype": dtype}
     with torch.device("cpu"):
         if model_type == "value":
-            return AutoModelForTokenClassification.from_config(config)
-        return AutoModelForCausalLM.from_config(config)
+            return AutoModelForTokenClassification.from_config(config, **kwargs)
+        return AutoModelForCausalLM.from_config(config, **kwargs)
+
+
+def state_dtype(state: Mapping[str, torch.Tensor]) -> torch.dtype | None:
+    """The floating dtype of a state dict's tensors (None when they mix dtypes or hold none)."""
+    dtypes = {v.dtype for v in state.values() if v.is_floating_point()}
+    return dtypes.pop() if len(dtypes) == 1 else None
+
+
+def stored_dtype(dcp_dir: str) -> torch.dtype | None:
+    """The dtype the model weights were saved in by the engine (its master weights), from the DCP
+    metadata of ``dcp_dir``; None when they mix dtypes."""
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    meta = FileSystemReader(dcp_dir).read_metadata().state_dict_metadata
+    dtypes = {m.properties.dtype for k, m in meta.items()
+              if k.startswith("model.") and isinstance(m, TensorStorageMetadata) and m.properties.dtype.is_floating_point}
+    return dtypes.pop() if len(dtypes) == 1 else None
 
 
 def merge_checkpoint(local_dir: str, target_dir: str, dtype: str | None = None, lora_mode: str = "merge") -> str:
@@ -54,7 +79,7 @@ def merge_checkpoint(local_dir: str, target_dir: str, dtype: str | None = None, 
         shutil.copytree(adapter_dir, target_dir, dirs_exist_ok=True)
         _copy_tokenizer(hf_dir, target_dir)
         return target_dir
-    model = build_model_from_config(hf_dir, meta["model_type"])
+    model = build_model_from_config(hf_dir, meta["model_type"], stored_dtype(os.path.join(local_dir, DCP_DIR)))
     if is_lora:
         from peft import PeftModel
 

@@ -131,9 +131,17 @@ class SFTWorker(Worker):
 
 def save_hf_folder(state: dict[str, torch.Tensor], hf_config: Any, model_config: Any, path: str) -> None:
     """Build the model class of ``hf_config``, load ``state`` and save it with the tokenizer of the source."""
-    from transformers import AutoModelForCausalLM, GenerationConfig
+    import copy
 
-    model = AutoModelForCausalLM.from_config(hf_config)
+    from transformers import AutoModelForCausalLM, GenerationConfig
+    from verl.workers.model_merger import state_dtype
+
+    # Built in the dtype of the trained weights (fp32 masters under mixed precision), as upstream's
+    # save_pretrained(state_dict=...) writes them: hf_config's dtype is model_dtype, the dtype the
+    # checkpoint was *loaded* in, and a bf16 model here would round the trained weights. A copy:
+    # from_config sets the dtype on the config it is given, and hf_config is the engine's.
+    dtype = state_dtype(state)
+    model = AutoModelForCausalLM.from_config(copy.deepcopy(hf_config), **({"dtype": dtype} if dtype else {}))
     missing, unexpected = model.load_state_dict(state, strict=False)
     tied = set(model._tied_weights_keys or {}) if hf_config.tie_word_embeddings else set()
     missing = [k for k in missing if k not in tied]

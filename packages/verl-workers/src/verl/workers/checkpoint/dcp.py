@@ -213,9 +213,10 @@ def _save_hf_config(engine: _FSDPEngineBase, hf_dir: str, full_state: dict | Non
     os.makedirs(hf_dir, exist_ok=True)
     engine.hf_config.save_pretrained(hf_dir)
     if full_state is not None:
-        from verl.workers.model_merger import build_model_from_config
+        from verl.workers.model_merger import build_model_from_config, state_dtype
 
-        model = build_model_from_config(hf_dir, engine.model_type)
+        # the trained weights as they are: fp32 masters under mixed precision, not the config's dtype
+        model = build_model_from_config(hf_dir, engine.model_type, state_dtype(full_state))
         model.load_state_dict(full_state, strict=False)
         model.save_pretrained(hf_dir)
     src = engine.model_config.path
