@@ -56,18 +56,21 @@ def placeholder_ids(model_config: Any) -> dict[str, int]:
 
 
 def check_multimodal_support() -> None:
-    """vLLM 0.32's Qwen2-VL / Qwen2.5-VL modules import transformers' torchvision-backed image processor
-    (``image_processing_qwen2_vl``) while vLLM inspects the model; without a working torchvision vLLM
-    only reports that the architecture "failed to be inspected". Say what is missing instead."""
+    """vLLM 0.32's Qwen2-VL path needs torchvision three times over (measured with transformers 5.19):
+    its model module imports transformers' torchvision-backed ``image_processing_qwen2_vl`` while vLLM
+    inspects the architecture; it builds the full ``Qwen2VLProcessor``, whose video processor exists only
+    with torchvision; and it reads that video processor's kwargs. Without torchvision vLLM only says the
+    architecture "failed to be inspected"; say what is missing instead."""
     try:
         import torchvision  # noqa: F401
     except Exception as e:  # ImportError, or a CUDA build's ops failing to register beside a CPU torch
         raise RuntimeError(
-            "rollout.name=vllm with a vision-language model needs torchvision: vLLM's multimodal model "
-            "modules import transformers' torchvision-based image processors. torchvision failed to import "
-            f"({type(e).__name__}: {e}); install the torchvision build that matches this torch (on CPU, "
-            "torchvision==<version>+cpu from PyTorch's CPU wheel index; PyPI's wheels are CUDA builds), or "
-            "use rollout.name=hf, which generates with pixel inputs"
+            "rollout.name=vllm with a vision-language model needs torchvision: vLLM's Qwen2-VL-family model "
+            "modules and processors (image and video) are transformers' torchvision-based ones. torchvision "
+            f"failed to import ({type(e).__name__}: {e}); install the torchvision build that matches this "
+            "torch (on CPU, torchvision==<version>+cpu from PyTorch's CPU wheel index; PyPI's wheels are CUDA "
+            "builds) and save the model's full processor (with its video processor), or use rollout.name=hf, "
+            "which generates with pixel inputs"
         ) from e
 
 
