@@ -198,6 +198,10 @@ def test_layer_group_keeps_decoder_layers_whole():
     assert layer_group("model.layers.3.mlp.down_proj.weight") == "model.layers.3"
     assert layer_group("model.embed_tokens.weight") == "model.embed_tokens"
     assert layer_group("lm_head.weight") == "lm_head"
+    # Qwen2-VL: the language model's layers and the vision tower's blocks
+    assert layer_group("model.language_model.layers.1.mlp.up_proj.weight") == "model.language_model.layers.1"
+    assert layer_group("model.visual.blocks.0.attn.qkv.bias") == "model.visual.blocks.0"
+    assert layer_group("model.visual.merger.mlp.0.weight") == "model.visual.merger.mlp.0"
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
