@@ -29,16 +29,16 @@ def test_task_answers_are_the_red_squares_in_the_image():
 def test_geo3k_gpu_config_loads_and_validates():
     from verl.trainer.config import validate_config
 
-    # the GPU is the only missing piece: CPU device, and the ref offload that means nothing on CPU off
-    cfg = load_recipe_config(
-        [
-            "--config",
-            str(configs_dir() / PAPER_CONFIG),
-            "trainer.device=cpu",
-            "actor_rollout_ref.ref.fsdp_config.param_offload=false",
-        ],
-        build_assets=False,
-    )
+    # the GPU is the only missing piece: CPU device, and the ref offload that means nothing on CPU off;
+    # vLLM lives in envs/vllm-cpu, not in this environment, so validation runs with the HF rollout
+    argv = [
+        "--config",
+        str(configs_dir() / PAPER_CONFIG),
+        "trainer.device=cpu",
+        "actor_rollout_ref.ref.fsdp_config.param_offload=false",
+    ]
+    assert load_recipe_config(argv, build_assets=False).actor_rollout_ref.rollout.name == "vllm"
+    cfg = load_recipe_config([*argv, "actor_rollout_ref.rollout.name=hf"], build_assets=False)
     assert cfg.data.image_key == "images" and cfg.data.train_batch_size == 512
     assert cfg.actor_rollout_ref.model.path == "Qwen/Qwen2.5-VL-7B-Instruct"
     assert cfg.actor_rollout_ref.rollout.n == 5 and cfg.actor_rollout_ref.actor.kl_loss_coef == 0.01

@@ -7,6 +7,8 @@
   server loop) or on none share one engine: AsyncLLM's output handler is bound to the loop that
   first used it, which must therefore outlive every caller.
 
+Requests are vLLM prompt dicts (``{"prompt_token_ids": [...]}``, plus ``"multi_modal_data": {"image":
+[PIL, ...]}`` for vision-language rows; see ``translate.vllm_prompts``).
 Both return :class:`~verl.workers.rollout.vllm_rollout.translate.RowOutput` per request and expose
 ``collective_rpc``, ``sleep``, ``wake_up``, ``reset_prefix_cache`` and ``shutdown`` as blocking calls.
 """
@@ -35,13 +37,16 @@ def import_vllm():
     return vllm
 
 
-def _row_output(completion: Any, with_log_probs: bool) -> RowOutput:
+def _row_output(request: Any, with_log_probs: bool) -> RowOutput:
+    """A ``RequestOutput``'s first completion; its prompt length is after vLLM's multimodal expansion."""
+    completion = request.outputs[0]
     ids = list(completion.token_ids)
     lps = None
     if with_log_probs:
         # logprobs=0: each position's dict holds exactly the sampled token
         lps = [float(pos[tok].logprob) for tok, pos in zip(ids, completion.logprobs)]
-    return RowOutput(ids, lps, str(completion.finish_reason))
+    prompt = getattr(request, "prompt_token_ids", None)
+    return RowOutput(ids, lps, str(completion.finish_reason), None if prompt is None else len(prompt))
 
 
 class _KeepEnv:
@@ -64,9 +69,11 @@ class SyncEngine:
         with _KeepEnv():
             self.llm = vllm.LLM(**kwargs)
 
-    def generate(self, prompts: Sequence[list[int]], params: Any, with_log_probs: bool) -> list[RowOutput]:
-        outs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts], params, use_tqdm=False)
-        return [_row_output(o.outputs[0], with_log_probs) for o in outs]
+    def generate(
+        self, prompts: Sequence[dict[str, Any]], params: Any, with_log_probs: bool
+    ) -> list[RowOutput]:
+        outs = self.llm.generate(list(prompts), params, use_tqdm=False)
+        return [_row_output(o, with_log_probs) for o in outs]
 
     def collective_rpc(self, method: str, args: tuple = ()) -> list[Any]:
         return self.llm.collective_rpc(method, args=args)
@@ -111,14 +118,16 @@ class AsyncEngine:
             self._ids += 1
             return f"{prefix}-{self._ids}"
 
-    async def _one(self, prompt: list[int], params: Any, request_id: str, with_log_probs: bool) -> RowOutput:
+    async def _one(
+        self, prompt: dict[str, Any], params: Any, request_id: str, with_log_probs: bool
+    ) -> RowOutput:
         final = None
-        async for out in self.llm.generate({"prompt_token_ids": list(prompt)}, params, request_id):
+        async for out in self.llm.generate(prompt, params, request_id):
             final = out
-        return _row_output(final.outputs[0], with_log_probs)
+        return _row_output(final, with_log_probs)
 
     def submit(
-        self, prompt: list[int], params: Any, with_log_probs: bool, request_id: str | None = None
+        self, prompt: dict[str, Any], params: Any, with_log_probs: bool, request_id: str | None = None
     ) -> concurrent.futures.Future:
         """Start one request on the engine's loop; the future resolves to its :class:`RowOutput`.
         vLLM needs unique ids among live requests, so the caller's id gets a counter appended."""
@@ -126,12 +135,14 @@ class AsyncEngine:
         return asyncio.run_coroutine_threadsafe(self._one(prompt, params, rid, with_log_probs), self._loop)
 
     async def agenerate(
-        self, prompt: list[int], params: Any, with_log_probs: bool, request_id: str | None = None
+        self, prompt: dict[str, Any], params: Any, with_log_probs: bool, request_id: str | None = None
     ) -> RowOutput:
         """Awaitable from any event loop (or none running the engine)."""
         return await asyncio.wrap_future(self.submit(prompt, params, with_log_probs, request_id))
 
-    def generate(self, prompts: Sequence[list[int]], params: Any, with_log_probs: bool) -> list[RowOutput]:
+    def generate(
+        self, prompts: Sequence[dict[str, Any]], params: Any, with_log_probs: bool
+    ) -> list[RowOutput]:
         futures = [self.submit(p, params, with_log_probs) for p in prompts]
         return [f.result() for f in futures]
 

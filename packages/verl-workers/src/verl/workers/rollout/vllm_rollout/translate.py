@@ -11,6 +11,9 @@ so the translation is tested in the main environment (which never installs vLLM)
   ``vllm.SamplingParams`` keyword arguments.
 - :func:`prompt_rows` / :func:`assemble_batch`: left-padded prompt tensors to token lists and vLLM's
   per-row outputs back to the contract's tensors.
+- :func:`vllm_prompts`: vision-language rows as vLLM prompt dicts (``prompt_token_ids`` with one
+  placeholder per image, ``multi_modal_data`` with the row's PIL images); vLLM's own processor expands
+  the placeholders again, and :func:`check_prompt_lengths` holds it to the dataset's expansion.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ OWNED_KEYS = {
     "seed": "rollout.seed",
     "trust_remote_code": "actor_rollout_ref.model.trust_remote_code",
     "logprobs_mode": "rollout.calculate_log_probs with rollout.temperature/top_k/top_p",
-    "skip_tokenizer_init": "(always true: the rollout is token in / token out)",
+    "skip_tokenizer_init": "(true for text models: token in / token out; vLLM's multimodal processors need the tokenizer)",
     "worker_extension_cls": "(the rollout's weight-sync extension)",
 }
 
@@ -125,9 +128,16 @@ def log_probs_unavailable(params: SamplingParams, mode: str) -> str | None:
 
 
 def engine_kwargs(
-    config: Any, model_path: str, *, trust_remote_code: bool, device_type: str, seed: int
+    config: Any,
+    model_path: str,
+    *,
+    trust_remote_code: bool,
+    device_type: str,
+    seed: int,
+    multimodal: bool = False,
 ) -> dict[str, Any]:
-    """Keyword arguments for ``vllm.LLM`` / ``AsyncEngineArgs`` (call :func:`check_config` first)."""
+    """Keyword arguments for ``vllm.LLM`` / ``AsyncEngineArgs`` (call :func:`check_config` first).
+    ``multimodal``: a vision-language model, whose vLLM processor needs the tokenizer loaded."""
     max_model_len = config.max_model_len
     if max_model_len is None:
         max_model_len = int(config.prompt_length) + int(config.response_length)
@@ -148,22 +158,34 @@ def engine_kwargs(
         "seed": int(seed),
         "trust_remote_code": bool(trust_remote_code),
         "logprobs_mode": logprobs_mode(config),
-        "skip_tokenizer_init": True,
+        "skip_tokenizer_init": not multimodal,
         "worker_extension_cls": WORKER_EXTENSION,
     }
     kwargs.update(vllm_section(config))
     return kwargs
 
 
+#: vLLM clamps logit_bias to [-100, 100]; -100 makes a token practically unsampleable (e^-100)
+SUPPRESS_BIAS = -100.0
+
+
 def sampling_kwargs(
-    params: SamplingParams, stop_token_ids: Sequence[int], *, ignore_eos: bool, log_probs: bool
+    params: SamplingParams,
+    stop_token_ids: Sequence[int],
+    *,
+    ignore_eos: bool,
+    log_probs: bool,
+    suppress_ids: Sequence[int] = (),
 ) -> dict[str, Any]:
     """``vllm.SamplingParams`` keyword arguments for one call.
 
     No per-request ``seed``: vLLM would give every request the same stream, so the ``n`` copies of a
     prompt would sample the same response. Requests draw from the engine's seeded generator instead.
+    ``suppress_ids``: a vision-language model's placeholder tokens, as in the HF rollout: a sampled
+    ``<|image_pad|>`` would be an image slot without pixels in the actor's next forward. vLLM applies
+    ``logit_bias`` before its processed log-probs, as the HF rollout masks before its log-softmax.
     """
-    return {
+    out = {
         "n": 1,
         "max_tokens": int(params.response_length),
         "temperature": float(params.temperature) if params.do_sample else 0.0,
@@ -174,6 +196,9 @@ def sampling_kwargs(
         "logprobs": 0 if log_probs else None,
         "detokenize": False,
     }
+    if len(suppress_ids):
+        out["logit_bias"] = {int(t): SUPPRESS_BIAS for t in suppress_ids}
+    return out
 
 
 def prompt_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> list[list[int]]:
@@ -181,13 +206,80 @@ def prompt_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> list[l
     return [ids[mask.bool()].tolist() for ids, mask in zip(input_ids, attention_mask)]
 
 
+def collapse_placeholders(ids: Sequence[int], placeholder_ids: Sequence[int]) -> list[int]:
+    """``ids`` with every run of one placeholder token cut to a single token: the dataset's prompts carry
+    each image expanded to its feature count, and vLLM's processor expands every placeholder it finds
+    (an already expanded prompt would be expanded again)."""
+    keep = set(int(t) for t in placeholder_ids)
+    out: list[int] = []
+    for t in ids:
+        t = int(t)
+        if t in keep and out and out[-1] == t:
+            continue
+        out.append(t)
+    return out
+
+
+#: multi_modal_data keys (the dataset's, upstream's) -> the placeholder config attribute of each modality
+MODALITY_TOKENS = {"image": "image_token_id", "video": "video_token_id"}
+
+
+def vllm_prompts(
+    rows: Sequence[list[int]], multi_modal_data: Sequence[Any] | None, placeholder_ids: dict[str, int]
+) -> list[dict[str, Any]]:
+    """vLLM prompt dicts (``TokensPrompt``): ``{"prompt_token_ids": ids}`` for text rows and, for rows
+    whose ``multi_modal_data`` holds images, ``{"prompt_token_ids": <one placeholder per image>,
+    "multi_modal_data": {"image": [PIL, ...]}}``. ``placeholder_ids``: modality -> token id."""
+    if multi_modal_data is None:
+        return [{"prompt_token_ids": list(r)} for r in rows]
+    if len(multi_modal_data) != len(rows):
+        raise ValueError(f"{len(multi_modal_data)} multi_modal_data entries for {len(rows)} prompt rows")
+    prompts = []
+    for i, (ids, mm) in enumerate(zip(rows, multi_modal_data)):
+        mm = {k: v for k, v in dict(mm or {}).items() if v is not None and len(v)}
+        if not mm:
+            prompts.append({"prompt_token_ids": list(ids)})
+            continue
+        unknown = sorted(set(mm) - set(placeholder_ids))
+        if unknown:
+            raise ValueError(
+                f"row {i}: multi_modal_data has {unknown}; this model's placeholders cover {sorted(placeholder_ids)}"
+            )
+        collapsed = collapse_placeholders(ids, [placeholder_ids[k] for k in mm])
+        for modality, items in mm.items():
+            found = collapsed.count(placeholder_ids[modality])
+            if found != len(items):
+                raise ValueError(
+                    f"row {i}: {len(items)} {modality} item(s) in multi_modal_data but {found} "
+                    f"{modality} placeholder run(s) (token {placeholder_ids[modality]}) in the prompt"
+                )
+        prompts.append(
+            {"prompt_token_ids": collapsed, "multi_modal_data": {k: list(v) for k, v in mm.items()}}
+        )
+    return prompts
+
+
+def check_prompt_lengths(rows: Sequence[list[int]], outputs: Sequence[RowOutput]) -> None:
+    """vLLM's expanded prompt must be the dataset's prompt: the actor scores the dataset's ids, so a
+    different image resize in vLLM's processor would sample responses to another prompt."""
+    for i, (ids, out) in enumerate(zip(rows, outputs)):
+        if out.prompt_len is not None and out.prompt_len != len(ids):
+            raise ValueError(
+                f"row {i}: vLLM expanded the prompt to {out.prompt_len} tokens, the dataset's processor to "
+                f"{len(ids)}: the two resize the images differently; give vLLM the same min_pixels/max_pixels "
+                "(rollout.engine_kwargs.vllm.mm_processor_kwargs) as data.mm_processor_kwargs"
+            )
+
+
 @dataclass
 class RowOutput:
-    """One request's result: generated ids (with the stop token when one ended it) and their log-probs."""
+    """One request's result: generated ids (with the stop token when one ended it) and their log-probs;
+    ``prompt_len``: the engine's prompt length (after its multimodal expansion) when it reports one."""
 
     token_ids: list[int]
     log_probs: list[float] | None
     finish_reason: str
+    prompt_len: int | None = None
 
 
 def assemble_batch(
@@ -199,7 +291,8 @@ def assemble_batch(
     with_log_probs: bool,
 ) -> dict[str, torch.Tensor]:
     """The contract's tensors from per-row outputs: responses right-padded to the longest, masks,
-    positions continuing each prompt's last position, ``rollout_log_probs`` 0 outside the mask."""
+    positions continuing each prompt's last position, ``rollout_log_probs`` 0 outside the mask.
+    ``position_ids`` is [B, P] or M-RoPE [B, 3, P]; each response token advances every axis by one."""
     n = input_ids.shape[0]
     if len(outputs) != n:
         raise ValueError(f"{len(outputs)} outputs for {n} prompt rows")
@@ -218,7 +311,7 @@ def assemble_batch(
                 raise ValueError(f"row {i}: {k} tokens but log-probs {o.log_probs!r}")
             if k:
                 log_probs[i, :k] = torch.tensor(o.log_probs, dtype=torch.float32)
-    last = position_ids[:, -1:]
+    last = position_ids[..., -1:]
     resp_pos = last + torch.arange(1, r + 1, dtype=position_ids.dtype, device=device)
     out = {
         "prompts": input_ids,
@@ -226,7 +319,7 @@ def assemble_batch(
         "response_mask": mask,
         "input_ids": torch.cat([input_ids, responses], dim=1),
         "attention_mask": torch.cat([attention_mask, mask], dim=1),
-        "position_ids": torch.cat([position_ids, resp_pos], dim=1),
+        "position_ids": torch.cat([position_ids, resp_pos], dim=-1),
     }
     if with_log_probs:
         out["rollout_log_probs"] = log_probs

@@ -12,6 +12,11 @@ sleeps (level 1: weights to host memory, KV cache freed) so training has the dev
 wakes the weights only, generation wakes the KV cache too. vLLM has no sleep mode on CPU, where these
 calls are skipped (its CPU worker would only log a warning).
 
+Vision-language models (a config with ``image_token_id``): each row's ``multi_modal_data`` (the
+dataset's ``{"image": [PIL, ...]}``) goes to vLLM with the prompt (``translate.vllm_prompts``); vLLM's
+processor then needs the tokenizer loaded and, for Qwen2-VL-family models in vLLM 0.32 with
+transformers 5, a torchvision that loads beside the installed torch (:func:`check_multimodal_support`).
+
 Outputs follow docs/contracts.md; ``rollout_log_probs`` come from vLLM's sampler in the mode that
 equals ``log_softmax(logits / temperature)`` at the sampled token (see :mod:`.translate`).
 """
@@ -40,6 +45,35 @@ def _rank() -> int:
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
+def placeholder_ids(model_config: Any) -> dict[str, int]:
+    """modality -> placeholder token id of a vision-language model's config (empty for a text model)."""
+    out = {}
+    for modality, attr in translate.MODALITY_TOKENS.items():
+        value = getattr(model_config, attr, None)
+        if value is not None:
+            out[modality] = int(value)
+    return out
+
+
+def check_multimodal_support() -> None:
+    """vLLM 0.32's Qwen2-VL path needs torchvision three times over (measured with transformers 5.19):
+    its model module imports transformers' torchvision-backed ``image_processing_qwen2_vl`` while vLLM
+    inspects the architecture; it builds the full ``Qwen2VLProcessor``, whose video processor exists only
+    with torchvision; and it reads that video processor's kwargs. Without torchvision vLLM only says the
+    architecture "failed to be inspected"; say what is missing instead."""
+    try:
+        import torchvision  # noqa: F401
+    except Exception as e:  # ImportError, or a CUDA build's ops failing to register beside a CPU torch
+        raise RuntimeError(
+            "rollout.name=vllm with a vision-language model needs torchvision: vLLM's Qwen2-VL-family model "
+            "modules and processors (image and video) are transformers' torchvision-based ones. torchvision "
+            f"failed to import ({type(e).__name__}: {e}); install the torchvision build that matches this "
+            "torch (on CPU, torchvision==<version>+cpu from PyTorch's CPU wheel index; PyPI's wheels are CUDA "
+            "builds) and save the model's full processor (with its video processor), or use rollout.name=hf, "
+            "which generates with pixel inputs"
+        ) from e
+
+
 @register_rollout("vllm")
 class VLLMRollout(BaseRollout):
     """vLLM engine with its own weights. ``config`` is ``actor_rollout_ref.rollout``; ``model_config``
@@ -58,12 +92,18 @@ class VLLMRollout(BaseRollout):
         self.eos_token_ids, self.pad_token_id = stop_and_pad_ids(module, tokenizer, "VLLMRollout")
         self.device_type = next(module.parameters()).device.type
         self.seed = int(config.seed) + _rank()
+        #: modality -> placeholder id; non-empty for a vision-language model, whose placeholders are never sampled
+        self.placeholders = placeholder_ids(getattr(module, "config", None))
+        self.suppress_ids = sorted(set(self.placeholders.values()))
+        if self.placeholders:
+            check_multimodal_support()
         self.engine_kwargs = translate.engine_kwargs(
             config,
             model_config.path,
             trust_remote_code=bool(model_config.trust_remote_code),
             device_type=self.device_type,
             seed=self.seed,
+            multimodal=bool(self.placeholders),
         )
         self.logprobs_mode = self.engine_kwargs["logprobs_mode"]
         from verl.workers.rollout.vllm_rollout.engines import AsyncEngine, SyncEngine
@@ -150,11 +190,13 @@ class VLLMRollout(BaseRollout):
             batch["attention_mask"],
             batch["position_ids"],
         )
-        outputs = self.engine.generate(
-            translate.prompt_rows(input_ids, attention_mask),
-            self.vllm_sampling_params(params, log_probs),
-            log_probs,
+        rows = translate.prompt_rows(input_ids, attention_mask)
+        requests = translate.vllm_prompts(
+            rows, prompts.non_tensor_batch.get("multi_modal_data"), self.placeholders
         )
+        outputs = self.engine.generate(requests, self.vllm_sampling_params(params, log_probs), log_probs)
+        if self.placeholders:
+            translate.check_prompt_lengths(rows, outputs)
         tensors = translate.assemble_batch(
             input_ids, attention_mask, position_ids, outputs, self.pad_token_id, log_probs
         )
@@ -171,11 +213,18 @@ class VLLMRollout(BaseRollout):
 
     # ------------------------------------------------------------------ async (agent loops)
     async def agenerate(
-        self, prompt_ids: list[int], params: Any, request_id: str, stop_token_ids: list[int] | None = None
+        self,
+        prompt_ids: list[int],
+        params: Any,
+        request_id: str,
+        stop_token_ids: list[int] | None = None,
+        multi_modal_data: dict[str, list] | None = None,
     ) -> translate.RowOutput:
         """One token-in / token-out request with log-probs through the async engine (``rollout.mode=async``);
         ``params`` is a :class:`~verl.workers.rollout.hf_rollout.SamplingParams`; ``stop_token_ids``
-        replace the EOS ids (agent loops also stop at the chat template's end of turn)."""
+        replace the EOS ids (agent loops also stop at the chat template's end of turn);
+        ``multi_modal_data``: the request's images (``{"image": [PIL, ...]}``) for a vision-language model,
+        with ``prompt_ids`` expanded as the dataset's processor expands them."""
         if self.config.mode != "async":
             raise RuntimeError("token-in/token-out requests need the async engine: set rollout.mode=async")
         reason = translate.log_probs_unavailable(params, self.logprobs_mode)
@@ -188,8 +237,16 @@ class VLLMRollout(BaseRollout):
             self.eos_token_ids if stop_token_ids is None else stop_token_ids,
             ignore_eos=bool(self.config.ignore_eos),
             log_probs=True,
+            suppress_ids=self.suppress_ids,
         )
-        return await self.engine.agenerate(prompt_ids, SamplingParams(**kwargs), True, request_id)
+        rows = [list(prompt_ids)]
+        request = translate.vllm_prompts(
+            rows, None if multi_modal_data is None else [multi_modal_data], self.placeholders
+        )
+        out = await self.engine.agenerate(request[0], SamplingParams(**kwargs), True, request_id)
+        if self.placeholders:
+            translate.check_prompt_lengths(rows, [out])
+        return out
 
     def shutdown(self) -> None:
         self.engine.shutdown()

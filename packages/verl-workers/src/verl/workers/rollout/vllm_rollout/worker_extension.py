@@ -46,12 +46,14 @@ def metas_from_wire(rows: list[list[Any]]) -> list[TensorChunkMeta]:
 
 
 def layer_group(name: str) -> str:
-    """The unit one reload must carry whole: ``model.layers.N`` for decoder layers, else the module."""
+    """The unit one reload must carry whole: ``model.layers.N`` for decoder layers (and a vision tower's
+    ``model.visual.blocks.N``), else the module."""
     parts = name.split(".")
-    if "layers" in parts:
-        i = parts.index("layers")
-        if i + 1 < len(parts):
-            return ".".join(parts[: i + 2])
+    for key in ("layers", "blocks"):
+        if key in parts:
+            i = parts.index(key)
+            if i + 1 < len(parts):
+                return ".".join(parts[: i + 2])
     return ".".join(parts[:-1])
 
 
