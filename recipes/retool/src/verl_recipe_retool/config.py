@@ -4,7 +4,7 @@
 
 - ``use_tool`` (true): rollouts run with the ``code_interpreter`` tool. false is the A/B's no-tool arm:
   no tool in rollouts and, when the recipe builds the model, a cold start on direct answers.
-- ``cold_start_steps`` (1000): SFT steps of the built-in tiny model's cold start (used when
+- ``cold_start_steps`` (400): SFT steps of the built-in tiny model's cold start (used when
   ``actor_rollout_ref.model.path`` is null; a real model comes already cold-started, as upstream's
   SFT checkpoint does).
 - ``task_digits`` (2), ``task_train_size`` (256), ``task_test_size`` (64): the built-in task
@@ -26,7 +26,7 @@ BUILT_IN = "(built-in)"  # stands for the files the recipe makes, while checking
 @dataclass
 class ReToolConfig:
     use_tool: bool = True
-    cold_start_steps: int = 1000
+    cold_start_steps: int = 400
     task_digits: int = 2
     task_train_size: int = 256
     task_test_size: int = 64
