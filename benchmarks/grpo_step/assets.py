@@ -75,11 +75,11 @@ def micro_batch_rows(size: str, new_tokens: int, budget_bytes: int = ACTIVATION_
         rows //= 2
     return rows
 
+
 PROMPT_TOKENS = 4  # "a+b=" with single digits: one token per character
 
 # Renders [{"role": "user", "content": "3+4="}] as "3+4=" (no role markers, no generation prefix).
 PLAIN_CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
-
 
 
 def all_problems() -> list[tuple[int, int]]:

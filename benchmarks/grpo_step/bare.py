@@ -61,7 +61,9 @@ class BareGRPOStep:
         self.clip_ratio, self.temperature, self.old_log_prob = clip_ratio, temperature, old_log_prob
         self.micro_batch = int(micro_batch) or self.P * self.n
         if (self.P * self.n) % self.micro_batch:
-            raise ValueError(f"micro_batch={micro_batch} does not divide the {self.P * self.n} rows of a step")
+            raise ValueError(
+                f"micro_batch={micro_batch} does not divide the {self.P * self.n} rows of a step"
+            )
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=lr, betas=(0.9, 0.999), weight_decay=0.01)
         problems = json.loads((Path(model_path) / "prompts.json").read_text())
         random.Random(seed).shuffle(problems)

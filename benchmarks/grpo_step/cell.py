@@ -254,7 +254,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--before-worktree", default=None, help="a worktree of the old commit (before.py)")
     ap.add_argument("--after-overrides", nargs="*", default=[], help="key=value for our (after) config")
-    ap.add_argument("--micro-batch", type=int, default=64, help="rows per training forward/backward, all impls")
+    ap.add_argument(
+        "--micro-batch", type=int, default=64, help="rows per training forward/backward, all impls"
+    )
     ap.add_argument("--mem-period", type=float, default=0.05, help="union-memory sampling period, s")
     args = ap.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -69,6 +69,8 @@ def _run_size(args: argparse.Namespace, size: str, rounds: int) -> None:
         cmd += ["--trl-python", args.trl_python]
     if args.micro_batch:
         cmd += ["--micro-batch", str(args.micro_batch)]
+    if args.after_overrides:
+        cmd += ["--after-overrides", *args.after_overrides]
     print("$ " + " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True)
 
@@ -105,7 +107,9 @@ def table(rows: list[dict]) -> str:
         g = r.get
 
         def trio(key: str, fmt: str, scale: float = 1.0) -> str:
-            return " / ".join(_f(None if g(f"{i}{key}") is None else scale * r[f"{i}{key}"], fmt) for i in IMPLS)
+            return " / ".join(
+                _f(None if g(f"{i}{key}") is None else scale * r[f"{i}{key}"], fmt) for i in IMPLS
+            )
 
         lines.append(
             f"| {r['size']} | {r['params'] / 1e6:.3g}M | {r['new_tokens']} | {r['micro_batch']} | {r['rounds']} "
@@ -118,7 +122,9 @@ def table(rows: list[dict]) -> str:
         "",
         "Where our step's time goes (medians, seconds, `timing_s/<stage>`), beside the bare step's phases:",
         "",
-        "| size | new tokens | ours: " + " / ".join(shown) + " | bare: gen / reward / old_log_prob / update |",
+        "| size | new tokens | ours: "
+        + " / ".join(shown)
+        + " | bare: gen / reward / old_log_prob / update |",
         "|---|---|---|---|",
     ]
     for r in rows:
@@ -143,10 +149,14 @@ def plot(rows: list[dict], path: Path) -> None:
     styles = dict(zip(sorted({r["new_tokens"] for r in rows}), ["-", "--", ":", "-."]))
     for impl in IMPLS:
         for length, style in styles.items():
-            pts = sorted((r["params"], r[f"{impl}_s"]) for r in rows if r["new_tokens"] == length and f"{impl}_s" in r)
+            pts = sorted(
+                (r["params"], r[f"{impl}_s"]) for r in rows if r["new_tokens"] == length and f"{impl}_s" in r
+            )
             if pts:
                 xs, ys = zip(*pts)
-                ax.plot(xs, ys, style, marker="o", color=colors[impl], label=f"{LABEL[impl]}, {length} new tokens")
+                ax.plot(
+                    xs, ys, style, marker="o", color=colors[impl], label=f"{LABEL[impl]}, {length} new tokens"
+                )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("parameters")
@@ -163,16 +173,26 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", nargs="+", default=list(assets.SIZES), choices=sorted(assets.SIZES))
     ap.add_argument("--lengths", nargs="+", type=int, default=[16, 64, 256])
-    ap.add_argument("--rounds", nargs="*", default=[], help=f"measured rounds per size, e.g. l=3 (defaults {DEFAULT_ROUNDS})")
+    ap.add_argument(
+        "--rounds",
+        nargs="*",
+        default=[],
+        help=f"measured rounds per size, e.g. l=3 (defaults {DEFAULT_ROUNDS})",
+    )
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--micro-batch", type=int, default=0, help="rows per forward/backward (0 = assets rule)")
     ap.add_argument("--trl-python", default=None, help="a Python with TRL installed (omit: no TRL column)")
+    ap.add_argument("--after-overrides", nargs="*", default=[], help="key=value for our step (run.py's flag)")
     ap.add_argument("--worker-threads", type=int, default=2)
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--assets", default="/tmp/grpo_step_assets")
     ap.add_argument("--out", default="/tmp/grpo_curve")
-    ap.add_argument("--peak-gflops", type=float, default=None, help="matmul rate for MFU (default: best measured)")
-    ap.add_argument("--dry-run", action="store_true", help="print the plan and a runtime estimate, run nothing")
+    ap.add_argument(
+        "--peak-gflops", type=float, default=None, help="matmul rate for MFU (default: best measured)"
+    )
+    ap.add_argument(
+        "--dry-run", action="store_true", help="print the plan and a runtime estimate, run nothing"
+    )
     ap.add_argument("--render", action="store_true", help="only rewrite curve.md / curve.png from --out")
     args = ap.parse_args()
     rounds = _parse_rounds(args.rounds)
@@ -184,7 +204,9 @@ def main() -> None:
                 est = _estimate_s(size, length, rounds[size], args.warmup, bool(args.trl_python))
                 total += est
                 micro = args.micro_batch or assets.micro_batch_rows(size, length)
-                print(f"plan {size}/{length}: {args.warmup}+{rounds[size]} rounds, micro-batch {micro}, ~{est / 60:.1f} min")
+                print(
+                    f"plan {size}/{length}: {args.warmup}+{rounds[size]} rounds, micro-batch {micro}, ~{est / 60:.1f} min"
+                )
         print(f"estimated total ~{total / 60:.0f} min on a quiet 2-core machine", flush=True)
         if args.dry_run:
             return

@@ -172,7 +172,8 @@ def main() -> None:
             if args.after_overrides:
                 cmd += ["--after-overrides", *args.after_overrides]
             print(
-                f"cell {size}/{length}: {args.warmup} warm-up + {steps} rounds, micro-batch {micro} ...", flush=True
+                f"cell {size}/{length}: {args.warmup} warm-up + {steps} rounds, micro-batch {micro} ...",
+                flush=True,
             )
             log = out / f"{size}_L{length}_cell.log"
             with open(log, "w") as f:

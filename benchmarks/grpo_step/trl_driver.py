@@ -52,13 +52,17 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0 = torch's default)")
-    ap.add_argument("--micro-batch", type=int, default=64, help="rows per forward/backward (64: no accumulation)")
+    ap.add_argument(
+        "--micro-batch", type=int, default=64, help="rows per forward/backward (64: no accumulation)"
+    )
     ap.add_argument("--workdir", default="/tmp/grpo_step_trl_out")
     args = ap.parse_args()
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if 64 % args.micro_batch or args.micro_batch % 8:
-        raise SystemExit(f"--micro-batch {args.micro_batch}: must divide 64 and be a multiple of 8 generations")
+        raise SystemExit(
+            f"--micro-batch {args.micro_batch}: must divide 64 and be a multiple of 8 generations"
+        )
     import torch
 
     if args.threads:
