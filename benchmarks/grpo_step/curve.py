@@ -96,6 +96,11 @@ def _f(x: float | None, fmt: str) -> str:
     return "-" if x is None else format(x, fmt)
 
 
+def _trio(r: dict, key: str, fmt: str, scale: float = 1.0) -> str:
+    """``ours / bare / TRL`` of ``<impl><key>``, ``-`` where not measured."""
+    return " / ".join(_f(None if r.get(f"{i}{key}") is None else scale * r[f"{i}{key}"], fmt) for i in IMPLS)
+
+
 def table(rows: list[dict]) -> str:
     lines = [
         "| size | params | new tokens | micro-batch | rounds | s/step ours / bare / TRL | ours/bare | ours/TRL "
@@ -106,15 +111,10 @@ def table(rows: list[dict]) -> str:
     for r in rows:
         g = r.get
 
-        def trio(key: str, fmt: str, scale: float = 1.0) -> str:
-            return " / ".join(
-                _f(None if g(f"{i}{key}") is None else scale * r[f"{i}{key}"], fmt) for i in IMPLS
-            )
-
         lines.append(
             f"| {r['size']} | {r['params'] / 1e6:.3g}M | {r['new_tokens']} | {r['micro_batch']} | {r['rounds']} "
-            f"| {trio('_s', '.3f')} | {r['ours_over_bare']:.2f} | {_f(g('ours_over_trl'), '.2f')} "
-            f"| {trio('_tok_s', '.0f')} | {trio('_mfu', '.1f', 100.0)} | {trio('_union', '.0f')} "
+            f"| {_trio(r, '_s', '.3f')} | {r['ours_over_bare']:.2f} | {_f(g('ours_over_trl'), '.2f')} "
+            f"| {_trio(r, '_tok_s', '.0f')} | {_trio(r, '_mfu', '.1f', 100.0)} | {_trio(r, '_union', '.0f')} "
             f"| {_f(g('union_ours_over_bare'), '.2f')} |"
         )
     shown = [k for k in rows[0]["ours_stages"] if any(r["ours_stages"][k] > 0.0005 for r in rows)]
