@@ -8,8 +8,9 @@ One step, all in one process, no Ray, no trainer, no DataProto:
 2. reward: decode, exact match against ``a+b`` -> group-normalised advantages
    ``(r - mean_group) / (std_group + 1e-6)`` (GRPO's outcome advantage);
 3. old log-probs: one no-grad forward over prompt + response;
-4. update: one forward + backward over the 64 rows (one micro-batch), clipped-ratio policy loss
-   averaged over all response tokens, grad-norm clip 1.0, one AdamW step.
+4. update: forward + backward over the 64 rows (one micro-batch, or ``micro_batch`` rows at a time
+   with the gradients accumulated), clipped-ratio policy loss averaged over all response tokens,
+   grad-norm clip 1.0, one AdamW step.
 
 Every prompt has 4 tokens, so there is no padding and no attention mask is needed.
 
@@ -49,6 +50,7 @@ class BareGRPOStep:
         temperature: float = 1.0,
         seed: int = 0,
         old_log_prob: bool = True,
+        micro_batch: int = 0,
     ):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -57,6 +59,11 @@ class BareGRPOStep:
         self.model.train()
         self.new_tokens, self.P, self.n = int(new_tokens), int(prompts_per_step), int(n)
         self.clip_ratio, self.temperature, self.old_log_prob = clip_ratio, temperature, old_log_prob
+        self.micro_batch = int(micro_batch) or self.P * self.n
+        if (self.P * self.n) % self.micro_batch:
+            raise ValueError(
+                f"micro_batch={micro_batch} does not divide the {self.P * self.n} rows of a step"
+            )
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=lr, betas=(0.9, 0.999), weight_decay=0.01)
         problems = json.loads((Path(model_path) / "prompts.json").read_text())
         random.Random(seed).shuffle(problems)
@@ -110,17 +117,22 @@ class BareGRPOStep:
         seq = torch.cat([prompt_ids, responses], dim=1)
         t2 = time.perf_counter()
 
+        mb = self.micro_batch
+        chunks = [slice(i, i + mb) for i in range(0, seq.shape[0], mb)]
         old = None
         if self.old_log_prob:
             with torch.no_grad():
-                old = self._response_log_probs(seq)
+                old = torch.cat([self._response_log_probs(seq[c]) for c in chunks])
         t3 = time.perf_counter()
 
-        logp = self._response_log_probs(seq)
-        ratio = torch.exp(logp - (logp.detach() if old is None else old))
         eps = self.clip_ratio
-        loss = -torch.min(ratio * adv, ratio.clamp(1 - eps, 1 + eps) * adv).mean()  # all tokens count
-        loss.backward()
+        for c in chunks:
+            logp = self._response_log_probs(seq[c])
+            ratio = torch.exp(logp - (logp.detach() if old is None else old[c]))
+            a = adv[c]
+            # the mean over all response tokens of the step, accumulated one micro-batch at a time
+            loss = -torch.min(ratio * a, ratio.clamp(1 - eps, 1 + eps) * a).sum() / responses.numel()
+            loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
@@ -143,12 +155,13 @@ def serve(args: argparse.Namespace) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    bare = BareGRPOStep(args.model, args.new_tokens, lr=args.lr, seed=args.seed)
+    bare = BareGRPOStep(args.model, args.new_tokens, lr=args.lr, seed=args.seed, micro_batch=args.micro_batch)
     ready = {
         "impl": "bare",
         "params": bare.n_params,
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
+        "micro_batch": bare.micro_batch,
     }
     print("READY " + json.dumps(ready), flush=True)
     for line in sys.stdin:
@@ -168,13 +181,14 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0 = torch's default)")
+    ap.add_argument("--micro-batch", type=int, default=0, help="rows per forward/backward (0 = all 64)")
     ap.add_argument("--serve", action="store_true", help="answer 'step' lines on stdin (else run --steps)")
     ap.add_argument("--steps", type=int, default=5)
     args = ap.parse_args()
     if args.serve:
         serve(args)
         return
-    bare = BareGRPOStep(args.model, args.new_tokens, lr=args.lr, seed=args.seed)
+    bare = BareGRPOStep(args.model, args.new_tokens, lr=args.lr, seed=args.seed, micro_batch=args.micro_batch)
     for _ in range(args.steps):
         print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in bare.step().items()}))
 

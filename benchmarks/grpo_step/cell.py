@@ -80,11 +80,17 @@ def run_cell(
     before_worktree: Path | None = None,
     after_overrides: list[str] | None = None,
     mem_period_s: float = 0.05,
+    micro_batch: int = 64,
 ) -> dict:
     """Time ``warmup + steps`` alternating rounds; write and return the raw records."""
     out_json.parent.mkdir(parents=True, exist_ok=True)
     tag = out_json.stem
-    after_overrides = list(after_overrides or [])
+    # rows per training forward/backward, the same for every implementation (assets.micro_batch_rows)
+    after_overrides = [
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro_batch}",
+        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={micro_batch}",
+        *(after_overrides or []),
+    ]
     servers: dict[str, StepServer] = {}
     if before_worktree is not None:  # started first: its Ray cluster's start-up is the slowest
         servers["ours_before"] = StepServer(
@@ -118,6 +124,8 @@ def run_cell(
         str(lr),
         "--threads",
         str(threads),
+        "--micro-batch",
+        str(micro_batch),
     ]
     servers["bare"] = StepServer(
         "bare",
@@ -207,6 +215,7 @@ def run_cell(
     result = {
         "model_dir": str(model_dir),
         "new_tokens": new_tokens,
+        "micro_batch": micro_batch,
         "steps": steps,
         "warmup": warmup,
         "wall_s": time.perf_counter() - t0,
@@ -245,6 +254,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--before-worktree", default=None, help="a worktree of the old commit (before.py)")
     ap.add_argument("--after-overrides", nargs="*", default=[], help="key=value for our (after) config")
+    ap.add_argument(
+        "--micro-batch", type=int, default=64, help="rows per training forward/backward, all impls"
+    )
     ap.add_argument("--mem-period", type=float, default=0.05, help="union-memory sampling period, s")
     args = ap.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -260,6 +272,7 @@ def main() -> None:
         before_worktree=Path(args.before_worktree) if args.before_worktree else None,
         after_overrides=args.after_overrides,
         mem_period_s=args.mem_period,
+        micro_batch=args.micro_batch,
     )
 
 

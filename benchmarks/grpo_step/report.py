@@ -78,6 +78,7 @@ def summarize(cell: dict, size: str, matmul: list[dict]) -> dict[str, Any]:
         for i in impls
     }
     row: dict[str, Any] = {"size": size, "params": n_params, "new_tokens": new, "rounds": len(step["ours"])}
+    row["micro_batch"] = cell.get("micro_batch", ROWS_PER_STEP)
     for impl in impls:
         med = _med(step[impl])
         f = flops.step_flops(

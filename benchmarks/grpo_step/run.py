@@ -78,6 +78,13 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=10, help="measured rounds per cell (after warm-up)")
     ap.add_argument("--warmup", type=int, default=2, help="rounds per cell left out of the medians")
     ap.add_argument("--cell-steps", nargs="*", default=[], help="per-cell override, e.g. s/64=6")
+    ap.add_argument(
+        "--micro-batch",
+        type=int,
+        default=0,
+        help="rows per training forward/backward for every implementation (0 = assets.micro_batch_rows: "
+        "64 unless the cell's activations would pass 2 GiB)",
+    )
     ap.add_argument("--trl-python", default=None, help="a Python with TRL installed (omit: no TRL column)")
     ap.add_argument(
         "--worker-threads",
@@ -137,6 +144,7 @@ def main() -> None:
         for length in args.lengths:
             steps = overrides.get((size, length), args.steps)
             out_json = out / f"{size}_L{length}.json"
+            micro = args.micro_batch or assets.micro_batch_rows(size, length)
             cmd = [
                 sys.executable,
                 str(HERE / "cell.py"),
@@ -154,6 +162,8 @@ def main() -> None:
                 str(args.worker_threads),
                 "--threads",
                 str(args.threads),
+                "--micro-batch",
+                str(micro),
             ]
             if args.trl_python:
                 cmd += ["--trl-python", args.trl_python]
@@ -161,7 +171,10 @@ def main() -> None:
                 cmd += ["--before-worktree", str(worktree)]
             if args.after_overrides:
                 cmd += ["--after-overrides", *args.after_overrides]
-            print(f"cell {size}/{length}: {args.warmup} warm-up + {steps} rounds ...", flush=True)
+            print(
+                f"cell {size}/{length}: {args.warmup} warm-up + {steps} rounds, micro-batch {micro} ...",
+                flush=True,
+            )
             log = out / f"{size}_L{length}_cell.log"
             with open(log, "w") as f:
                 proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env={**os.environ})

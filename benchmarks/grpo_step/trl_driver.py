@@ -2,8 +2,9 @@
 
 Runs under a Python that has TRL (a separate virtual environment; it imports nothing from this
 project). Settings match the TRL anchor (``/work/shared/anchors/trl_anchor/grpo_trl.py``): 8 prompts x
-8 generations = 64 completions per optimizer step, one micro-batch of 64 (no accumulation), one
-generation per step, temperature 1, AdamW at a constant LR, grad clip 1.0, fp32, beta 0 (no KL),
+8 generations = 64 completions per optimizer step, one micro-batch of 64 (no accumulation; or
+``--micro-batch`` rows per forward/backward with ``64 / micro-batch`` accumulation steps, TRL's
+generation batch staying 64), one generation per step, temperature 1, AdamW at a constant LR, grad clip 1.0, fp32, beta 0 (no KL),
 no gradient checkpointing, ``model.generate`` (no vLLM). Completions have exactly
 ``--new-tokens`` tokens (``min_new_tokens`` = max), as in the other two steps.
 
@@ -51,10 +52,17 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0 = torch's default)")
+    ap.add_argument(
+        "--micro-batch", type=int, default=64, help="rows per forward/backward (64: no accumulation)"
+    )
     ap.add_argument("--workdir", default="/tmp/grpo_step_trl_out")
     args = ap.parse_args()
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if 64 % args.micro_batch or args.micro_batch % 8:
+        raise SystemExit(
+            f"--micro-batch {args.micro_batch}: must divide 64 and be a multiple of 8 generations"
+        )
     import torch
 
     if args.threads:
@@ -96,6 +104,7 @@ def main() -> None:
                         "torch": torch.__version__,
                         "threads": torch.get_num_threads(),
                         "params": sum(p.numel() for p in model.parameters()),
+                        "micro_batch": args.micro_batch,
                     }
                 ),
                 flush=True,
@@ -115,8 +124,9 @@ def main() -> None:
     cfg = GRPOConfig(
         output_dir=args.workdir,
         max_steps=1_000_000,  # the harness decides when to stop
-        per_device_train_batch_size=64,
-        gradient_accumulation_steps=1,  # one generation of 64 completions feeds one optimizer step
+        per_device_train_batch_size=args.micro_batch,
+        # steps_per_generation defaults to this: one generation of 64 completions per optimizer step
+        gradient_accumulation_steps=64 // args.micro_batch,
         num_generations=8,
         max_completion_length=args.new_tokens,
         generation_kwargs={"min_new_tokens": args.new_tokens},

@@ -281,3 +281,54 @@ def test_two_fsdp2_ranks_decode_independently_with_one_width(tmp_path, tiny_mode
         assert got["position_ids"].shape == got["input_ids"].shape
     assert ref_widths[0] == 1 < ref_widths[1]  # rank 0 alone stops after one token
     assert widths == [ref_widths[1]] * 2  # both ranks return rank 1's width
+
+
+@pytest.mark.parametrize("kind", ["qwen2", "llama"])
+def test_greedy_equals_transformers_generate(kind):
+    """Greedy tokens equal ``model.generate`` (transformers' own loop) on left-padded prompts."""
+    model = make_model(kind, seed=3)
+    ids, mask, pos = left_padded([6, 2, 5, 4], seed=6)
+    new = 10
+    ref = model.generate(
+        input_ids=ids,
+        attention_mask=mask,
+        do_sample=False,
+        max_new_tokens=new,
+        min_new_tokens=new,
+        eos_token_id=None,
+        pad_token_id=PAD,
+    )[:, ids.shape[1] :]
+    got = native_generate(
+        model, ids, mask, pos, SamplingParams(response_length=new, do_sample=False), [], PAD
+    )
+    assert torch.equal(got["responses"], ref)
+
+
+@pytest.mark.parametrize("top_k,top_p,temp", [(-1, 1.0, 1.0), (-1, 1.0, 0.7), (5, 1.0, 1.0), (-1, 0.9, 0.8)])
+def test_sample_next_inplace_matches_copying_path_and_leaves_input_alone(top_k, top_p, temp):
+    logits = torch.randn(16, 40, generator=torch.Generator().manual_seed(0)) * 3
+    params = SamplingParams(response_length=1, temperature=temp, top_k=top_k, top_p=top_p)
+    before = logits.clone()
+    a = sample_next(logits, params, torch.Generator().manual_seed(1), want_log_probs=True)
+    assert torch.equal(logits, before)  # the default path must not touch the caller's logits
+    b = sample_next(
+        logits.clone(), params, torch.Generator().manual_seed(1), want_log_probs=True, inplace=True
+    )
+    assert torch.equal(a[0], b[0])
+    torch.testing.assert_close(a[1], b[1])
+    # log-probs are the unfiltered log_softmax at the chosen tokens
+    torch.testing.assert_close(
+        a[1], torch.log_softmax(before / temp, -1).gather(-1, a[0][:, None]).squeeze(-1)
+    )
+
+
+def test_seeded_sampling_is_reproducible():
+    model = make_model("qwen2", seed=4)
+    ids, mask, pos = left_padded([5, 3, 6, 2], seed=7)
+    params = SamplingParams(response_length=8, temperature=0.9)
+    runs = [
+        native_generate(model, ids, mask, pos, params, [EOS], PAD, True, torch.Generator().manual_seed(s))
+        for s in (11, 11, 12)
+    ]
+    assert_same_generation(runs[0], runs[1], atol=0)
+    assert not torch.equal(runs[0]["responses"], runs[2]["responses"])
