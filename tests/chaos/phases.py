@@ -9,8 +9,8 @@ Where each phase holds, on the real code path:
 
 - ``generate``: in the native rollout's decode loop, at the first decode step after the prefill
   (``native_rollout.decoder_forward``, wrapped for that one call).
-- ``update``: in ``update_actor``, at the second forward of the actor (a forward pre-hook): the first
-  micro-batch's forward/backward already ran.
+- ``update``: in ``update_actor``, right after the actor's first forward (a forward hook), before its
+  backward and optimizer step.
 - ``save``: in DCP's shard writer, after the first tensor of this rank's ``__<rank>_0.distcp`` went to disk
   (``filesystem._write_item``, wrapped for that one call): the shard on disk is truncated, ``.metadata``
   and ``checkpoint_meta.json`` are not written, the other rank waits in DCP's collective.
@@ -115,12 +115,14 @@ def phase_worker(
                 return base.update_actor(self, data)
             calls = [0]
 
-            def pre_hook(_module, _args):
+            def after_forward(_module, _args, _output):
                 calls[0] += 1
-                if calls[0] == 2:
-                    _hold(marker, hold_s, "update_actor: second actor forward")
+                if calls[0] == 1:
+                    _hold(
+                        marker, hold_s, "update_actor: after the actor's first forward, before its backward"
+                    )
 
-            handle = self.actor_engine.module.register_forward_pre_hook(pre_hook)
+            handle = self.actor_engine.module.register_forward_hook(after_forward)
             try:
                 return base.update_actor(self, data)
             finally:
