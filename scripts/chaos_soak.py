@@ -41,6 +41,7 @@ TARGETS = [
     ("driver", "update"),
     ("driver", "save"),
 ]
+_STARTUP_FAILURE = "node timed out during startup"
 _VOLATILE = ("timing_s/", "timing_per_token_ms/", "perf/")
 
 
@@ -86,7 +87,11 @@ def _kill_in_phase(driver, target, marker: Path, event: dict) -> None:
     sys.path.insert(0, str(DRIVER.parent))
     from phases import wait_for_marker
 
-    held = wait_for_marker(marker, timeout_s=1800, alive=lambda: driver.poll() is None)
+    try:
+        held = wait_for_marker(marker, timeout_s=1800, alive=lambda: driver.poll() is None)
+    except RuntimeError:  # the driver exited before the phase: the caller reads its log
+        event["exited_before_phase"] = True
+        return
     event["detail"] = held["detail"]
     if target == "worker":
         os.kill(held["pid"], signal.SIGKILL)
@@ -140,14 +145,16 @@ def main(argv: list[str] | None = None) -> dict:
             "ray_kwargs.ray_init.num_cpus=2",
         ]
 
-    rng, events, start, launch = random.Random(args.seed), [], time.monotonic(), 0
+    rng, events, start, launch, startup_failures = random.Random(args.seed), [], time.monotonic(), 0, 0
     while True:
         launch += 1
         latest, problems = _check_checkpoints(run_dir)
         if problems:
             raise SystemExit(f"half-written checkpoint after launch {launch - 1}: {problems}")
         killing = time.monotonic() - start < args.minutes * 60 and latest < args.steps - 1
-        target, phase = TARGETS[(launch - 1) % len(TARGETS)] if killing else ("none", "none")
+        target, phase = (
+            TARGETS[sum(e["phase"] != "none" for e in events) % len(TARGETS)] if killing else ("none", "none")
+        )
         first = latest + 1
         if phase == "save":  # a step that saves: a multiple of save_freq, or the last
             saves = [s for s in range(first, args.steps + 1) if s % args.save_freq == 0 or s == args.steps]
@@ -175,6 +182,18 @@ def main(argv: list[str] | None = None) -> dict:
             _kill_in_phase(driver, target, markers / f"{phase}_step{step}_rank{rank}.json", event)
             rc = driver.returncode
         text = log.read_text(errors="replace")
+        if (phase == "none" and rc != 0 or event.get("exited_before_phase")) and _STARTUP_FAILURE in text:
+            # Ray's node timing out on an overloaded machine, before any training: tolerated a few times
+            startup_failures += 1
+            print(
+                f"[soak] launch {launch}: Ray did not start ({_STARTUP_FAILURE!r}); relaunching", flush=True
+            )
+            if startup_failures > 5:
+                raise SystemExit(f"Ray failed to start {startup_failures} times in a row: see {log}")
+            continue
+        startup_failures = 0
+        if event.get("exited_before_phase"):
+            raise SystemExit(f"launch {launch} exited {rc} before reaching {phase} of step {step}: see {log}")
         m = re.search(r"resumed from \S+ at step (\d+)", text)
         event["resume_ok"] = (int(m.group(1)) if m else 0) == latest
         event["rc"] = rc
