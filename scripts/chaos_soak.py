@@ -121,6 +121,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--minutes", type=float, default=30.0, help="keep killing until this much time has passed")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--first-target", type=int, default=0, help="index into the target cycle to start at")
     p.add_argument("--reference", action="store_true", help="also run uninterrupted and compare every metric")
     args = p.parse_args(argv)
     os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")

@@ -51,26 +51,23 @@ def test_driver_sigkill_leaves_no_processes_and_resumes(
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")}  # its own Ray, as a user's
     env["RAY_ENABLE_UV_RUN_RUNTIME_ENV"] = "0"
     log_path = tmp_path / "driver.log"
-    with open(log_path, "w") as log:
-        driver = subprocess.Popen(
-            [
-                sys.executable,
-                DRIVER,
-                phase,
-                "1",
-                str(step),
-                str(tmp_path),
-                *args,
-                "ray_kwargs.ray_init.num_cpus=2",
-            ],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+    cmd = [sys.executable, DRIVER, phase, "1", str(step), str(tmp_path), *args, "ray_kwargs.ray_init.num_cpus=2"]
+    for attempt in range(3):
+        log = open(log_path, "w")
+        driver = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
             held = wait_for_marker(
                 marker_path(tmp_path, phase, step, 1), timeout_s=900, alive=lambda: driver.poll() is None
             )
+            break
+        except RuntimeError:
+            log.close()
+            # Ray's raylet missing its 30 s start-up window on an overloaded machine is not the fault
+            # under test: relaunch (twice); anything else fails here
+            if "timed out during startup" not in log_path.read_text() or attempt == 2:
+                raise AssertionError(log_path.read_text()[-3000:]) from None
+    with log:
+        try:
             started = psutil.Process(driver.pid).children(recursive=True)
             names = sorted({p.name() for p in started})
             assert held["pid"] in {p.pid for p in started}, (held, names)
