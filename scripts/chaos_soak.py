@@ -154,7 +154,9 @@ def main(argv: list[str] | None = None) -> dict:
             raise SystemExit(f"half-written checkpoint after launch {launch - 1}: {problems}")
         killing = time.monotonic() - start < args.minutes * 60 and latest < args.steps - 1
         target, phase = (
-            TARGETS[sum(e["phase"] != "none" for e in events) % len(TARGETS)] if killing else ("none", "none")
+            TARGETS[(args.first_target + sum(e["phase"] != "none" for e in events)) % len(TARGETS)]
+            if killing
+            else ("none", "none")
         )
         first = latest + 1
         if phase == "save":  # a step that saves: a multiple of save_freq, or the last
