@@ -18,7 +18,7 @@ def ray_cluster():
     """One local Ray cluster per test session. Resource counts are logical: 8 'CPUs' on 2 cores lets
     tests spawn several fractional-CPU workers without waiting for each other."""
     ray = pytest.importorskip("ray")
-    for attempt in range(3):
+    for attempt in range(5):
         if ray.is_initialized():
             break
         try:
@@ -31,8 +31,8 @@ def ray_cluster():
             )
         except Exception as e:
             # On an overloaded machine Ray's raylet can miss its hard-coded 30 s start-up window; that
-            # is not what any test checks, so try again (twice) before failing.
-            if "timed out during startup" not in str(e) or attempt == 2:
+            # is not what any test checks, so try again (4 times) before failing.
+            if "timed out during startup" not in str(e) or attempt == 4:
                 raise
             ray.shutdown()
     yield ray

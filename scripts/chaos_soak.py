@@ -228,14 +228,16 @@ def main(argv: list[str] | None = None) -> dict:
         "worker_kill_seconds_to_fail": [e["seconds_to_fail"] for e in kills if "seconds_to_fail" in e],
         "minutes": round((time.monotonic() - start) / 60, 1),
     }
+    print(json.dumps(summary, indent=2), flush=True)
     if args.reference:
         ref_dir = out / "reference"
         ref_start = time.monotonic()
-        rc = subprocess.call(
-            [sys.executable, str(DRIVER), "none", "0", "0", str(markers), *train_args(ref_dir)],
-            stdout=open(logs / "reference.log", "w"),
-            stderr=subprocess.STDOUT,
-        )
+        for _ in range(5):  # Ray's start-up window missed on an overloaded machine: relaunch
+            with open(logs / "reference.log", "w") as f:
+                cmd = [sys.executable, str(DRIVER), "none", "0", "0", str(markers), *train_args(ref_dir)]
+                rc = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT)
+            if rc == 0 or _STARTUP_FAILURE not in (logs / "reference.log").read_text(errors="replace"):
+                break
         assert rc == 0, f"the uninterrupted run failed: see {logs / 'reference.log'}"
         ref = {r["step"]: r for r in _train_rows(ref_dir)}
         got = {r["step"]: r for r in _train_rows(run_dir)}
