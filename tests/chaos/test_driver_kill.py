@@ -66,7 +66,7 @@ def test_driver_sigkill_leaves_no_processes_and_resumes(
         driver = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
             held = wait_for_marker(
-                marker_path(tmp_path, phase, step, 1), timeout_s=900, alive=lambda: driver.poll() is None
+                marker_path(tmp_path, phase, step, 1), timeout_s=900, alive=lambda d=driver: d.poll() is None
             )
             break
         except RuntimeError:
