@@ -1,10 +1,19 @@
-"""Soak test (not in CI): the default pipeline's GRPO run, with checkpoints every few steps, while a random
-Ray worker is SIGKILLed every few minutes; each time the driver fails, it is relaunched with
-``trainer.resume_mode=auto``. At the end: completed steps == requested and no step counted twice in
-metrics.jsonl (and the number of kills, relaunches and seconds each failure took to surface).
+"""Soak test (not in CI): the default pipeline's GRPO run with checkpoints every few steps, killed over and
+over *inside* training and relaunched with ``trainer.resume_mode=auto`` each time.
 
-    uv run python scripts/chaos_soak.py --out /tmp/soak --steps 2000 --kill-every 180  # ~30+ min on 2 cores
-    uv run python scripts/chaos_soak.py --out /tmp/soak --steps 12 --kill-every 40     # a quick look
+Each launch picks a target in turn: worker generate, worker update, worker save, driver mid-step, driver
+mid-save; a random worker rank; and a random step within the next two checkpoints. The driver is
+``tests/chaos/phase_driver.py`` (``main_ppo``'s ``run_ppo`` with the actor worker held inside that phase of
+that step, ``tests/chaos/phases.py``): once the held worker's marker file appears, the kill lands inside
+the phase for certain, and the script SIGKILLs the worker or the driver. After every kill it checks that
+every ``global_step_*`` dir is complete and the tracker names the newest one, and for a driver kill that
+none of the driver's processes lingers. Every relaunch must print ``resumed from <the tracker's step>``.
+Once ``--minutes`` have passed, the last launch runs to the end. At the end: completed steps == requested,
+no step counted twice, and with ``--reference`` every step's metrics equal those of an uninterrupted run
+(timing metrics aside).
+
+    uv run python scripts/chaos_soak.py --out /tmp/soak --steps 400 --minutes 30 --reference
+    uv run python scripts/chaos_soak.py --out /tmp/soak --steps 24 --minutes 15 --reference   # short
 
 The GRPO run starts from the random-init tiny model (no SFT warm start): the soak is about surviving
 kills, not about the reward.
@@ -16,54 +25,104 @@ import argparse
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]
+DRIVER = ROOT / "tests" / "chaos" / "phase_driver.py"
+TARGETS = [
+    ("worker", "generate"),
+    ("worker", "update"),
+    ("worker", "save"),
+    ("driver", "update"),
+    ("driver", "save"),
+]
+_STARTUP_FAILURE = "node timed out during startup"
+_VOLATILE = ("timing_s/", "timing_per_token_ms/", "perf/")
 
-def _worker_pids(driver_pid: int) -> list[int]:
+
+def _rows(run_dir: Path) -> list[dict]:
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def _train_rows(run_dir: Path) -> list[dict]:
+    return [r for r in _rows(run_dir) if "training/global_step" in r]
+
+
+def _check_checkpoints(run_dir: Path) -> tuple[int, list[str]]:
+    """(the tracker's step, problems): a ``global_step_*`` dir missing a file a load reads is a problem."""
+    from verl.utils.checkpoint import find_latest_ckpt_path, list_checkpoints, read_latest_step
+
+    problems = []
+    for step, path in list_checkpoints(str(run_dir)):
+        for f in ("trainer_state.pt", "actor/checkpoint_meta.json", "actor/model_optim/.metadata"):
+            if not (Path(path) / f).is_file():
+                problems.append(f"global_step_{step} has no {f}")
+    latest = read_latest_step(str(run_dir)) or 0
+    found = find_latest_ckpt_path(str(run_dir))
+    if latest and found != str(run_dir / f"global_step_{latest}"):
+        problems.append(f"tracker says {latest}, find_latest_ckpt_path gives {found}")
+    return latest, problems
+
+
+def _launch(args: list[str], phase: str, rank: int, step: int, markers: Path, log: Path) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")}
+    env["RAY_ENABLE_UV_RUN_RUNTIME_ENV"] = "0"
+    with open(log, "w") as f:
+        cmd = [sys.executable, str(DRIVER), phase, str(rank), str(step), str(markers), *args]
+        return subprocess.Popen(cmd, env=env, stdout=f, stderr=subprocess.STDOUT)
+
+
+def _kill_in_phase(driver, target, marker: Path, event: dict) -> None:
+    """Wait for the held worker's marker, SIGKILL the worker or the driver; record what happened."""
     import psutil
 
+    sys.path.insert(0, str(DRIVER.parent))
+    from phases import wait_for_marker
+
     try:
-        procs = psutil.Process(driver_pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        return []
-    out = []
-    for p in procs:
+        held = wait_for_marker(marker, timeout_s=1800, alive=lambda: driver.poll() is None)
+    except RuntimeError:  # the driver exited before the phase: the caller reads its log
+        event["exited_before_phase"] = True
+        return
+    event["detail"] = held["detail"]
+    if target == "worker":
+        os.kill(held["pid"], signal.SIGKILL)
+        killed_at = time.monotonic()
         try:
-            if "FusedWorker" in " ".join(p.cmdline()[:1]):  # Ray's process title; name() is cut to 15 chars
-                out.append(p.pid)
-        except psutil.Error:
-            pass
-    return out
-
-
-def _killer(driver: subprocess.Popen, every: float, rng: random.Random, log: list) -> None:
-    """Sleep a random 0.5..1.5 x ``every`` seconds, then SIGKILL one random worker of ``driver``."""
-    time.sleep(rng.uniform(0.5, 1.5) * every)
-    pids = _worker_pids(driver.pid)
-    while not pids and driver.poll() is None:  # still starting up: kill once the workers exist
-        time.sleep(1.0)
-        pids = _worker_pids(driver.pid)
-    if driver.poll() is None and pids:
-        pid = rng.choice(pids)
-        os.kill(pid, signal.SIGKILL)
-        log.append({"pid": pid, "at": time.monotonic()})
-        print(f"[soak] SIGKILL worker pid {pid}", flush=True)
+            driver.wait(timeout=600)
+        except subprocess.TimeoutExpired:
+            driver.kill()
+            raise SystemExit(
+                f"the driver did not fail within 600 s of the worker kill ({held['detail']})"
+            ) from None
+        event["seconds_to_fail"] = round(time.monotonic() - killed_at, 2)
+        return
+    started = psutil.Process(driver.pid).children(recursive=True)
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait()
+    _, alive = psutil.wait_procs(started, timeout=30)
+    event["lingering"] = [p.pid for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    event["processes_started"] = len(started)
 
 
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True)
-    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--steps", type=int, default=400)
     p.add_argument("--save-freq", type=int, default=3)
-    p.add_argument("--kill-every", type=float, default=180.0, help="mean seconds between worker kills")
+    p.add_argument("--minutes", type=float, default=30.0, help="keep killing until this much time has passed")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-launches", type=int, default=100)
+    p.add_argument("--first-target", type=int, default=0, help="index into the target cycle to start at")
+    p.add_argument("--reference", action="store_true", help="also run uninterrupted and compare every metric")
     args = p.parse_args(argv)
     os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
     from verl.trainer.demo import build_model, rl_args, write_data
@@ -71,66 +130,133 @@ def main(argv: list[str] | None = None) -> dict:
     out = Path(args.out).absolute()
     out.mkdir(parents=True, exist_ok=True)
     data, model = write_data(out / "data"), build_model(out / "model")
-    run_dir = out / "rl"
-    cmd = [
-        sys.executable,
-        "-m",
-        "verl.trainer.main_ppo",
-        *rl_args(model, data, run_dir, args.steps, args.workers),
-        "trainer.resume_mode=auto",
-        f"trainer.save_freq={args.save_freq}",
-        "trainer.progress_bar=false",
-        "trainer.val_before_train=false",
-        "trainer.test_freq=-1",
-        "trainer.logger=[console,jsonl]",
-    ]
-    rng, kills, launches, failures, startup_failures = random.Random(args.seed), [], 0, [], 0
-    start = time.monotonic()
-    while launches < args.max_launches:
-        launches += 1
-        driver = subprocess.Popen(cmd)
-        threading.Thread(target=_killer, args=(driver, args.kill_every, rng, kills), daemon=True).start()
-        rc = driver.wait()
-        if rc == 0:
-            for k in kills:  # a kill that raced the end of training hit a worker already shutting down
-                k.setdefault("failed_after_s", "driver finished")
-            break
-        killed = [k for k in kills if "failed_after_s" not in k]
-        if not killed:
-            # Not our kill: tolerated only as a start-up failure (e.g. Ray's node timing out on an overloaded
-            # machine), a few times in a row; anything else is a finding.
-            startup_failures += 1
-            if startup_failures > 3:
-                raise SystemExit(f"the driver exited {rc} without a kill, {startup_failures} times in a row")
-            print(
-                f"[soak] driver exited {rc} without a kill (start-up failure {startup_failures}); relaunching"
-            )
-            continue
-        startup_failures = 0
-        killed[-1]["failed_after_s"] = round(time.monotonic() - killed[-1]["at"], 2)
-        failures.append(rc)
+    run_dir, markers, logs = out / "rl", out / "markers", out / "logs"
+    markers.mkdir(exist_ok=True)
+    logs.mkdir(exist_ok=True)
+
+    def train_args(d: Path) -> list[str]:
+        return [
+            *rl_args(model, data, d, args.steps, args.workers),
+            "trainer.resume_mode=auto",
+            f"trainer.save_freq={args.save_freq}",
+            "trainer.progress_bar=false",
+            "trainer.val_before_train=false",
+            "trainer.test_freq=-1",
+            "trainer.logger=[console,jsonl]",
+            "ray_kwargs.ray_init.num_cpus=2",
+        ]
+
+    rng, events, start, launch, startup_failures = random.Random(args.seed), [], time.monotonic(), 0, 0
+    while True:
+        launch += 1
+        latest, problems = _check_checkpoints(run_dir)
+        if problems:
+            raise SystemExit(f"half-written checkpoint after launch {launch - 1}: {problems}")
+        killing = time.monotonic() - start < args.minutes * 60 and latest < args.steps - 1
+        target, phase = (
+            TARGETS[(args.first_target + sum(e["phase"] != "none" for e in events)) % len(TARGETS)]
+            if killing
+            else ("none", "none")
+        )
+        first = latest + 1
+        if phase == "save":  # a step that saves: a multiple of save_freq, or the last
+            saves = [s for s in range(first, args.steps + 1) if s % args.save_freq == 0 or s == args.steps]
+            step = rng.choice(saves[:2])
+        else:
+            step = rng.randint(first, min(args.steps, latest + 2 * args.save_freq))
+        rank = rng.randrange(args.workers)
+        log = logs / f"launch_{launch}.log"
+        event = {
+            "launch": launch,
+            "target": target,
+            "phase": phase,
+            "step": step,
+            "rank": rank,
+            "resumed_at": latest,
+        }
         print(
-            f"[soak] driver exited {rc} {killed[-1]['failed_after_s']} s after the kill; relaunching",
+            f"[soak] launch {launch}: tracker at {latest}; kill {target} in {phase} of step {step}",
             flush=True,
         )
-    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
-    steps = [r["step"] for r in rows if "training/global_step" in r]
+        driver = _launch(train_args(run_dir), phase, rank, step, markers, log)
+        if phase == "none":
+            rc = driver.wait()
+        else:
+            _kill_in_phase(driver, target, markers / f"{phase}_step{step}_rank{rank}.json", event)
+            rc = driver.returncode
+        text = log.read_text(errors="replace")
+        if (phase == "none" and rc != 0 or event.get("exited_before_phase")) and _STARTUP_FAILURE in text:
+            # Ray's node timing out on an overloaded machine, before any training: tolerated a few times
+            startup_failures += 1
+            print(
+                f"[soak] launch {launch}: Ray did not start ({_STARTUP_FAILURE!r}); relaunching", flush=True
+            )
+            if startup_failures > 5:
+                raise SystemExit(f"Ray failed to start {startup_failures} times in a row: see {log}")
+            continue
+        startup_failures = 0
+        if event.get("exited_before_phase"):
+            raise SystemExit(f"launch {launch} exited {rc} before reaching {phase} of step {step}: see {log}")
+        m = re.search(r"resumed from \S+ at step (\d+)", text)
+        event["resume_ok"] = (int(m.group(1)) if m else 0) == latest
+        event["rc"] = rc
+        events.append(event)
+        print(f"[soak] {json.dumps(event)}", flush=True)
+        if not event["resume_ok"]:
+            raise SystemExit(f"launch {launch} did not resume from step {latest}: see {log}")
+        if event.get("lingering"):
+            raise SystemExit(f"launch {launch}: the killed driver's processes linger: {event['lingering']}")
+        if phase == "none":
+            if rc != 0:
+                raise SystemExit(f"the final launch exited {rc}: see {log}")
+            break
+        if rc == 0:
+            raise SystemExit(f"launch {launch} finished although it was killed: see {log}")
+
+    steps = [r["step"] for r in _train_rows(run_dir)]
+    kills = [e for e in events if e["phase"] != "none"]
     summary = {
         "requested_steps": args.steps,
         "completed_steps": len(set(steps)),
-        "logged_step_rows": len(steps),
         "steps_counted_twice": sorted({s for s in steps if steps.count(s) > 1}),
         "kills": len(kills),
-        "launches": launches,
-        "seconds_to_fail": [k.get("failed_after_s") for k in kills],
+        "kills_per_target": {
+            f"{t} {ph}": sum(e["target"] == t and e["phase"] == ph for e in kills) for t, ph in TARGETS
+        },
+        "launches": launch,
+        "all_resumes_ok": all(e["resume_ok"] for e in events),
+        "worker_kill_seconds_to_fail": [e["seconds_to_fail"] for e in kills if "seconds_to_fail" in e],
         "minutes": round((time.monotonic() - start) / 60, 1),
     }
     print(json.dumps(summary, indent=2), flush=True)
-    (out / "soak_summary.json").write_text(json.dumps(summary, indent=2))
+    if args.reference:
+        ref_dir = out / "reference"
+        ref_start = time.monotonic()
+        for _ in range(5):  # Ray's start-up window missed on an overloaded machine: relaunch
+            with open(logs / "reference.log", "w") as f:
+                cmd = [sys.executable, str(DRIVER), "none", "0", "0", str(markers), *train_args(ref_dir)]
+                rc = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT)
+            if rc == 0 or _STARTUP_FAILURE not in (logs / "reference.log").read_text(errors="replace"):
+                break
+        assert rc == 0, f"the uninterrupted run failed: see {logs / 'reference.log'}"
+        ref = {r["step"]: r for r in _train_rows(ref_dir)}
+        got = {r["step"]: r for r in _train_rows(run_dir)}
+        differ = [
+            (s, k)
+            for s in ref
+            for k in ref[s]
+            if not k.startswith(_VOLATILE) and got.get(s, {}).get(k) != ref[s][k]
+        ]
+        summary["metrics_equal_uninterrupted"] = not differ and sorted(ref) == sorted(got)
+        summary["differing_metrics"] = differ[:20]
+        summary["reference_minutes"] = round((time.monotonic() - ref_start) / 60, 1)
+    print(json.dumps(summary, indent=2), flush=True)
+    (out / "soak_summary.json").write_text(json.dumps({"summary": summary, "events": events}, indent=2))
     assert summary["completed_steps"] == args.steps and sorted(set(steps)) == list(
         range(1, args.steps + 1)
     ), summary
     assert not summary["steps_counted_twice"], summary
+    assert summary.get("metrics_equal_uninterrupted", True), summary
     return summary
 
 

@@ -36,3 +36,29 @@ def in_process_worker_env():
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
+
+
+KILL_RUN_STEPS, KILL_RUN_SAVE_FREQ = (
+    6,
+    2,
+)  # the kill tests' runs: 6 steps (an epoch is 4), a checkpoint every 2
+
+
+@pytest.fixture(scope="session")
+def reference_rows(ray_cluster, chaos_assets, tmp_path_factory):
+    """The kill tests' uninterrupted run: step -> metrics (timing ones dropped), computed once."""
+    from .harness import rl_args, run_inprocess, train_rows
+
+    out = tmp_path_factory.mktemp("reference") / "run"
+    run_inprocess(
+        rl_args(
+            chaos_assets["model"],
+            chaos_assets["data"],
+            out,
+            KILL_RUN_STEPS,
+            f"trainer.save_freq={KILL_RUN_SAVE_FREQ}",
+        )
+    )
+    rows = train_rows(out)
+    assert sorted(rows) == list(range(1, KILL_RUN_STEPS + 1))
+    return rows

@@ -1,14 +1,17 @@
-"""Kill a worker for real and resume: the real trainer (Ray, 2 FSDP2 CPU workers, the native rollout,
-a shaped rule reward) on a random-init xs Qwen2, 16 prompts = 4 steps per epoch, 6 steps in all,
-a checkpoint every 2 steps, warmup + cosine LR (so a schedule that is not restored shows).
+"""``kill -9`` of a worker inside generate, update and save, then ``trainer.resume_mode=auto``.
 
-1. The reference: 6 uninterrupted steps.
-2. The same run, with worker rank 1 SIGKILLed ~50 ms into ``update_actor`` of step 6 (its last checkpoint
-   is step 4, the epoch boundary; step 5 was already logged): the driver fails at once with an error
-   naming the role, rank, pid and step.
-3. ``trainer.resume_mode=auto`` (new workers) continues from step 4: steps 5-6 re-run and every step's
-   metrics in metrics.jsonl equal the reference's bit for bit; step 5 appears once.
-4. Launched again: a non-zero exit that says there is nothing to train.
+The real trainer (Ray, 2 FSDP2 CPU workers, the native rollout, a shaped rule reward) on a random-init xs
+Qwen2, 16 prompts = 4 steps per epoch, 6 steps, a checkpoint every 2 steps, warmup + cosine LR (so a
+schedule that is not restored shows). Worker rank 1 holds inside the phase (``phases.py``: the native
+rollout's first decode step, the actor's second forward in ``update_actor``, mid-way through writing its
+DCP shard) and writes a marker; a thread SIGKILLs the pid the marker names. Then:
+
+1. the driver fails with ``WorkerDiedError`` naming the step, rank, pid, role and method, seconds after
+   the kill (asserted under 120 s: Ray's own time-outs are minutes, gloo's 30 min);
+2. every ``global_step_*`` left is complete and the tracker names the last one committed before the kill
+   (the interrupted save of step 4 left nothing under a ``global_step_`` name);
+3. the relaunch resumes from it and every step's metrics in metrics.jsonl equal the uninterrupted run's
+   bit for bit (CPU, same seed and worker count), each step logged once.
 """
 
 import os
@@ -18,80 +21,99 @@ import time
 
 import pytest
 
+from .conftest import KILL_RUN_SAVE_FREQ, KILL_RUN_STEPS
 from .harness import rl_args, run_inprocess, train_rows
+from .phases import marker_path, wait_for_marker, with_phase_worker
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
-TOTAL, KILL_STEP = 6, 6
+# phase, step held, checkpoint left as latest, steps logged by the killed run, the worker method named
+CASES = [
+    ("generate", 3, 2, [1, 2], "generate_sequences"),
+    ("update", 6, 4, [1, 2, 3, 4, 5], "update_actor"),  # the epoch boundary (4) is the resume point
+    ("save", 4, 2, [1, 2, 3], "save_checkpoint"),  # step 4 is logged after its save: never here
+]
 
 
-def _killer_trainer(kill_step: int, record: dict):
-    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+def assert_only_complete_checkpoints(run_dir, latest: int) -> None:
+    """Every ``global_step_*`` dir holds what a load reads; the tracker names ``latest``."""
+    from verl.utils.checkpoint import find_latest_ckpt_path, list_checkpoints
 
-    class KillMidUpdate(RayPPOTrainer):
-        """SIGKILLs worker rank 1 shortly after the driver sends it ``update_actor`` of ``kill_step``."""
-
-        def _stage_update_actor(self, batch, metrics):
-            if self.global_steps == kill_step:
-                pid = self.actor_rollout_wg.worker_pids[1]
-
-                def kill():
-                    time.sleep(0.05)
-                    record.update(pid=pid, killed_at=time.monotonic())
-                    os.kill(pid, signal.SIGKILL)
-
-                threading.Thread(target=kill, daemon=True).start()
-            return super()._stage_update_actor(batch, metrics)
-
-    return KillMidUpdate
+    steps = [s for s, _ in list_checkpoints(str(run_dir))]
+    assert steps == list(range(KILL_RUN_SAVE_FREQ, latest + 1, KILL_RUN_SAVE_FREQ)), steps
+    for s in steps:
+        d = run_dir / f"global_step_{s}"
+        for f in ("trainer_state.pt", "actor/checkpoint_meta.json", "actor/model_optim/.metadata"):
+            assert (d / f).is_file(), f"{d} looks like a checkpoint but has no {f}"
+    assert (run_dir / "latest_checkpointed_iteration.txt").read_text() == str(latest)
+    assert find_latest_ckpt_path(str(run_dir)) == str(run_dir / f"global_step_{latest}")
 
 
-def test_worker_sigkill_mid_update_then_auto_resume_matches_uninterrupted(
-    ray_cluster, chaos_assets, tmp_path
+def _kill_when_marked(marker, record: dict) -> threading.Thread:
+    def kill():
+        try:
+            record.update(wait_for_marker(marker, timeout_s=900))
+        except Exception as e:  # the run failed or finished first: the test's assertions say so
+            record["error"] = repr(e)
+            return
+        record["killed_at"] = time.monotonic()
+        os.kill(record["pid"], signal.SIGKILL)
+
+    t = threading.Thread(target=kill, daemon=True)
+    t.start()
+    return t
+
+
+@pytest.mark.parametrize("phase,step,latest,logged,method", CASES, ids=[c[0] for c in CASES])
+def test_worker_sigkill_in_phase_then_auto_resume_matches_uninterrupted(
+    ray_cluster, chaos_assets, reference_rows, tmp_path, phase, step, latest, logged, method
 ):
     from verl.single_controller.ray import WorkerDiedError
+    from verl.trainer.config import load_config
+    from verl.trainer.main_ppo import build_role_worker_mapping
 
-    model, data = chaos_assets["model"], chaos_assets["data"]
-    ref_dir, run_dir = tmp_path / "ref", tmp_path / "run"
-    run_inprocess(rl_args(model, data, ref_dir, TOTAL, "trainer.save_freq=2"))
-    expected = train_rows(ref_dir)
-    assert sorted(expected) == [1, 2, 3, 4, 5, 6]
-    assert expected[5]["training/epoch"] == 1 and expected[4]["training/epoch"] == 0
-    lrs = [expected[s]["actor/lr"] for s in range(1, TOTAL + 1)]
-    assert all(a != b for a, b in zip(lrs, lrs[1:])), lrs  # warmup + cosine: the LR moves every step
-    assert any(r["critic/advantages/max"] > 0 for r in expected.values())  # the updates are not no-ops
-
+    expected = reference_rows
+    run_dir = tmp_path / "run"
+    args = rl_args(
+        chaos_assets["model"],
+        chaos_assets["data"],
+        run_dir,
+        KILL_RUN_STEPS,
+        f"trainer.save_freq={KILL_RUN_SAVE_FREQ}",
+    )
+    mapping = with_phase_worker(build_role_worker_mapping(load_config(args)), phase, 1, step, str(tmp_path))
     record: dict = {}
-    args = rl_args(model, data, run_dir, TOTAL, "trainer.save_freq=2")
+    killer = _kill_when_marked(marker_path(tmp_path, phase, step, 1), record)
     with pytest.raises(WorkerDiedError) as err:
-        run_inprocess(args, trainer_cls=_killer_trainer(KILL_STEP, record))
+        run_inprocess(args, role_worker_mapping=mapping)
     seconds_to_fail = time.monotonic() - record["killed_at"]
+    killer.join(timeout=5)
     msg = str(err.value)
-    for part in (
-        f"training step {KILL_STEP}",
-        "rank 1",
-        f"pid {record['pid']}",
-        "actor_rollout",
-        "update_actor",
-    ):
+    for part in (f"training step {step}", "rank 1", f"pid {record['pid']}", "actor_rollout", method):
         assert part in msg, f"{part!r} not in the error: {msg}"
     print(
-        f"\n[chaos] worker SIGKILL mid-update: driver failed {seconds_to_fail:.1f} s after the kill: {msg[:300]}"
+        f"\n[chaos] worker SIGKILL in {phase} ({record['detail']}): driver failed {seconds_to_fail:.1f} s "
+        f"after the kill: {msg[:300]}"
     )
-    assert (run_dir / "latest_checkpointed_iteration.txt").read_text() == "4"
-    assert sorted(train_rows(run_dir)) == [1, 2, 3, 4, 5]  # step 5 logged, not checkpointed
+    assert seconds_to_fail < 120, f"the driver took {seconds_to_fail:.0f} s to notice the dead worker"
+    assert_only_complete_checkpoints(run_dir, latest)
+    assert not [p for p in os.listdir(run_dir) if p.startswith(".tmp_")]  # the failed save cleaned up
+    assert sorted(train_rows(run_dir)) == logged
 
     run_inprocess(args)  # trainer.resume_mode=auto (rl_args' default), new worker processes
     got = train_rows(run_dir)  # raises if a step was logged twice
-    assert sorted(got) == [1, 2, 3, 4, 5, 6]
-    for step in range(1, TOTAL + 1):  # bit-exact: same seed, CPU, same worker count
-        assert got[step] == expected[step], (
-            f"step {step}: resumed {got[step]} != uninterrupted {expected[step]}"
-        )
+    assert sorted(got) == list(range(1, KILL_RUN_STEPS + 1))
+    for s in range(1, KILL_RUN_STEPS + 1):  # bit-exact: same seed, CPU, same worker count
+        assert got[s] == expected[s], f"step {s}: resumed {got[s]} != uninterrupted {expected[s]}"
 
-    from verl.trainer.main_ppo import main
+    if phase == "update":
+        assert expected[5]["training/epoch"] == 1 and expected[4]["training/epoch"] == 0
+        lrs = [expected[s]["actor/lr"] for s in range(1, KILL_RUN_STEPS + 1)]
+        assert all(a != b for a, b in zip(lrs, lrs[1:])), lrs  # warmup + cosine: the LR moves every step
+        assert any(r["critic/advantages/max"] > 0 for r in expected.values())  # the updates are not no-ops
+        from verl.trainer.main_ppo import main
 
-    with pytest.raises(SystemExit) as done:
-        main(args)
-    assert done.value.code != 0 and "nothing to train" in str(done.value.code)
-    assert "step 6" in str(done.value.code)
+        with pytest.raises(SystemExit) as done:  # launched once more: nothing to train, non-zero
+            main(args)
+        assert done.value.code != 0 and "nothing to train" in str(done.value.code)
+        assert f"step {KILL_RUN_STEPS}" in str(done.value.code)
