@@ -12,11 +12,9 @@ resuming live in ``verl.trainer.ppo.stages`` (mixed in here) to keep this file a
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import uuid
 from collections.abc import Callable
-from enum import Enum
 from typing import Any
 
 import numpy as np
@@ -28,7 +26,6 @@ from verl.single_controller.ray import (
     RayClassWithInitArgs,
     RayWorkerGroup,
     ResourcePoolManager,
-    WorkerError,
     create_colocated_worker_cls,
 )
 from verl.trainer.config import resolve_device, use_critic, use_reference_policy
@@ -43,6 +40,7 @@ from verl.trainer.ppo.metric_utils import (
     reduce_metrics,
 )
 from verl.trainer.ppo.reward import compute_reward
+from verl.trainer.ppo.roles import Role, merge_outputs, naming_step
 from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
 from verl.trainer.ppo.stages import NothingToTrainError, TrainerIOMixin
 from verl.utils.device import seed_everything
@@ -51,52 +49,6 @@ __all__ = ["NothingToTrainError", "RayPPOTrainer", "ResourcePoolManager", "Role"
 
 # Prompt tensors the rollout replaces with prompt+response tensors of the same names.
 _PROMPT_TENSOR_KEYS = ("input_ids", "attention_mask", "position_ids")
-
-
-class Role(Enum):
-    """A model role; ``str(role)`` is the name the worker class receives as ``role=``."""
-
-    Actor = 0
-    Rollout = 1
-    ActorRollout = 2
-    Critic = 3
-    RefPolicy = 4
-    RewardModel = 5
-    ActorRolloutRef = 6
-
-    def __str__(self) -> str:
-        return _ROLE_NAMES[self]
-
-
-_ROLE_NAMES = {
-    Role.Actor: "actor",
-    Role.Rollout: "rollout",
-    Role.ActorRollout: "actor_rollout",
-    Role.Critic: "critic",
-    Role.RefPolicy: "ref",
-    Role.RewardModel: "reward_model",
-    Role.ActorRolloutRef: "actor_rollout_ref",
-}
-
-
-def merge_outputs(batch: DataProto, output: DataProto) -> tuple[DataProto, dict]:
-    """Add a worker call's tensors and non-tensors to ``batch``; return it and the call's metrics.
-
-    The output's meta_info is not merged (workers echo and extend it); only its ``metrics`` matter.
-    """
-    metrics = output.meta_info.get("metrics", {})
-    batch.union(DataProto(batch=output.batch, non_tensor_batch=output.non_tensor_batch, meta_info={}))
-    return batch, metrics
-
-
-@contextlib.contextmanager
-def _naming_step(step: int):
-    """A worker's failure (a raise, or its process killed) re-raised with the training step it hit: the
-    message already names the role, rank and pid; the step says what the last checkpoint lost."""
-    try:
-        yield
-    except WorkerError as e:
-        raise type(e)(f"training step {step}: {e}", e.rank, e.method) from e
 
 
 class RayPPOTrainer(TrainerIOMixin):
@@ -450,7 +402,7 @@ class RayPPOTrainer(TrainerIOMixin):
                 batch_dict = self._next_batch()
                 metrics: dict[str, float] = {}
                 timing_raw: dict[str, float] = {}
-                with marked_timer("step", timing_raw), _naming_step(self.global_steps):
+                with marked_timer("step", timing_raw), naming_step(self.global_steps):
                     batch = self._train_step(DataProto.from_single_dict(batch_dict), metrics, timing_raw)
                     if batch is None:
                         continue
