@@ -30,20 +30,22 @@ def _cfg(*overrides):
     return cfg
 
 
-def test_ray_init_kwargs_cpu_defaults(monkeypatch):
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))  # an 8-core machine
+def test_ray_init_kwargs_cpu_defaults():
     kw = main_ppo.ray_init_kwargs(_cfg("ray_kwargs.ray_init.num_cpus=3"))
     assert kw["num_cpus"] == 3 and kw["include_dashboard"] is False
-    # the cores split over the workers: 8 cores / 2 workers (trainer.n_gpus_per_node=2)
-    assert kw["runtime_env"]["env_vars"]["OMP_NUM_THREADS"] == "4"
+    # no thread count forced on every worker: each worker's follows the CPUs it reserves
+    assert "OMP_NUM_THREADS" not in kw["runtime_env"]["env_vars"]
+    assert kw["runtime_env"]["env_vars"]["TOKENIZERS_PARALLELISM"] == "false"
     assert "num_cpus" not in main_ppo.ray_init_kwargs(_cfg())  # None means: let Ray decide
-    one = main_ppo.ray_init_kwargs(_cfg("trainer.n_gpus_per_node=1"))
-    assert one["runtime_env"]["env_vars"]["OMP_NUM_THREADS"] == "8"
-    many = main_ppo.ray_init_kwargs(_cfg("trainer.n_gpus_per_node=16", "data.train_batch_size=16",
-                                               "actor_rollout_ref.actor.ppo_mini_batch_size=16"))
-    assert many["runtime_env"]["env_vars"]["OMP_NUM_THREADS"] == "1"  # never 0
     mine = main_ppo.ray_init_kwargs(_cfg("+ray_kwargs.ray_init.runtime_env.env_vars.OMP_NUM_THREADS=3"))
-    assert mine["runtime_env"]["env_vars"]["OMP_NUM_THREADS"] == "3"  # the user's setting wins
+    assert mine["runtime_env"]["env_vars"]["OMP_NUM_THREADS"] == "3"  # the user's setting is passed on
+
+
+def test_cpus_per_worker_splits_the_cluster():
+    assert main_ppo.cpus_per_worker(8.0, 2) == 4.0
+    assert main_ppo.cpus_per_worker(8.0, 3) == 2.0  # whole CPUs: 2 threads each, 2 CPUs left over
+    assert main_ppo.cpus_per_worker(2.0, 1) == 2.0  # one worker on 2 cores reserves (and runs) 2
+    assert main_ppo.cpus_per_worker(2.0, 4) == 0.5  # fewer CPUs than workers: a share each
 
 
 def test_role_mapping_comes_from_the_registry():
