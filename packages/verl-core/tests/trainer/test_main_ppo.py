@@ -130,6 +130,6 @@ def test_reward_model_on_its_own_pool_or_colocated(monkeypatch):
              "reward.reward_model.n_gpus_per_node=1"), mapping)  # fmt: skip
     assert own.resource_pool_spec == {"global_pool": [2], "reward_pool": [1]}
     assert own.mapping == {Role.ActorRollout: "global_pool", Role.RewardModel: "reward_pool"}
-    assert own.num_cpus_per_worker == 1.0  # 6 CPUs over 3 workers, capped at 1
+    assert own.num_cpus_per_worker == 2.0  # 6 CPUs over 3 workers: 2 each, run as 2 torch threads each
     with pytest.raises(ValueError, match="enable_resource_pool=true needs nnodes >= 1"):
         _cfg(*rm, "reward.reward_model.enable_resource_pool=true")
