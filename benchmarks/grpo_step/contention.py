@@ -72,12 +72,12 @@ def main() -> None:
     kwargs = ray_init_kwargs(cfg)
     if args.worker_threads:
         kwargs["runtime_env"]["env_vars"]["OMP_NUM_THREADS"] = str(args.worker_threads)
-    for attempt in range(3):  # on a loaded machine Ray's raylet may miss its 30 s start-up window
+    for attempt in range(8):  # on a loaded machine Ray's raylet may miss its 30 s start-up window
         try:
             ray.init(address="local", configure_logging=False, log_to_driver=False, **kwargs)
             break
         except Exception as e:  # noqa: BLE001 (Ray raises a bare Exception for this)
-            if "timed out during startup" not in str(e) or attempt == 2:
+            if "timed out during startup" not in str(e) or attempt == 7:
                 raise
             ray.shutdown()
     servers: dict[str, StepServer] = {}
