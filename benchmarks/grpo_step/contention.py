@@ -156,7 +156,8 @@ def main() -> None:
         ray.shutdown()
         for server in servers.values():
             server.close()
-    report = {"args": vars(args), "setup": setup, "loadavg": loads, "rows": {}}
+    # every round's record: ours' include the trainer's per-stage timing_s/<stage> metrics
+    report = {"args": vars(args), "setup": setup, "loadavg": loads, "rows": {}, "records": records}
     print(f"\n{args.size}/{args.new_tokens}: median s/step quiet, loaded, and median per-pair loaded/quiet")
     for name, recs in records.items():
         key = "wall_s" if name == "ours" else "step_s"
