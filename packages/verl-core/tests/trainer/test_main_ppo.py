@@ -121,6 +121,7 @@ def test_reward_model_on_its_own_pool_or_colocated(monkeypatch):
     import ray
 
     monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 6.0})
+    monkeypatch.setattr(ray, "available_resources", lambda: {"CPU": 6.0})
     rm = ["reward.reward_model.enable=true", "reward.reward_model.model.path=rm"]
     mapping = {Role.ActorRollout: object, Role.RewardModel: object}
     shared = main_ppo.build_resource_pool_manager(_cfg(*rm), mapping)

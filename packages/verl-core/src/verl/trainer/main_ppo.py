@@ -96,7 +96,10 @@ def build_resource_pool_manager(config: DictConfig, mapping: dict):
     if not use_gpu and t.worker_backend == "ray":
         # CPU workers do the arithmetic: each reserves its share of the cluster's CPUs and runs that
         # many torch threads (the driver runs one); fractional so a 2-core machine hosts 2+ workers.
-        cpus = cpus_per_worker(float(ray.cluster_resources().get("CPU", 1)), n_workers)
+        # The share is of the CPUs free now, so worker groups already holding CPUs (another run in the
+        # same Ray session) are not waited for.
+        free = float(ray.available_resources().get("CPU", 0.0))
+        cpus = cpus_per_worker(free if free > 0 else float(ray.cluster_resources().get("CPU", 1)), n_workers)
     spec = {"global_pool": [int(t.n_gpus_per_node)] * int(t.nnodes)}
     pools = {role: "global_pool" for role in mapping}
     if own_rm_pool:
