@@ -62,14 +62,16 @@ def _inputs(B: int, L: int, seed: int = 0):
     return tensors, {"uid": uid, "extra_info": extra}
 
 
-def build_ops(B: int, L: int) -> dict:
+def build_ops(B: int, L: int, threads: int = 0) -> dict:
     """name -> (fn, setup or None). Sanity checks run once here, so an implementation cannot win
     by doing nothing."""
     import numpy as np
     import torch
     from verl import DataProto
 
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    # both sides: --threads, or every CPU this process may run on (its affinity mask, not the host's
+    # count); the trainer's driver, where DataProto ops run between workers, uses 1
+    torch.set_num_threads(threads or len(os.sched_getaffinity(0)))
 
     def build():
         tensors, non_tensors = _inputs(B, L)
@@ -150,9 +152,9 @@ def build_ops(B: int, L: int) -> dict:
     }
 
 
-def worker(B: int, L: int) -> None:
+def worker(B: int, L: int, threads: int) -> None:
     """Serve timing requests on stdin ("<reps> <op name>" per line), answer one JSON line each."""
-    ops = build_ops(B, L)
+    ops = build_ops(B, L, threads)
     pickle_bytes, tensor_bytes = ops.pop("_info")
     print(
         json.dumps({"ops": list(ops), "pickle_bytes": pickle_bytes, "tensor_bytes": tensor_bytes}), flush=True
@@ -166,10 +168,20 @@ def worker(B: int, L: int) -> None:
 class Side:
     """A persistent worker process running this file under one interpreter."""
 
-    def __init__(self, python: str, B: int, L: int):
+    def __init__(self, python: str, B: int, L: int, threads: int):
         self.python = python
         self.proc = subprocess.Popen(
-            [python, os.path.abspath(__file__), "--worker", "--batch", str(B), "--seqlen", str(L)],
+            [
+                python,
+                os.path.abspath(__file__),
+                "--worker",
+                "--batch",
+                str(B),
+                "--seqlen",
+                str(L),
+                "--threads",
+                str(threads),
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -212,17 +224,20 @@ def main() -> None:
     ap.add_argument("--compare", metavar="PYTHON", help="interpreter with upstream verl installed")
     ap.add_argument("--json", help="write the raw numbers here")
     ap.add_argument("--only", nargs="*", help="time only ops whose name contains one of these strings")
+    ap.add_argument(
+        "--threads", type=int, default=0, help="torch threads on both sides (0: the CPUs we may use)"
+    )
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
 
     if args.worker:
-        worker(args.batch, args.seqlen)
+        worker(args.batch, args.seqlen, args.threads)
         return
 
     pythons = {"ours": sys.executable}
     if args.compare:
         pythons["upstream"] = args.compare
-    sides = {name: Side(py, args.batch, args.seqlen) for name, py in pythons.items()}
+    sides = {name: Side(py, args.batch, args.seqlen, args.threads) for name, py in pythons.items()}
     floors = {op for op in sides["ours"].info["ops"] if op.startswith("floor: ")}
     ops = [
         op

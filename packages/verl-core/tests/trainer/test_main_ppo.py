@@ -30,20 +30,22 @@ def _cfg(*overrides):
     return cfg
 
 
-def test_ray_init_kwargs_cpu_defaults(monkeypatch):
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))  # an 8-core machine
+def test_ray_init_kwargs_cpu_defaults():
     kw = main_ppo.ray_init_kwargs(_cfg("ray_kwargs.ray_init.num_cpus=3"))
     assert kw["num_cpus"] == 3 and kw["include_dashboard"] is False
-    # the cores split over the workers: 8 cores / 2 workers (trainer.n_gpus_per_node=2)
-    assert kw["runtime_env"]["env_vars"]["OMP_NUM_THREADS"] == "4"
+    # no thread count forced on every worker: each worker's follows the CPUs it reserves
+    assert "OMP_NUM_THREADS" not in kw["runtime_env"]["env_vars"]
+    assert kw["runtime_env"]["env_vars"]["TOKENIZERS_PARALLELISM"] == "false"
     assert "num_cpus" not in main_ppo.ray_init_kwargs(_cfg())  # None means: let Ray decide
-    one = main_ppo.ray_init_kwargs(_cfg("trainer.n_gpus_per_node=1"))
-    assert one["runtime_env"]["env_vars"]["OMP_NUM_THREADS"] == "8"
-    many = main_ppo.ray_init_kwargs(_cfg("trainer.n_gpus_per_node=16", "data.train_batch_size=16",
-                                               "actor_rollout_ref.actor.ppo_mini_batch_size=16"))
-    assert many["runtime_env"]["env_vars"]["OMP_NUM_THREADS"] == "1"  # never 0
     mine = main_ppo.ray_init_kwargs(_cfg("+ray_kwargs.ray_init.runtime_env.env_vars.OMP_NUM_THREADS=3"))
-    assert mine["runtime_env"]["env_vars"]["OMP_NUM_THREADS"] == "3"  # the user's setting wins
+    assert mine["runtime_env"]["env_vars"]["OMP_NUM_THREADS"] == "3"  # the user's setting is passed on
+
+
+def test_cpus_per_worker_splits_the_cluster():
+    assert main_ppo.cpus_per_worker(8.0, 2) == 4.0
+    assert main_ppo.cpus_per_worker(8.0, 3) == 2.0  # whole CPUs: 2 threads each, 2 CPUs left over
+    assert main_ppo.cpus_per_worker(2.0, 1) == 2.0  # one worker on 2 cores reserves (and runs) 2
+    assert main_ppo.cpus_per_worker(2.0, 4) == 0.5  # fewer CPUs than workers: a share each
 
 
 def test_role_mapping_comes_from_the_registry():
@@ -119,6 +121,7 @@ def test_reward_model_on_its_own_pool_or_colocated(monkeypatch):
     import ray
 
     monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 6.0})
+    monkeypatch.setattr(ray, "available_resources", lambda: {"CPU": 6.0})
     rm = ["reward.reward_model.enable=true", "reward.reward_model.model.path=rm"]
     mapping = {Role.ActorRollout: object, Role.RewardModel: object}
     shared = main_ppo.build_resource_pool_manager(_cfg(*rm), mapping)
@@ -128,6 +131,6 @@ def test_reward_model_on_its_own_pool_or_colocated(monkeypatch):
              "reward.reward_model.n_gpus_per_node=1"), mapping)  # fmt: skip
     assert own.resource_pool_spec == {"global_pool": [2], "reward_pool": [1]}
     assert own.mapping == {Role.ActorRollout: "global_pool", Role.RewardModel: "reward_pool"}
-    assert own.num_cpus_per_worker == 1.0  # 6 CPUs over 3 workers, capped at 1
+    assert own.num_cpus_per_worker == 2.0  # 6 CPUs over 3 workers: 2 each, run as 2 torch threads each
     with pytest.raises(ValueError, match="enable_resource_pool=true needs nnodes >= 1"):
         _cfg(*rm, "reward.reward_model.enable_resource_pool=true")

@@ -29,25 +29,25 @@ from verl.trainer.config import use_critic as _use_critic
 from verl.trainer.config import use_reference_policy as _use_ref
 
 
-def worker_threads(config: DictConfig) -> int:
-    """torch/BLAS threads per worker: on CPU the machine's cores split over the workers (the driver
-    waits while they compute); on GPU one, as the GPU does the arithmetic."""
-    if resolve_device(config) == "cuda":
-        return 1
-    n_workers = int(config.trainer.nnodes) * int(config.trainer.n_gpus_per_node)
-    # the CPUs this process may use (a container's or taskset's share); macOS has no affinity call
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, cores // max(n_workers, 1))
+def cpus_per_worker(cluster_cpus: float, n_workers: int) -> float:
+    """CPUs each CPU worker reserves (its Ray ``num_cpus``): the cluster's CPUs split evenly, whole
+    CPUs when there are at least as many CPUs as workers (a worker then runs that many torch threads,
+    ``verl.utils.cpu_threads``), a fraction otherwise so a small machine still hosts every worker
+    (one thread each)."""
+    n_workers = max(n_workers, 1)
+    if cluster_cpus >= n_workers:
+        return float(int(cluster_cpus // n_workers))
+    return cluster_cpus / n_workers
 
 
 def ray_init_kwargs(config: DictConfig) -> dict[str, Any]:
-    """``ray_kwargs.ray_init`` with defaults: no dashboard, ``worker_threads`` BLAS threads per worker
-    (an ``OMP_NUM_THREADS`` in ``ray_kwargs.ray_init.runtime_env.env_vars`` wins)."""
+    """``ray_kwargs.ray_init`` with defaults: no dashboard, no tokenizer thread pools. Each worker's
+    torch threads follow the CPUs it reserves (set where the worker group starts it), so no
+    ``OMP_NUM_THREADS`` is set here; one in ``ray_kwargs.ray_init.runtime_env.env_vars`` still wins."""
     kwargs = {k: v for k, v in OmegaConf.to_container(config.ray_kwargs.ray_init, resolve=True).items() if v is not None}
     kwargs.setdefault("include_dashboard", False)
     runtime_env = dict(kwargs.get("runtime_env") or {})
     env_vars = {
-        "OMP_NUM_THREADS": str(worker_threads(config)),
         "TOKENIZERS_PARALLELISM": "false",
         # Ray takes strings only; an override like env_vars.OMP_NUM_THREADS=3 arrives as an int
         **{k: str(v) for k, v in dict(runtime_env.get("env_vars") or {}).items()},
@@ -94,8 +94,12 @@ def build_resource_pool_manager(config: DictConfig, mapping: dict):
     use_gpu = resolve_device(config) == "cuda"
     cpus = 1.0
     if not use_gpu and t.worker_backend == "ray":
-        # CPU workers share the cluster's CPUs; fractional so a 2-core machine can host 2+ workers.
-        cpus = min(1.0, float(ray.cluster_resources().get("CPU", 1)) / max(n_workers, 1))
+        # CPU workers do the arithmetic: each reserves its share of the cluster's CPUs and runs that
+        # many torch threads (the driver runs one); fractional so a 2-core machine hosts 2+ workers.
+        # The share is of the CPUs free now, so worker groups already holding CPUs (another run in the
+        # same Ray session) are not waited for.
+        free = float(ray.available_resources().get("CPU", 0.0))
+        cpus = cpus_per_worker(free if free > 0 else float(ray.cluster_resources().get("CPU", 1)), n_workers)
     spec = {"global_pool": [int(t.n_gpus_per_node)] * int(t.nnodes)}
     pools = {role: "global_pool" for role in mapping}
     if own_rm_pool:

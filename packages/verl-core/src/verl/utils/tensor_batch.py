@@ -12,7 +12,6 @@ pickles with one memcpy per tensor and Ray can ship the buffers out of band.
 from __future__ import annotations
 
 import math
-import os
 import pickle
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -54,99 +53,39 @@ def normalize_row_index(index: Any, num_rows: int) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(arr))
 
 
-def _byte_rows(t: torch.Tensor) -> np.ndarray | None:
-    """t's memory as a (rows, bytes per row) uint8 numpy view, or None when numpy cannot stand in
-    for torch on it (not a plain contiguous CPU tensor, needs grad, conj/neg bit, no elements)."""
-    if (
-        t.device.type != "cpu"
-        or t.layout != torch.strided
-        or t.requires_grad
-        or t.is_quantized
-        or t.dim() == 0
-        or t.numel() == 0
-        or t.is_conj()
-        or t.is_neg()
-        or not t.is_contiguous()
-    ):
-        return None
-    return t.view(torch.uint8).reshape(t.shape[0], -1).numpy()
+# Row copies (concat, index select, bool mask, repeat) are torch's own kernels. They run on this
+# process's intra-op threads (torch.get_num_threads()), a number fixed when the process starts by the
+# CPUs it was given (verl.utils.cpu_threads: a Ray worker uses the CPUs its resource request reserved,
+# the driver, which only moves data between workers, one), never by how busy the machine looks at the
+# moment. Measured on one thread (CPU time, 64x80 to 1024x1024 rows of four tensors): torch's
+# cat / index_select cost 0.1-0.9x a numpy memcpy path's, so no second kernel is kept.
 
 
-# Which kernel copies the rows. torch's cat / index_select run an OpenMP-parallel region per tensor
-# (per input, for cat), and each region waits for all its threads. With an idle core that is the
-# fastest copy (about 2x one thread on the project's VM). With every core busy (other processes
-# runnable, as on the shared 2-core VM), each region waits for a descheduled thread: measured 10-100x
-# slower than one thread. numpy's take / concatenate copy the same bytes on the calling thread (one
-# memcpy per row or per input), which keeps that cost under load. So: torch when, right now, no more
-# tasks are runnable than there are CPUs (Linux's /proc/loadavg 4th field, a ~2 us read; measured: with
-# one other runnable task torch still wins, with two or more numpy does); numpy otherwise. Both give
-# identical, fresh tensors (tests run both paths).
-_PARALLEL_MIN_BYTES = 1 << 20  # below this one thread is as fast, and the check is not worth it
-_loadavg_fd: int | None = None
-
-
-def _idle_cpu_for_torch_threads() -> bool:
-    """Whether torch's intra-op threads would find idle CPUs now (False off Linux or with 1 thread)."""
-    global _loadavg_fd
-    if torch.get_num_threads() < 2:
-        return False
-    if _loadavg_fd is None:
-        try:
-            _loadavg_fd = os.open("/proc/loadavg", os.O_RDONLY)
-        except OSError:  # not Linux: always take the single-threaded copy
-            _loadavg_fd = -1
-    if _loadavg_fd < 0:
-        return False
-    try:
-        # "0.52 0.58 0.59 2/345 12345": the running count includes this thread
-        running = int(os.pread(_loadavg_fd, 128, 0).split()[3].split(b"/")[0])
-    except (OSError, ValueError, IndexError):
-        return False
-    return running <= (os.cpu_count() or 1)
-
-
-def _use_torch_kernels(nbytes: int) -> bool:
-    return nbytes >= _PARALLEL_MIN_BYTES and _idle_cpu_for_torch_threads()
-
-
-def _empty_like_rows(like: torch.Tensor, rows: int) -> torch.Tensor:
-    shape = (rows, *like.shape[1:])
+def _out_buffer(like: torch.Tensor, rows: int) -> torch.Tensor | None:
+    """A huge-page-advised output buffer for a large CPU result (None: let torch allocate)."""
     if wants_fresh_buffer(like, rows * math.prod(like.shape[1:]) * like.element_size()):
-        return empty_cpu(shape, like.dtype)
-    return torch.empty(shape, dtype=like.dtype)
+        return empty_cpu((rows, *like.shape[1:]), like.dtype)
+    return None
 
 
-def _cat_rows(tensors: list[torch.Tensor], rows: int, serial: bool = True) -> torch.Tensor:
-    """torch.cat(tensors, dim=0) as a fresh tensor. serial=True: one single-threaded copy per input
-    when they are plain CPU tensors of one dtype and row shape; torch.cat itself otherwise (and for
-    dtype promotion, autograd, other devices, and its error messages)."""
+def _cat_rows(tensors: list[torch.Tensor], rows: int) -> torch.Tensor:
+    """torch.cat(tensors, dim=0): always a fresh tensor (torch.cat copies even a single input)."""
     first = tensors[0]
-    sources = [_byte_rows(t) for t in tensors] if rows and serial else [None]
-    if all(src is not None for src in sources) and all(
-        t.dtype == first.dtype and t.shape[1:] == first.shape[1:] for t in tensors
-    ):
-        out = _empty_like_rows(first, rows)
-        np.concatenate(sources, axis=0, out=_byte_rows(out))
-        return out
-    if wants_fresh_buffer(first, rows * math.prod(first.shape[1:]) * first.element_size()) and all(
-        t.dtype == first.dtype and t.device == first.device for t in tensors
-    ):
-        return torch.cat(tensors, dim=0, out=empty_cpu((rows, *first.shape[1:]), first.dtype))
+    if all(t.dtype == first.dtype and t.device == first.device for t in tensors):
+        out = _out_buffer(first, rows)
+        if out is not None:
+            return torch.cat(tensors, dim=0, out=out)
     return torch.cat(tensors, dim=0)
 
 
-def _take_rows(t: torch.Tensor, index: torch.Tensor, index_np: np.ndarray | None) -> torch.Tensor:
-    """torch.index_select(t, 0, index) as a fresh tensor (index: int64, non-negative, in range;
-    index_np: the same as a numpy array for the single-threaded copy, None for torch's kernel)."""
-    src = _byte_rows(t) if index_np is not None and index_np.shape[0] else None
-    if src is not None:
-        out = _empty_like_rows(t, index_np.shape[0])
-        # mode="clip" skips numpy's buffered bounds check; the caller already checked the bounds
-        np.take(src, index_np, axis=0, out=_byte_rows(out), mode="clip")
-        return out
-    if wants_fresh_buffer(t, index.shape[0] * math.prod(t.shape[1:]) * t.element_size()):
-        return torch.index_select(t, 0, index, out=empty_cpu((index.shape[0], *t.shape[1:]), t.dtype))
-    return torch.index_select(t, 0, index if t.device == index.device else index.to(t.device))
+def _take_rows(t: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """torch.index_select(t, 0, index) as a fresh tensor (index: int64, non-negative, in range)."""
+    if index.device != t.device:
+        index = index.to(t.device)
+    out = _out_buffer(t, index.shape[0])
+    if out is not None:
+        return torch.index_select(t, 0, index, out=out)
+    return torch.index_select(t, 0, index)
 
 
 def _rebuild_tensor_batch(batch_size: tuple, keys: list, specs: list, payloads: list) -> TensorBatch:
@@ -380,11 +319,7 @@ class TensorBatch:
 
     def index_rows(self, index: torch.Tensor) -> TensorBatch:
         """Rows `index` (int64, non-negative, in range) of every tensor, as new tensors."""
-        rows = index.shape[0]
-        nbytes = sum(rows * math.prod(t.shape[1:]) * t.element_size() for t in self._tensors.values())
-        serial = index.device.type == "cpu" and not _use_torch_kernels(nbytes)
-        index_np = index.numpy() if serial else None
-        out = {k: _take_rows(t, index, index_np) for k, t in self._tensors.items()}
+        out = {k: _take_rows(t, index) for k, t in self._tensors.items()}
         return TensorBatch._trusted(out, torch.Size((index.shape[0], *self._batch_size[1:])))
 
     def split(self, sizes: int | list[int], dim: int = 0) -> list[TensorBatch]:
@@ -422,9 +357,7 @@ class TensorBatch:
                     f"batch {i} has batch size {tuple(b.batch_size)}, batch 0 {tuple(first.batch_size)}"
                 )
         rows = sum(b.batch_size[0] for b in batches)
-        nbytes = sum(rows * math.prod(t.shape[1:]) * t.element_size() for t in first.values())
-        serial = not _use_torch_kernels(nbytes)
-        out = {k: _cat_rows([b._tensors[k] for b in batches], rows, serial) for k in keys}
+        out = {k: _cat_rows([b._tensors[k] for b in batches], rows) for k in keys}
         return TensorBatch._trusted(out, torch.Size((rows, *first.batch_size[1:])))
 
     @staticmethod

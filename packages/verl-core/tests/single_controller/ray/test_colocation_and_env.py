@@ -45,6 +45,10 @@ class Actor(Worker):
     def env(self, *names):
         return [os.environ.get(n) for n in names]
 
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def torch_threads(self):
+        return torch.get_num_threads()
+
 
 class Critic(Worker):
     def __init__(self, scale: float = 3.0):
@@ -99,12 +103,19 @@ def test_protected_worker_env_is_refused_before_any_worker_starts():
 def fused_group(ray_cluster):
     class_dict = {"actor": RayClassWithInitArgs(Actor, offset=1.5), "critic": RayClassWithInitArgs(Critic)}
     cia = RayClassWithInitArgs(create_colocated_worker_raw_cls(class_dict))
-    return RayWorkerGroup(cpu_pool(), cia, worker_env={"VERL_TEST_GREETING": "hello", "OMP_NUM_THREADS": "1"})
+    return RayWorkerGroup(cpu_pool(), cia, worker_env={"VERL_TEST_GREETING": "hello", "OMP_NUM_THREADS": "2"})
 
 
 def test_worker_env_and_ray_local_world_size_reach_the_workers(fused_group):
-    names = ("VERL_TEST_GREETING", "OMP_NUM_THREADS", "RAY_LOCAL_WORLD_SIZE", "LOCAL_WORLD_SIZE", "RANK")
-    assert fused_group.actor_env(*names) == [["hello", "1", "2", "2", "0"], ["hello", "1", "2", "2", "1"]]
+    names = ("VERL_TEST_GREETING", "OMP_NUM_THREADS", "RAY_LOCAL_WORLD_SIZE", "LOCAL_WORLD_SIZE", "RANK",
+             "VERL_WORKER_NUM_CPUS")
+    assert fused_group.actor_env(*names) == [["hello", "2", "2", "2", "0", "0.25"], ["hello", "2", "2", "2", "1", "0.25"]]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="torch caps its threads at the cores")
+def test_a_users_omp_num_threads_wins_over_the_reservation(fused_group):
+    # each worker reserved 0.25 CPU (one thread by the rule); the user's OMP_NUM_THREADS=2 wins
+    assert fused_group.actor_torch_threads() == [2, 2]
 
 
 def test_fuse_gives_per_role_views_on_the_same_processes(fused_group):

@@ -65,6 +65,12 @@ class Worker:
         self._collect_dp_rank: dict[str, bool] = {}
         # filled by a fused worker (``create_colocated_worker_raw_cls``) with every role in this process
         self.fused_worker_dict: dict[str, Worker] = {}
+        if env.get("VERL_WORKER_NUM_CPUS"):
+            # Set by RayWorkerGroup: as many torch threads as the CPUs this worker reserved, decided
+            # here, where the worker starts (an OMP_NUM_THREADS the user gave the workers wins).
+            from verl.utils.cpu_threads import apply_worker_threads
+
+            apply_worker_threads(float(env["VERL_WORKER_NUM_CPUS"]))
         if env.get("VERL_RAY_TENSOR_TRANSPORT") == "1":
             # Set by RayWorkerGroup: send results back through Ray's object store without extra copies.
             from verl.single_controller.ray.transport import install_tensor_transport

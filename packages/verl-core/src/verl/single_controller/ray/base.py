@@ -40,7 +40,7 @@ PLACEMENT_GROUP_TIMEOUT_S = 120.0
 #: plus the keys only we set)
 PROTECTED_WORKER_ENV = (
     "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "RAY_LOCAL_WORLD_SIZE", "MASTER_ADDR",
-    "MASTER_PORT", "WG_PREFIX", "WG_BACKEND", "VERL_RAY_TENSOR_TRANSPORT",
+    "MASTER_PORT", "WG_PREFIX", "WG_BACKEND", "VERL_RAY_TENSOR_TRANSPORT", "VERL_WORKER_NUM_CPUS",
 )
 
 
@@ -288,6 +288,8 @@ class RayWorkerGroup(WorkerGroup):
                     "WG_PREFIX": self.name_prefix,
                     "WG_BACKEND": "ray",
                     "VERL_RAY_TENSOR_TRANSPORT": "1",
+                    # the CPUs this actor reserves: Worker.__init__ runs that many torch threads
+                    "VERL_WORKER_NUM_CPUS": str(res["num_cpus"]),
                     **master,
                     **self.customized_worker_env,  # checked: never one of the keys above
                 }

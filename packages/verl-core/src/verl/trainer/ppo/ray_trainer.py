@@ -142,6 +142,12 @@ class RayPPOTrainer(TrainerIOMixin):
         if self.use_rm:
             roles[Role.RewardModel] = dict(config=cfg.reward.reward_model, **env)
         roles = self._role_init_kwargs(roles)
+        # The driver's torch threads (verl.utils.cpu_threads): all this process's CPUs when the worker
+        # computes in it; one when the workers are Ray processes and the driver only moves batches, so
+        # its thread pool never competes with theirs for the cores.
+        from verl.utils.cpu_threads import DRIVER_THREADS, available_cpus, set_torch_threads
+
+        set_torch_threads(available_cpus() if cfg.trainer.worker_backend == "local" else DRIVER_THREADS)
         if cfg.trainer.worker_backend == "local":
             from verl.single_controller.base.worker_group import ClassWithInitArgs
             from verl.single_controller.local import LocalWorkerGroup

@@ -1,0 +1,181 @@
+"""How each GRPO step degrades when another training run shares the cores.
+
+    uv run python benchmarks/grpo_step/contention.py --size s --new-tokens 16 --rounds 12 \
+        [--trl-python /work/venv-trl/bin/python]
+
+One process per implementation, as in ``cell.py``: ours (this process is the driver, its Ray cluster
+started by ``main_ppo.ray_init_kwargs`` exactly as ``python -m verl.trainer.main_ppo`` starts it, so
+the worker's thread count is the production rule's), the bare-PyTorch step server and TRL's. The
+competing load is "another training run": ``bare.py`` training a model of the same size with torch's
+default threads in a loop (``--compete-tokens`` new tokens per step), started once. Rounds alternate
+quiet / loaded: the competitor is stopped (SIGSTOP) for the quiet rounds and resumed (SIGCONT) for
+the loaded ones, so each pair of rounds sees the same machine otherwise. A round runs ours, then
+bare, then TRL. The report gives each implementation's median step time in both states and the
+median of the per-pair ratios loaded / quiet (how much the competitor slows it).
+
+``--worker-threads N`` / ``--driver-threads N`` force the thread counts instead of the production
+rule (0, the default): the diagnosis of what causes a collapse.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import assets  # noqa: E402
+import ours  # noqa: E402  (sets RAY_ENABLE_UV_RUN_RUNTIME_ENV before Ray is imported)
+from stepper import StepServer  # noqa: E402
+
+
+def _loadavg() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size", default="s", choices=sorted(assets.SIZES))
+    ap.add_argument("--new-tokens", type=int, default=16)
+    ap.add_argument("--rounds", type=int, default=12, help="measured rounds (half quiet, half loaded)")
+    ap.add_argument("--warmup", type=int, default=2, help="quiet rounds left out first")
+    ap.add_argument("--trl-python", default=None)
+    ap.add_argument("--compete-tokens", type=int, default=64, help="new tokens per step of the competitor")
+    ap.add_argument("--worker-threads", type=int, default=0, help="force OMP_NUM_THREADS of our worker")
+    ap.add_argument("--driver-threads", type=int, default=0, help="force torch threads of our driver")
+    ap.add_argument("--after-overrides", nargs="*", default=[])
+    ap.add_argument("--assets", default="/tmp/grpo_step_assets")
+    ap.add_argument("--out", default="/tmp/grpo_contention")
+    args = ap.parse_args()
+    if args.rounds < 2 or args.rounds % 2:
+        raise SystemExit(f"--rounds {args.rounds}: need an even number >= 2 (quiet/loaded pairs)")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    model = assets.ensure_model(args.size, Path(args.assets))
+    total = args.warmup + args.rounds
+    import ray
+    from verl.trainer.config import load_config, validate_config
+    from verl.trainer.main_ppo import build_trainer, ray_init_kwargs
+
+    cfg = load_config(
+        ours.overrides(model, args.new_tokens, total, out / "ours_out", after_overrides=args.after_overrides)
+    )
+    validate_config(cfg)
+    kwargs = ray_init_kwargs(cfg)
+    if args.worker_threads:
+        kwargs["runtime_env"]["env_vars"]["OMP_NUM_THREADS"] = str(args.worker_threads)
+    for attempt in range(8):  # on a loaded machine Ray's raylet may miss its 30 s start-up window
+        try:
+            ray.init(address="local", configure_logging=False, log_to_driver=False, **kwargs)
+            break
+        except Exception as e:  # noqa: BLE001 (Ray raises a bare Exception for this)
+            if "timed out during startup" not in str(e) or attempt == 7:
+                raise
+            ray.shutdown()
+    servers: dict[str, StepServer] = {}
+    competitor = None
+    try:
+        base = ["--model", str(model), "--new-tokens", str(args.new_tokens)]
+        servers = {
+            "bare": StepServer(
+                "bare", [sys.executable, str(HERE / "bare.py"), "--serve", *base], out / "bare.log"
+            )
+        }
+        if args.trl_python:
+            servers["trl"] = StepServer(
+                "trl",
+                [args.trl_python, str(HERE / "trl_driver.py"), *base, "--workdir", str(out / "trl_out")],
+                out / "trl.log",
+            )
+        competitor = subprocess.Popen(
+            [
+                sys.executable,
+                str(HERE / "bare.py"),
+                "--model",
+                str(model),
+                "--new-tokens",
+                str(args.compete_tokens),
+                "--seed",
+                "1",
+                "--steps",
+                "1000000",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=open(out / "competitor.log", "w"),  # noqa: SIM115
+        )
+        os.kill(competitor.pid, signal.SIGSTOP)  # quiet until the first loaded round
+        records: dict[str, list[dict]] = {"ours": [], **{name: [] for name in servers}}
+        loads: list[str] = []
+
+        def loaded(round_idx: int) -> bool:  # warm-up rounds quiet, then quiet, loaded, quiet, ...
+            return round_idx >= args.warmup and (round_idx - args.warmup) % 2 == 1
+
+        trainer = build_trainer(cfg, trainer_cls=ours.BenchTrainer)
+        trainer.init_workers()
+        if args.driver_threads:
+            import torch
+
+            torch.set_num_threads(args.driver_threads)
+        workers = ours.worker_info(trainer)
+        import torch
+
+        setup = {"driver_threads": torch.get_num_threads(), "worker_threads": [w["threads"] for w in workers]}
+        print(f"threads: {setup}", flush=True)
+
+        def between_steps(step: int) -> None:
+            i = step - 1
+            for name, server in servers.items():
+                records[name].append(server.step())
+            records["ours"].append(trainer.recorder.records[-1])
+            loads.append(_loadavg())
+            state = "loaded" if loaded(i) else "quiet"
+            others = " ".join(f"{n} {records[n][-1]['step_s']:.3f}" for n in servers)
+            print(
+                f"round {i} {state}: ours {records['ours'][-1]['wall_s']:.3f} {others} (load {loads[-1]})",
+                flush=True,
+            )
+            os.kill(competitor.pid, signal.SIGCONT if loaded(i + 1) else signal.SIGSTOP)
+            if loaded(i + 1):
+                time.sleep(0.5)  # the competitor is mid-step again before our next step starts
+
+        trainer.between_steps = between_steps
+        trainer.fit()
+    finally:
+        if competitor is not None:
+            os.kill(competitor.pid, signal.SIGCONT)
+            competitor.kill()
+            competitor.wait()
+        ray.shutdown()
+        for server in servers.values():
+            server.close()
+    # every round's record: ours' include the trainer's per-stage timing_s/<stage> metrics
+    report = {"args": vars(args), "setup": setup, "loadavg": loads, "rows": {}, "records": records}
+    print(f"\n{args.size}/{args.new_tokens}: median s/step quiet, loaded, and median per-pair loaded/quiet")
+    for name, recs in records.items():
+        key = "wall_s" if name == "ours" else "step_s"
+        times = [r[key] for r in recs[args.warmup :]]
+        quiet, busy = times[0::2], times[1::2]
+        ratio = statistics.median(b / q for q, b in zip(quiet, busy))
+        row = {
+            "quiet_s": statistics.median(quiet),
+            "loaded_s": statistics.median(busy),
+            "loaded_over_quiet": ratio,
+            "quiet_all": quiet,
+            "loaded_all": busy,
+        }
+        report["rows"][name] = row
+        print(f"| {name} | {row['quiet_s']:.3f} | {row['loaded_s']:.3f} | {ratio:.2f} |")
+    (out / "contention.json").write_text(json.dumps(report, indent=1))
+    print(f"load averages per round: {loads}")
+
+
+if __name__ == "__main__":
+    main()
