@@ -157,6 +157,7 @@ class ActorRolloutRefWorker(Worker):
         # Bumped by every actor update; engines with their own weights resync when it moves.
         self._weights_version = 0
         self._rollout_weights_version = -1
+        self._rollout_base_synced = False  # rollout.lora_sync=adapter: frozen base weights sent once
 
     # ------------------------------------------------------------------ setup
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -257,8 +258,32 @@ class ActorRolloutRefWorker(Worker):
         from verl.workers.rollout.weight_sync import sync_weights
 
         bucket_mb = int(dict(self.config.rollout.engine_kwargs or {}).get(_BUCKET_MB_KEY, 512))
-        sync_weights(self.actor_engine.hf_state_dict().items(), target, bucket_mb << 20)
+        if target is self.rollout and self.config.rollout.lora_sync == "adapter":
+            self._sync_rollout_adapter(bucket_mb << 20)
+        else:
+            sync_weights(self.actor_engine.hf_state_dict().items(), target, bucket_mb << 20)
         self._rollout_weights_version = self._weights_version
+
+    def _sync_rollout_adapter(self, bucket_bytes: int) -> None:
+        """vLLM's LoRA path (``rollout.lora_sync=adapter``): the frozen base weights once (unless vLLM
+        loaded them from disk: ``load_format`` other than dummy), then the adapter alone, written as a
+        peft folder that vLLM reads while loading it (collective gather; each rank its own folder)."""
+        import shutil
+        import tempfile
+
+        from verl.workers.engine.lora import save_adapter, unwrap_peft
+        from verl.workers.rollout.weight_sync import sync_weights
+
+        engine = self.actor_engine
+        state = engine.full_state_dict()
+        if not self._rollout_base_synced and self.config.rollout.load_format == "dummy":
+            sync_weights(engine.lora.merge(state, adapters=False).items(), self.rollout, bucket_bytes)
+        self._rollout_base_synced = True
+        folder = tempfile.mkdtemp(prefix="verl_lora_")
+        try:
+            self.rollout.load_lora_adapter(save_adapter(unwrap_peft(engine.module), state, folder))
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
 
     # ------------------------------------------------------------------ rollout
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)

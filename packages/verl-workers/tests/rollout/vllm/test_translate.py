@@ -144,3 +144,38 @@ def test_without_vllm_building_the_engine_says_what_to_install(tiny_model_dir):
     module = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     with pytest.raises(ImportError, match=r"verl-workers\[vllm\]"):
         build_rollout("vllm", module=module, config=cfg.rollout, model_config=cfg.model)
+
+
+@pytest.mark.parametrize(("rank", "vllm_rank"), [(4, 8), (8, 8), (9, 16), (64, 64), (320, 320)])
+def test_lora_adapter_sync_turns_on_vllms_lora_path(rank, vllm_rank):
+    cfg = rollout_cfg("actor_rollout_ref.rollout.lora_sync=adapter")
+    kw = translate.engine_kwargs(cfg, "/m", trust_remote_code=False, device_type="cpu", seed=1, lora_rank=rank)
+    assert (kw["enable_lora"], kw["max_loras"], kw["max_lora_rank"]) == (True, 1, vllm_rank)
+    plain = translate.engine_kwargs(cfg, "/m", trust_remote_code=False, device_type="cpu", seed=1)
+    assert "enable_lora" not in plain
+    with pytest.raises(ValueError, match="513 exceeds"):
+        translate.vllm_max_lora_rank(513)
+    # the LoRA engine keys belong to the rollout, not to engine_kwargs.vllm
+    with pytest.raises(ValueError, match="engine_kwargs.vllm.max_lora_rank is set by"):
+        translate.check_config(rollout_cfg("+actor_rollout_ref.rollout.engine_kwargs.vllm.max_lora_rank=8"))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "needle"),
+    [
+        (["actor_rollout_ref.rollout.lora_sync=adapter", "actor_rollout_ref.model.lora_rank=8"],
+         "lora_sync=adapter needs vLLM's LoRA path \\(rollout.name=vllm\\); rollout.name='native'"),
+        (["actor_rollout_ref.rollout.lora_sync=adapter", "actor_rollout_ref.rollout.name=vllm"],
+         "lora_sync=adapter sends LoRA adapters to the rollout, but LoRA is off"),
+        (["actor_rollout_ref.rollout.lora_sync=adapters"], "lora_sync='adapters' must be one of \\['merged', 'adapter'\\]"),
+        (["actor_rollout_ref.rollout.lora_sync=adapter", "actor_rollout_ref.rollout.name=vllm",
+          "actor_rollout_ref.model.lora_rank=1024"], "vLLM's LoRA path takes ranks up to 512"),
+    ],
+)
+def test_lora_sync_settings_that_cannot_work_are_refused(tmp_path, overrides, needle):
+    from verl.trainer.config import validate_config
+
+    cfg = load_config([f"actor_rollout_ref.model.path={tmp_path}", "actor_rollout_ref.rollout.name=native",
+                       *overrides], defaults_yaml=None)
+    with pytest.raises(ValueError, match=needle):
+        validate_config(cfg)

@@ -252,6 +252,7 @@ class RolloutConfig:
     enforce_eager: bool = True
     free_cache_engine: bool = True
     load_format: str = "dummy"
+    lora_sync: str = "merged"  # with LoRA: merged weights, or (vllm) the adapter through vLLM's LoRA path
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
     val_kwargs: ValKwargsConfig = field(default_factory=ValKwargsConfig)
     multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)

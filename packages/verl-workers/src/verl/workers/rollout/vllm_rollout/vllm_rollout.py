@@ -12,6 +12,11 @@ sleeps (level 1: weights to host memory, KV cache freed) so training has the dev
 wakes the weights only, generation wakes the KV cache too. vLLM has no sleep mode on CPU, where these
 calls are skipped (its CPU worker would only log a warning).
 
+LoRA (``rollout.lora_sync=adapter``): the engine starts with vLLM's LoRA path on (``enable_lora``,
+``max_loras=1``, ``max_lora_rank``); the base weights arrive once (or come from disk with a real
+``load_format``) and after every update only the adapter, in peft's layout, through
+:meth:`VLLMRollout.load_lora_adapter`; every request then samples with it (a ``LoRARequest``).
+
 Outputs follow docs/contracts.md; ``rollout_log_probs`` come from vLLM's sampler in the mode that
 equals ``log_softmax(logits / temperature)`` at the sampled token (see :mod:`.translate`).
 """
@@ -40,6 +45,20 @@ def _rank() -> int:
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
+def adapter_rank(config: Any, model_config: Any) -> int:
+    """The rank of the adapter the engine will receive (0: it receives merged weights, no LoRA path)."""
+    if config.lora_sync != "adapter":
+        return 0
+    if int(model_config.lora_rank or 0) > 0:
+        return int(model_config.lora_rank)
+    import json
+    import os
+
+    # a run started from lora_adapter_path with lora_rank=0: the adapter's own config says
+    with open(os.path.join(str(model_config.lora_adapter_path), "adapter_config.json")) as f:
+        return int(json.load(f)["r"])
+
+
 @register_rollout("vllm")
 class VLLMRollout(BaseRollout):
     """vLLM engine with its own weights. ``config`` is ``actor_rollout_ref.rollout``; ``model_config``
@@ -64,7 +83,11 @@ class VLLMRollout(BaseRollout):
             trust_remote_code=bool(model_config.trust_remote_code),
             device_type=self.device_type,
             seed=self.seed,
+            lora_rank=adapter_rank(config, model_config),
         )
+        #: the adapter every request samples with (rollout.lora_sync=adapter), and its id counter
+        self.lora_request: Any = None
+        self._lora_ids = 0
         self.logprobs_mode = self.engine_kwargs["logprobs_mode"]
         from verl.workers.rollout.vllm_rollout.engines import AsyncEngine, SyncEngine
 
@@ -101,6 +124,28 @@ class VLLMRollout(BaseRollout):
         loaded = self.engine.collective_rpc("verl_finish_weight_update")[0]
         self.engine.reset_prefix_cache()  # cached KV blocks were computed with the old weights
         return int(loaded)
+
+    def load_lora_adapter(self, adapter_dir: str) -> None:
+        """Make the peft adapter in ``adapter_dir`` the one every later request samples with. vLLM reads
+        the folder during this call (the caller may delete it after); each load gets a new id, and the
+        previous adapter is removed first (``max_loras=1``)."""
+        if not self.engine_kwargs.get("enable_lora"):
+            raise RuntimeError(
+                "this vLLM engine was started without LoRA: set actor_rollout_ref.rollout.lora_sync=adapter "
+                "(with actor_rollout_ref.model.lora_rank > 0)"
+            )
+        from vllm.lora.request import LoRARequest
+
+        self._wake(["weights"])
+        if self.lora_request is not None:
+            self.engine.remove_lora(self.lora_request.lora_int_id)
+        self._lora_ids += 1
+        request = LoRARequest(lora_name=f"verl_actor_v{self._lora_ids}", lora_int_id=self._lora_ids,
+                              lora_path=str(adapter_dir))
+        if not self.engine.add_lora(request):
+            raise RuntimeError(f"vLLM did not load the LoRA adapter in {adapter_dir}")
+        self.lora_request = request
+        self.engine.reset_prefix_cache()  # cached KV blocks were computed with the old adapter
 
     def update_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Load ``(name, tensor)`` pairs (one bucket holding them all)."""
@@ -154,6 +199,7 @@ class VLLMRollout(BaseRollout):
             translate.prompt_rows(input_ids, attention_mask),
             self.vllm_sampling_params(params, log_probs),
             log_probs,
+            lora_request=self.lora_request,
         )
         tensors = translate.assemble_batch(
             input_ids, attention_mask, position_ids, outputs, self.pad_token_id, log_probs
@@ -189,7 +235,9 @@ class VLLMRollout(BaseRollout):
             ignore_eos=bool(self.config.ignore_eos),
             log_probs=True,
         )
-        return await self.engine.agenerate(prompt_ids, SamplingParams(**kwargs), True, request_id)
+        return await self.engine.agenerate(
+            prompt_ids, SamplingParams(**kwargs), True, request_id, lora_request=self.lora_request
+        )
 
     def shutdown(self) -> None:
         self.engine.shutdown()
