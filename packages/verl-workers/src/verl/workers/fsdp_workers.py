@@ -158,6 +158,7 @@ class ActorRolloutRefWorker(Worker):
         self._weights_version = 0
         self._rollout_weights_version = -1
         self._rollout_base_synced = False  # rollout.lora_sync=adapter: frozen base weights sent once
+        self._rollout_lora_folder: str | None = None  # ... and the folder of the adapter vLLM has
 
     # ------------------------------------------------------------------ setup
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -267,7 +268,7 @@ class ActorRolloutRefWorker(Worker):
     def _sync_rollout_adapter(self, bucket_bytes: int) -> None:
         """vLLM's LoRA path (``rollout.lora_sync=adapter``): the frozen base weights once (unless vLLM
         loaded them from disk: ``load_format`` other than dummy), then the adapter alone, written as a
-        peft folder that vLLM reads while loading it (collective gather; each rank its own folder)."""
+        peft folder (a temporary directory per rank) that vLLM loads (collective gather)."""
         import shutil
         import tempfile
 
@@ -282,8 +283,14 @@ class ActorRolloutRefWorker(Worker):
         folder = tempfile.mkdtemp(prefix="verl_lora_")
         try:
             self.rollout.load_lora_adapter(save_adapter(unwrap_peft(engine.module), state, folder))
-        finally:
+        except BaseException:
             shutil.rmtree(folder, ignore_errors=True)
+            raise
+        # vLLM may read the folder again (after a weight reload it loads the adapter anew): it lives until
+        # the next adapter replaces it
+        if self._rollout_lora_folder is not None:
+            shutil.rmtree(self._rollout_lora_folder, ignore_errors=True)
+        self._rollout_lora_folder = folder
 
     # ------------------------------------------------------------------ rollout
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)

@@ -127,8 +127,9 @@ class VLLMRollout(BaseRollout):
 
     def load_lora_adapter(self, adapter_dir: str) -> None:
         """Make the peft adapter in ``adapter_dir`` the one every later request samples with. vLLM reads
-        the folder during this call (the caller may delete it after); each load gets a new id, and the
-        previous adapter is removed first (``max_loras=1``)."""
+        the folder during this call and may read it again later (after a weight reload), so the caller
+        keeps it until the next adapter replaces it; each load gets a new id, and the previous adapter is
+        removed first (``max_loras=1``)."""
         if not self.engine_kwargs.get("enable_lora"):
             raise RuntimeError(
                 "this vLLM engine was started without LoRA: set actor_rollout_ref.rollout.lora_sync=adapter "
