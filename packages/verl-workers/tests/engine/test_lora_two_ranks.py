@@ -19,19 +19,33 @@ def _actor(model_dir, mini):
     from verl.workers.actor import DataParallelPPOActor
     from verl.workers.engine import build_engine
 
-    cfg = load_config([
-        f"actor_rollout_ref.model.path={model_dir}", "actor_rollout_ref.actor.strategy=fsdp2",
-        "actor_rollout_ref.model.enable_gradient_checkpointing=false",
-        f"actor_rollout_ref.model.lora_rank={R}", f"actor_rollout_ref.model.lora_alpha={ALPHA}",
-        "actor_rollout_ref.actor.optim.lr=2e-2", "actor_rollout_ref.actor.optim.lr_warmup_steps=0",
-        "actor_rollout_ref.actor.optim.weight_decay=0.0",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "actor_rollout_ref.actor.use_kl_loss=false",
-        "actor_rollout_ref.actor.entropy_coeff=0.0", "actor_rollout_ref.actor.ppo_epochs=1",
-    ], defaults_yaml=None)
+    cfg = load_config(
+        [
+            f"actor_rollout_ref.model.path={model_dir}",
+            "actor_rollout_ref.actor.strategy=fsdp2",
+            "actor_rollout_ref.model.enable_gradient_checkpointing=false",
+            f"actor_rollout_ref.model.lora_rank={R}",
+            f"actor_rollout_ref.model.lora_alpha={ALPHA}",
+            "actor_rollout_ref.actor.optim.lr=2e-2",
+            "actor_rollout_ref.actor.optim.lr_warmup_steps=0",
+            "actor_rollout_ref.actor.optim.weight_decay=0.0",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+            "actor_rollout_ref.actor.use_kl_loss=false",
+            "actor_rollout_ref.actor.entropy_coeff=0.0",
+            "actor_rollout_ref.actor.ppo_epochs=1",
+        ],
+        defaults_yaml=None,
+    )
     arr = cfg.actor_rollout_ref
     torch.manual_seed(0)  # the adapters' A init (rank 0's is broadcast on 2 ranks)
-    engine = build_engine("fsdp2", model_config=arr.model, engine_config=arr.actor.fsdp_config,
-                          optim_config=arr.actor.optim, grad_clip=arr.actor.grad_clip, total_training_steps=10)
+    engine = build_engine(
+        "fsdp2",
+        model_config=arr.model,
+        engine_config=arr.actor.fsdp_config,
+        optim_config=arr.actor.optim,
+        grad_clip=arr.actor.grad_clip,
+        total_training_steps=10,
+    )
     return DataParallelPPOActor(arr.actor, engine, ppo_mini_batch_size_per_rank=mini)
 
 
@@ -74,7 +88,8 @@ def _two_rank_job(rank, world, model_dir, out_dir):
     res["optim"] = {
         names[id(p)]: {
             k: (tuple(v.to_local().shape), tuple(v.shape), [str(pl) for pl in v.placements])
-            for k, v in st.items() if isinstance(v, DTensor)
+            for k, v in st.items()
+            if isinstance(v, DTensor)
         }
         for p, st in engine.optimizer.state.items()
     }
@@ -86,7 +101,10 @@ def _two_rank_job(rank, world, model_dir, out_dir):
     resumed = _actor(model_dir, 2)
     resumed.engine.load_checkpoint(os.path.join(out_dir, "ckpt"))
     res["loaded_state"] = resumed.engine.full_state_dict()
-    res["resumed_step2_state"] = (resumed.update_policy(data2.chunk(world)[rank]), resumed.engine.full_state_dict())
+    res["resumed_step2_state"] = (
+        resumed.update_policy(data2.chunk(world)[rank]),
+        resumed.engine.full_state_dict(),
+    )
     torch.save(res, os.path.join(out_dir, f"rank{rank}.pt"))
 
 
@@ -203,8 +221,11 @@ def test_checkpoint_from_two_ranks_loads_on_two_and_on_one(two_ranks, one_rank, 
     _close(saved, want, atol=0, rtol=0)
     ids = make_rl_batch(n=4, seed=5).batch["input_ids"]
     with torch.no_grad():
-        loaded = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model_dir),
-                                           os.path.join(ckpt, "lora_adapter"))
+        loaded = PeftModel.from_pretrained(
+            AutoModelForCausalLM.from_pretrained(tiny_model_dir), os.path.join(ckpt, "lora_adapter")
+        )
         plain = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
         plain.load_state_dict(r0["merged"], strict=False)
-        torch.testing.assert_close(loaded(input_ids=ids).logits, plain(input_ids=ids).logits, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(
+            loaded(input_ids=ids).logits, plain(input_ids=ids).logits, rtol=1e-5, atol=1e-5
+        )

@@ -14,7 +14,7 @@ Outputs (printed at the end): ``sft/`` and ``rl/`` with ``config.yaml``, ``metri
 events, checkpoints, and ``rl/reward_curve.png``; ``summary.json`` holds the before/after accuracy.
 Options: ``--out DIR``, ``--sft-steps N``, ``--rl-steps N``, ``--workers N`` (quick runs for tests),
 ``--model-dtype bfloat16`` (bf16 compute on fp32 master weights in SFT and RL, as a GPU run does),
-``--sft-model DIR`` (skip the warm start, start GRPO from DIR), ``--lora-rank R --lora-alpha A --lr LR``
+``--sft-model DIR`` (skip the warm start, start GRPO from DIR), ``--worker-backend local`` (GRPO without Ray), ``--lora-rank R --lora-alpha A --lr LR``
 (GRPO trains LoRA adapters instead of every weight; needs verl-workers[lora]; see docs/lora.md).
 
 Measured (2 cores, quiet machine, 2026-11-22): held-out greedy exact match 30.8% after the 180-step SFT
@@ -266,11 +266,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--lora-rank", type=int, default=0,
                    help="> 0: GRPO trains LoRA adapters of this rank (actor_rollout_ref.model.lora_rank)")
     p.add_argument("--lora-alpha", type=int, default=None, help="LoRA scale numerator (default: 2 x rank)")
+    p.add_argument("--worker-backend", default=None, choices=["ray", "local"],
+                   help="trainer.worker_backend for GRPO (local: in the driver process, one worker, no Ray)")
     args = p.parse_args(argv)
-    extra = []
+    extra = [] if args.worker_backend is None else [f"trainer.worker_backend={args.worker_backend}"]
     if args.lora_rank > 0:
         alpha = args.lora_alpha if args.lora_alpha is not None else 2 * args.lora_rank
-        extra = [f"actor_rollout_ref.model.lora_rank={args.lora_rank}", f"actor_rollout_ref.model.lora_alpha={alpha}"]
+        extra += [f"actor_rollout_ref.model.lora_rank={args.lora_rank}", f"actor_rollout_ref.model.lora_alpha={alpha}"]
     elif args.lora_alpha is not None:
         p.error(f"--lora-alpha={args.lora_alpha} needs --lora-rank > 0 (LoRA is off)")
     return run(args.out, args.sft_steps, args.rl_steps, args.workers, extra_rl_args=extra,

@@ -15,14 +15,19 @@ pytestmark = pytest.mark.vllm
 
 TEXTS = ["1+1=", "22+3=", "hello", "9+9=", "7+30="]
 SEQ_KEYS = ("prompts", "responses", "response_mask", "input_ids", "attention_mask", "position_ids")
-LORA = ("actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.lora_alpha=16",
-        "actor_rollout_ref.actor.optim.lr=0.01")
+LORA = (
+    "actor_rollout_ref.model.lora_rank=8",
+    "actor_rollout_ref.model.lora_alpha=16",
+    "actor_rollout_ref.actor.optim.lr=0.01",
+)
 
 
 def _train(worker, steps=3):
     batch = worker.generate_sequences(chat_prompt_batch(worker.tokenizer, TEXTS[:2], n=2))
     batch = batch.union(worker.compute_log_prob(batch))
-    batch.batch["advantages"] = torch.tensor([1.0, -1.0, 1.0, -1.0]).unsqueeze(1) * batch.batch["response_mask"]
+    batch.batch["advantages"] = (
+        torch.tensor([1.0, -1.0, 1.0, -1.0]).unsqueeze(1) * batch.batch["response_mask"]
+    )
     for _ in range(steps):
         worker.update_actor(batch)
 

@@ -69,7 +69,10 @@ class SyncEngine:
         self, prompts: Sequence[list[int]], params: Any, with_log_probs: bool, lora_request: Any = None
     ) -> list[RowOutput]:
         outs = self.llm.generate(
-            [{"prompt_token_ids": list(p)} for p in prompts], params, use_tqdm=False, lora_request=lora_request
+            [{"prompt_token_ids": list(p)} for p in prompts],
+            params,
+            use_tqdm=False,
+            lora_request=lora_request,
         )
         return [_row_output(o.outputs[0], with_log_probs) for o in outs]
 
@@ -156,7 +159,9 @@ class AsyncEngine:
         lora_request: Any = None,
     ) -> RowOutput:
         """Awaitable from any event loop (or none running the engine)."""
-        return await asyncio.wrap_future(self.submit(prompt, params, with_log_probs, request_id, lora_request))
+        return await asyncio.wrap_future(
+            self.submit(prompt, params, with_log_probs, request_id, lora_request)
+        )
 
     def generate(
         self, prompts: Sequence[list[int]], params: Any, with_log_probs: bool, lora_request: Any = None

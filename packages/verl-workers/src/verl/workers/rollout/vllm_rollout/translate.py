@@ -57,6 +57,7 @@ def vllm_max_lora_rank(rank: int) -> int:
             return allowed
     raise ValueError(f"LoRA rank {rank} exceeds vLLM's largest max_lora_rank {VLLM_MAX_LORA_RANKS[-1]}")
 
+
 #: top-level engine_kwargs keys the workers read (the rest belongs under engine_kwargs.vllm)
 ENGINE_KWARGS_SECTIONS = ("vllm", "sglang", "update_weights_bucket_megabytes")
 

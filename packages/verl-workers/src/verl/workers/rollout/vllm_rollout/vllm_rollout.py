@@ -141,8 +141,9 @@ class VLLMRollout(BaseRollout):
         if self.lora_request is not None:
             self.engine.remove_lora(self.lora_request.lora_int_id)
         self._lora_ids += 1
-        request = LoRARequest(lora_name=f"verl_actor_v{self._lora_ids}", lora_int_id=self._lora_ids,
-                              lora_path=str(adapter_dir))
+        request = LoRARequest(
+            lora_name=f"verl_actor_v{self._lora_ids}", lora_int_id=self._lora_ids, lora_path=str(adapter_dir)
+        )
         if not self.engine.add_lora(request):
             raise RuntimeError(f"vLLM did not load the LoRA adapter in {adapter_dir}")
         self.lora_request = request
