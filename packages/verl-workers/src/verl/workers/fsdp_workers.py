@@ -159,6 +159,8 @@ class ActorRolloutRefWorker(Worker):
         # Bumped by every actor update; engines with their own weights resync when it moves.
         self._weights_version = 0
         self._rollout_weights_version = -1
+        self._rollout_base_synced = False  # rollout.lora_sync=adapter: frozen base weights sent once
+        self._rollout_lora_folder: str | None = None  # ... and the folder of the adapter vLLM has
 
     # ------------------------------------------------------------------ setup
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -261,14 +263,42 @@ class ActorRolloutRefWorker(Worker):
         from verl.workers.rollout.weight_sync import sync_weights
 
         bucket_mb = int(dict(self.config.rollout.engine_kwargs or {}).get(_BUCKET_MB_KEY, 512))
-        if self.config.rollout.layered_summon:  # one decoder layer gathered at a time (LoRA merged per layer)
+        if target is self.rollout and self.config.rollout.lora_sync == "adapter":
+            self._sync_rollout_adapter(bucket_mb << 20)
+        elif self.config.rollout.layered_summon:  # one decoder layer gathered at a time (LoRA merged per layer)
             from verl.workers.engine.layered import iter_layered_hf_state
 
-            items = iter_layered_hf_state(self.actor_engine)
+            sync_weights(iter_layered_hf_state(self.actor_engine), target, bucket_mb << 20)
         else:
-            items = self.actor_engine.hf_state_dict().items()
-        sync_weights(items, target, bucket_mb << 20)
+            sync_weights(self.actor_engine.hf_state_dict().items(), target, bucket_mb << 20)
         self._rollout_weights_version = self._weights_version
+
+    def _sync_rollout_adapter(self, bucket_bytes: int) -> None:
+        """vLLM's LoRA path (``rollout.lora_sync=adapter``): the frozen base weights once (unless vLLM
+        loaded them from disk: ``load_format`` other than dummy), then the adapter alone, written as a
+        peft folder (a temporary directory per rank) that vLLM loads (collective gather)."""
+        import shutil
+        import tempfile
+
+        from verl.workers.engine.lora import save_adapter, unwrap_peft
+        from verl.workers.rollout.weight_sync import sync_weights
+
+        engine = self.actor_engine
+        state = engine.full_state_dict()
+        if not self._rollout_base_synced and self.config.rollout.load_format == "dummy":
+            sync_weights(engine.lora.merge(state, adapters=False).items(), self.rollout, bucket_bytes)
+        self._rollout_base_synced = True
+        folder = tempfile.mkdtemp(prefix="verl_lora_")
+        try:
+            self.rollout.load_lora_adapter(save_adapter(unwrap_peft(engine.module), state, folder))
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        # vLLM may read the folder again (after a weight reload it loads the adapter anew): it lives until
+        # the next adapter replaces it
+        if self._rollout_lora_folder is not None:
+            shutil.rmtree(self._rollout_lora_folder, ignore_errors=True)
+        self._rollout_lora_folder = folder
 
     # ------------------------------------------------------------------ rollout
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)

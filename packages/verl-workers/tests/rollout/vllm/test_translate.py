@@ -289,3 +289,36 @@ def test_vision_language_engines_load_the_tokenizer_and_never_sample_placeholder
     kw = translate.sampling_kwargs(params, [1], ignore_eos=False, log_probs=True, suppress_ids=[IMG, VID])
     assert kw["logit_bias"] == {IMG: -100.0, VID: -100.0}
     assert "logit_bias" not in translate.sampling_kwargs(params, [1], ignore_eos=False, log_probs=True)
+@pytest.mark.parametrize(("rank", "vllm_rank"), [(4, 8), (8, 8), (9, 16), (64, 64), (320, 320)])
+def test_lora_adapter_sync_turns_on_vllms_lora_path(rank, vllm_rank):
+    cfg = rollout_cfg("actor_rollout_ref.rollout.lora_sync=adapter")
+    kw = translate.engine_kwargs(cfg, "/m", trust_remote_code=False, device_type="cpu", seed=1, lora_rank=rank)
+    assert (kw["enable_lora"], kw["max_loras"], kw["max_lora_rank"]) == (True, 1, vllm_rank)
+    plain = translate.engine_kwargs(cfg, "/m", trust_remote_code=False, device_type="cpu", seed=1)
+    assert "enable_lora" not in plain
+    with pytest.raises(ValueError, match="513 exceeds"):
+        translate.vllm_max_lora_rank(513)
+    # the LoRA engine keys belong to the rollout, not to engine_kwargs.vllm
+    with pytest.raises(ValueError, match="engine_kwargs.vllm.max_lora_rank is set by"):
+        translate.check_config(rollout_cfg("+actor_rollout_ref.rollout.engine_kwargs.vllm.max_lora_rank=8"))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "needle"),
+    [
+        (["actor_rollout_ref.rollout.lora_sync=adapter", "actor_rollout_ref.model.lora_rank=8"],
+         "lora_sync=adapter needs vLLM's LoRA path \\(rollout.name=vllm\\); rollout.name='native'"),
+        (["actor_rollout_ref.rollout.lora_sync=adapter", "actor_rollout_ref.rollout.name=vllm"],
+         "lora_sync=adapter sends LoRA adapters to the rollout, but LoRA is off"),
+        (["actor_rollout_ref.rollout.lora_sync=adapters"], "lora_sync='adapters' must be one of \\['merged', 'adapter'\\]"),
+        (["actor_rollout_ref.rollout.lora_sync=adapter", "actor_rollout_ref.rollout.name=vllm",
+          "actor_rollout_ref.model.lora_rank=1024"], "vLLM's LoRA path takes ranks up to 512"),
+    ],
+)
+def test_lora_sync_settings_that_cannot_work_are_refused(tmp_path, overrides, needle):
+    from verl.trainer.config import validate_config
+
+    cfg = load_config([f"actor_rollout_ref.model.path={tmp_path}", "actor_rollout_ref.rollout.name=native",
+                       *overrides], defaults_yaml=None)
+    with pytest.raises(ValueError, match=needle):
+        validate_config(cfg)

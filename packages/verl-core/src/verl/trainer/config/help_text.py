@@ -128,6 +128,7 @@ LEAF_HELP: dict[str, str] = {
     "enforce_eager": "vLLM: no CUDA graphs",
     "free_cache_engine": "vLLM/SGLang: release the KV cache between rollouts (sleep mode)",
     "load_format": "vLLM: initial weights (dummy: synced from the actor)",
+    "lora_sync": "with LoRA: 'merged' weights to any rollout, or 'adapter' (vllm): base once, then adapters only",
     "engine_kwargs": "engine options: engine_kwargs.vllm.* / engine_kwargs.sglang.* (open dict)",
     "n": "samples per prompt",
     # multi-turn / agent

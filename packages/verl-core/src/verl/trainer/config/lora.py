@@ -35,11 +35,44 @@ def check_layered_summon(cfg: DictConfig, problems: list[str]) -> None:
             f"{key} is implemented for the fsdp2 engine (FSDP1's state-dict hooks unshard the whole model; the "
             f"megatron engine gathers per pipeline stage); actor_rollout_ref.actor.strategy is {arr.actor.strategy!r}"
         )
+    elif arr.rollout.lora_sync == "adapter":
+        problems.append(
+            f"{key} gathers merged weights layer by layer; with rollout.lora_sync=adapter only the adapter is "
+            "sent to vLLM (the base weights once, whole): set lora_sync=merged or layered_summon=false"
+        )
     elif not lora_on(cfg) and arr.rollout.name in ("native", "hf"):
         problems.append(
             f"{key}: nothing is gathered here, the {arr.rollout.name} rollout reads the actor's module directly; "
             "it applies to LoRA runs (merged weights) and to rollout engines with their own weights (vllm, sglang)"
         )
+
+
+#: vLLM's allowed ``max_lora_rank`` values (vllm.config.lora.MaxLoRARanks); the adapter's rank rounds up
+VLLM_MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+LORA_SYNC = ("merged", "adapter")
+
+
+def _check_lora_sync(cfg: DictConfig, problems: list[str]) -> None:
+    rollout = cfg.actor_rollout_ref.rollout
+    sync = rollout.lora_sync
+    if sync not in LORA_SYNC:
+        problems.append(f"actor_rollout_ref.rollout.lora_sync={sync!r} must be one of {list(LORA_SYNC)}")
+    elif sync == "adapter":
+        if not lora_on(cfg):
+            problems.append(
+                "actor_rollout_ref.rollout.lora_sync=adapter sends LoRA adapters to the rollout, but LoRA is off "
+                f"({_KEY}.lora_rank=0, no lora_adapter_path): set lora_rank > 0 or lora_sync=merged"
+            )
+        if rollout.name != "vllm":
+            problems.append(
+                f"actor_rollout_ref.rollout.lora_sync=adapter needs vLLM's LoRA path (rollout.name=vllm); "
+                f"rollout.name={rollout.name!r} takes merged weights: set lora_sync=merged"
+            )
+        if int(cfg.actor_rollout_ref.model.lora_rank or 0) > VLLM_MAX_LORA_RANKS[-1]:
+            problems.append(
+                f"{_KEY}.lora_rank={cfg.actor_rollout_ref.model.lora_rank}: vLLM's LoRA path takes ranks up to "
+                f"{VLLM_MAX_LORA_RANKS[-1]}; use rollout.lora_sync=merged"
+            )
 
 
 def check_lora(cfg: DictConfig, problems: list[str]) -> None:
@@ -48,6 +81,7 @@ def check_lora(cfg: DictConfig, problems: list[str]) -> None:
     if not isinstance(m.lora_rank, int) or m.lora_rank < 0:
         problems.append(f"{_KEY}.lora_rank={m.lora_rank!r} must be an integer >= 0 (0 turns LoRA off)")
         return
+    _check_lora_sync(cfg, problems)
     if not lora_on(cfg):
         return
     if m.lora_alpha is None or m.lora_alpha <= 0:

@@ -265,6 +265,7 @@ class RolloutConfig:
     # gather the actor's weights for the rollout one decoder layer at a time (LoRA merged per layer)
     # instead of the whole model at once: peak memory about one layer (fsdp2 engine)
     layered_summon: bool = False
+    lora_sync: str = "merged"  # with LoRA: merged weights, or (vllm) the adapter through vLLM's LoRA path
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
     val_kwargs: ValKwargsConfig = field(default_factory=ValKwargsConfig)
     multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)

@@ -9,6 +9,8 @@ exclude_modules, lora_adapter_path}``; ``lora_rank=0`` and no adapter path means
 - Rollouts get merged weights under the HF names (:meth:`LoraLayout.merge`): ``W + scaling * B @ A``
   is computed from the gathered state dict, so the training module is never merged and unmerged
   (which would leave rounding drift in the frozen weights).
+- Or (``rollout.lora_sync=adapter``, vLLM) the rollout gets the base weights once
+  (``merge(state, adapters=False)``) and then only the adapter, as a peft folder (:func:`save_adapter`).
 - Checkpoints hold the adapter in peft's format (``lora_adapter/``: ``adapter_config.json`` +
   ``adapter_model.safetensors``), loadable with ``PeftModel.from_pretrained`` or as
   ``lora_adapter_path``.
@@ -109,8 +111,9 @@ class LoraLayout:
         tied = bool(getattr(peft_model.get_base_model().config, "tie_word_embeddings", False))
         return cls(layers=layers, tied_embeddings=tied)
 
-    def merge(self, state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """The HF model's state dict (HF names) with every adapter merged into its base weight.
+    def merge(self, state: Mapping[str, torch.Tensor], adapters: bool = True) -> dict[str, torch.Tensor]:
+        """The HF model's state dict (HF names) with every adapter merged into its base weight
+        (``adapters=False``: the frozen base weights alone, for a rollout that applies the adapter itself).
 
         ``state`` is the PeftModel's full state dict; it is not modified (new tensors for merged weights)."""
         out: dict[str, torch.Tensor] = {}
@@ -120,7 +123,7 @@ class LoraLayout:
             module, _, leaf = key.rpartition(".")
             if module.endswith(".base_layer"):
                 owner = module[: -len(".base_layer")]
-                if leaf == "weight" and owner in self.layers:
+                if adapters and leaf == "weight" and owner in self.layers:
                     value = self._merged(owner, value, state)
                 module = owner
             name = f"{module}.{leaf}".removeprefix(_PREFIX)

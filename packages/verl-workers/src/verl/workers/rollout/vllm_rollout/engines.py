@@ -9,8 +9,9 @@
 
 Requests are vLLM prompt dicts (``{"prompt_token_ids": [...]}``, plus ``"multi_modal_data": {"image":
 [PIL, ...]}`` for vision-language rows; see ``translate.vllm_prompts``).
-Both return :class:`~verl.workers.rollout.vllm_rollout.translate.RowOutput` per request and expose
-``collective_rpc``, ``sleep``, ``wake_up``, ``reset_prefix_cache`` and ``shutdown`` as blocking calls.
+Both return :class:`~verl.workers.rollout.vllm_rollout.translate.RowOutput` per request (sampled with
+``lora_request`` when given: vLLM's LoRA path) and expose ``collective_rpc``, ``add_lora``, ``remove_lora``,
+``sleep``, ``wake_up``, ``reset_prefix_cache`` and ``shutdown`` as blocking calls.
 """
 
 from __future__ import annotations
@@ -70,13 +71,19 @@ class SyncEngine:
             self.llm = vllm.LLM(**kwargs)
 
     def generate(
-        self, prompts: Sequence[dict[str, Any]], params: Any, with_log_probs: bool
+        self, prompts: Sequence[dict[str, Any]], params: Any, with_log_probs: bool, lora_request: Any = None
     ) -> list[RowOutput]:
-        outs = self.llm.generate(list(prompts), params, use_tqdm=False)
+        outs = self.llm.generate(list(prompts), params, use_tqdm=False, lora_request=lora_request)
         return [_row_output(o, with_log_probs) for o in outs]
 
     def collective_rpc(self, method: str, args: tuple = ()) -> list[Any]:
         return self.llm.collective_rpc(method, args=args)
+
+    def add_lora(self, lora_request: Any) -> bool:
+        return self.llm.llm_engine.add_lora(lora_request)
+
+    def remove_lora(self, lora_id: int) -> bool:
+        return self.llm.llm_engine.remove_lora(lora_id)
 
     def sleep(self, level: int) -> None:
         self.llm.sleep(level=level)
@@ -119,35 +126,55 @@ class AsyncEngine:
             return f"{prefix}-{self._ids}"
 
     async def _one(
-        self, prompt: dict[str, Any], params: Any, request_id: str, with_log_probs: bool
+        self, prompt: dict[str, Any], params: Any, request_id: str, with_log_probs: bool, lora_request: Any
     ) -> RowOutput:
         final = None
-        async for out in self.llm.generate(prompt, params, request_id):
+        async for out in self.llm.generate(prompt, params, request_id, lora_request=lora_request):
             final = out
         return _row_output(final, with_log_probs)
 
     def submit(
-        self, prompt: dict[str, Any], params: Any, with_log_probs: bool, request_id: str | None = None
+        self,
+        prompt: dict[str, Any],
+        params: Any,
+        with_log_probs: bool,
+        request_id: str | None = None,
+        lora_request: Any = None,
     ) -> concurrent.futures.Future:
         """Start one request on the engine's loop; the future resolves to its :class:`RowOutput`.
         vLLM needs unique ids among live requests, so the caller's id gets a counter appended."""
         rid = self._request_id(request_id or "verl")
-        return asyncio.run_coroutine_threadsafe(self._one(prompt, params, rid, with_log_probs), self._loop)
+        return asyncio.run_coroutine_threadsafe(
+            self._one(prompt, params, rid, with_log_probs, lora_request), self._loop
+        )
 
     async def agenerate(
-        self, prompt: dict[str, Any], params: Any, with_log_probs: bool, request_id: str | None = None
+        self,
+        prompt: dict[str, Any],
+        params: Any,
+        with_log_probs: bool,
+        request_id: str | None = None,
+        lora_request: Any = None,
     ) -> RowOutput:
         """Awaitable from any event loop (or none running the engine)."""
-        return await asyncio.wrap_future(self.submit(prompt, params, with_log_probs, request_id))
+        return await asyncio.wrap_future(
+            self.submit(prompt, params, with_log_probs, request_id, lora_request)
+        )
 
     def generate(
-        self, prompts: Sequence[dict[str, Any]], params: Any, with_log_probs: bool
+        self, prompts: Sequence[dict[str, Any]], params: Any, with_log_probs: bool, lora_request: Any = None
     ) -> list[RowOutput]:
-        futures = [self.submit(p, params, with_log_probs) for p in prompts]
+        futures = [self.submit(p, params, with_log_probs, lora_request=lora_request) for p in prompts]
         return [f.result() for f in futures]
 
     def collective_rpc(self, method: str, args: tuple = ()) -> list[Any]:
         return self.run(self.llm.collective_rpc(method, args=args))
+
+    def add_lora(self, lora_request: Any) -> bool:
+        return self.run(self.llm.add_lora(lora_request))
+
+    def remove_lora(self, lora_id: int) -> bool:
+        return self.run(self.llm.remove_lora(lora_id))
 
     def sleep(self, level: int) -> None:
         self.run(self.llm.sleep(level=level))

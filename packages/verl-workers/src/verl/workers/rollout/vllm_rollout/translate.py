@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from verl.trainer.config.lora import VLLM_MAX_LORA_RANKS
 from verl.workers.rollout.hf_rollout import SamplingParams
 
 WORKER_EXTENSION = "verl.workers.rollout.vllm_rollout.worker_extension.VerlWorkerExtension"
@@ -46,7 +47,19 @@ OWNED_KEYS = {
     "logprobs_mode": "rollout.calculate_log_probs with rollout.temperature/top_k/top_p",
     "skip_tokenizer_init": "(true for text models: token in / token out; vLLM's multimodal processors need the tokenizer)",
     "worker_extension_cls": "(the rollout's weight-sync extension)",
+    "enable_lora": "actor_rollout_ref.rollout.lora_sync=adapter",
+    "max_loras": "(1 with rollout.lora_sync=adapter: the actor's one adapter)",
+    "max_lora_rank": "actor_rollout_ref.model.lora_rank (rounded up to a rank vLLM allows)",
 }
+
+
+def vllm_max_lora_rank(rank: int) -> int:
+    """The smallest rank vLLM accepts as ``max_lora_rank`` that holds an adapter of rank ``rank``."""
+    for allowed in VLLM_MAX_LORA_RANKS:
+        if rank <= allowed:
+            return allowed
+    raise ValueError(f"LoRA rank {rank} exceeds vLLM's largest max_lora_rank {VLLM_MAX_LORA_RANKS[-1]}")
+
 
 #: top-level engine_kwargs keys the workers read (the rest belongs under engine_kwargs.vllm)
 ENGINE_KWARGS_SECTIONS = ("vllm", "sglang", "update_weights_bucket_megabytes")
@@ -135,9 +148,11 @@ def engine_kwargs(
     device_type: str,
     seed: int,
     multimodal: bool = False,
+    lora_rank: int = 0,
 ) -> dict[str, Any]:
     """Keyword arguments for ``vllm.LLM`` / ``AsyncEngineArgs`` (call :func:`check_config` first).
-    ``multimodal``: a vision-language model, whose vLLM processor needs the tokenizer loaded."""
+    ``multimodal``: a vision-language model, whose vLLM processor needs the tokenizer loaded.
+    ``lora_rank``: the actor's adapter rank when it arrives as an adapter (``rollout.lora_sync=adapter``)."""
     max_model_len = config.max_model_len
     if max_model_len is None:
         max_model_len = int(config.prompt_length) + int(config.response_length)
@@ -161,6 +176,9 @@ def engine_kwargs(
         "skip_tokenizer_init": not multimodal,
         "worker_extension_cls": WORKER_EXTENSION,
     }
+    if lora_rank > 0:
+        # one adapter at a time, the actor's current one (upstream verl's max_loras=1)
+        kwargs.update(enable_lora=True, max_loras=1, max_lora_rank=vllm_max_lora_rank(int(lora_rank)))
     kwargs.update(vllm_section(config))
     return kwargs
 

@@ -17,6 +17,11 @@ dataset's ``{"image": [PIL, ...]}``) goes to vLLM with the prompt (``translate.v
 processor then needs the tokenizer loaded and, for Qwen2-VL-family models in vLLM 0.32 with
 transformers 5, a torchvision that loads beside the installed torch (:func:`check_multimodal_support`).
 
+LoRA (``rollout.lora_sync=adapter``): the engine starts with vLLM's LoRA path on (``enable_lora``,
+``max_loras=1``, ``max_lora_rank``); the base weights arrive once (or come from disk with a real
+``load_format``) and after every update only the adapter, in peft's layout, through
+:meth:`VLLMRollout.load_lora_adapter`; every request then samples with it (a ``LoRARequest``).
+
 Outputs follow docs/contracts.md; ``rollout_log_probs`` come from vLLM's sampler in the mode that
 equals ``log_softmax(logits / temperature)`` at the sampled token (see :mod:`.translate`).
 """
@@ -74,6 +79,20 @@ def check_multimodal_support() -> None:
         ) from e
 
 
+def adapter_rank(config: Any, model_config: Any) -> int:
+    """The rank of the adapter the engine will receive (0: it receives merged weights, no LoRA path)."""
+    if config.lora_sync != "adapter":
+        return 0
+    if int(model_config.lora_rank or 0) > 0:
+        return int(model_config.lora_rank)
+    import json
+    import os
+
+    # a run started from lora_adapter_path with lora_rank=0: the adapter's own config says
+    with open(os.path.join(str(model_config.lora_adapter_path), "adapter_config.json")) as f:
+        return int(json.load(f)["r"])
+
+
 @register_rollout("vllm")
 class VLLMRollout(BaseRollout):
     """vLLM engine with its own weights. ``config`` is ``actor_rollout_ref.rollout``; ``model_config``
@@ -104,7 +123,11 @@ class VLLMRollout(BaseRollout):
             device_type=self.device_type,
             seed=self.seed,
             multimodal=bool(self.placeholders),
+            lora_rank=adapter_rank(config, model_config),
         )
+        #: the adapter every request samples with (rollout.lora_sync=adapter), and its id counter
+        self.lora_request: Any = None
+        self._lora_ids = 0
         self.logprobs_mode = self.engine_kwargs["logprobs_mode"]
         from verl.workers.rollout.vllm_rollout.engines import AsyncEngine, SyncEngine
 
@@ -141,6 +164,30 @@ class VLLMRollout(BaseRollout):
         loaded = self.engine.collective_rpc("verl_finish_weight_update")[0]
         self.engine.reset_prefix_cache()  # cached KV blocks were computed with the old weights
         return int(loaded)
+
+    def load_lora_adapter(self, adapter_dir: str) -> None:
+        """Make the peft adapter in ``adapter_dir`` the one every later request samples with. vLLM reads
+        the folder during this call and may read it again later (after a weight reload), so the caller
+        keeps it until the next adapter replaces it; each load gets a new id, and the previous adapter is
+        removed first (``max_loras=1``)."""
+        if not self.engine_kwargs.get("enable_lora"):
+            raise RuntimeError(
+                "this vLLM engine was started without LoRA: set actor_rollout_ref.rollout.lora_sync=adapter "
+                "(with actor_rollout_ref.model.lora_rank > 0)"
+            )
+        from vllm.lora.request import LoRARequest
+
+        self._wake(["weights"])
+        if self.lora_request is not None:
+            self.engine.remove_lora(self.lora_request.lora_int_id)
+        self._lora_ids += 1
+        request = LoRARequest(
+            lora_name=f"verl_actor_v{self._lora_ids}", lora_int_id=self._lora_ids, lora_path=str(adapter_dir)
+        )
+        if not self.engine.add_lora(request):
+            raise RuntimeError(f"vLLM did not load the LoRA adapter in {adapter_dir}")
+        self.lora_request = request
+        self.engine.reset_prefix_cache()  # cached KV blocks were computed with the old adapter
 
     def update_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Load ``(name, tensor)`` pairs (one bucket holding them all)."""
@@ -194,7 +241,9 @@ class VLLMRollout(BaseRollout):
         requests = translate.vllm_prompts(
             rows, prompts.non_tensor_batch.get("multi_modal_data"), self.placeholders
         )
-        outputs = self.engine.generate(requests, self.vllm_sampling_params(params, log_probs), log_probs)
+        outputs = self.engine.generate(
+            requests, self.vllm_sampling_params(params, log_probs), log_probs, lora_request=self.lora_request
+        )
         if self.placeholders:
             translate.check_prompt_lengths(rows, outputs)
         tensors = translate.assemble_batch(
@@ -243,7 +292,9 @@ class VLLMRollout(BaseRollout):
         request = translate.vllm_prompts(
             rows, None if multi_modal_data is None else [multi_modal_data], self.placeholders
         )
-        out = await self.engine.agenerate(request[0], SamplingParams(**kwargs), True, request_id)
+        out = await self.engine.agenerate(
+            request[0], SamplingParams(**kwargs), True, request_id, lora_request=self.lora_request
+        )
         if self.placeholders:
             translate.check_prompt_lengths(rows, [out])
         return out
