@@ -36,7 +36,7 @@ from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 DATA_SOURCE = "arithmetic"
-# The model the probe measured: 446k parameters, learns the task with SFT in a few hundred steps.
+# The demo model: 457k parameters with the demo tokenizer (counted in docs/lora.md), learns the task with SFT in a few hundred steps.
 MODEL_SIZES = dict(hidden_size=128, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
                    intermediate_size=256)
 DEFAULT_SFT_STEPS = 180
