@@ -39,3 +39,19 @@ def test_the_learning_rate_reaches_the_actor(tmp_path):
     assert f"actor_rollout_ref.actor.optim.lr={demo.DEFAULT_RL_LR}" in demo.rl_args(
         "/m", data, tmp_path, 3, 2
     )
+
+
+def test_the_seed_reaches_both_stages(monkeypatch, tmp_path):
+    seen = {}
+    monkeypatch.setattr(demo, "run", lambda *a, **kw: seen.update(kw) or {})
+    demo.main(["--seed", "3"])
+    assert seen["extra_sft_args"] == ["data.seed=3", "trainer.seed=3"]
+    assert seen["extra_rl_args"] == ["data.seed=3", "trainer.seed=3"]
+    demo.main([])
+    assert seen["extra_sft_args"] == [] and seen["extra_rl_args"] == []
+    # the SFT config loads with them (data order) as the RL config does
+    from verl.trainer.sft import load_sft_config
+
+    data = {"sft": "s.parquet", "train": "t.parquet", "test": "v.parquet"}
+    cfg = load_sft_config(demo.sft_args("/m", data, tmp_path, 3, 2) + ["data.seed=3", "trainer.seed=3"])
+    assert (cfg.data.seed, cfg.trainer.seed) == (3, 3)

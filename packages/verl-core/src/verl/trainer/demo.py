@@ -184,7 +184,8 @@ def _seconds_per_step(metrics_file: Path) -> float:
 
 def run(out_dir: str | os.PathLike | None = None, sft_steps: int = DEFAULT_SFT_STEPS,
         rl_steps: int = DEFAULT_RL_STEPS, workers: int = 2, extra_rl_args: list[str] | None = None,
-        model_dtype: str = "float32", sft_model: str | None = None, lr: float = DEFAULT_RL_LR) -> dict[str, Any]:
+        model_dtype: str = "float32", sft_model: str | None = None, lr: float = DEFAULT_RL_LR,
+        extra_sft_args: list[str] | None = None) -> dict[str, Any]:
     """Run the whole pipeline; returns the summary (also written to ``<out>/summary.json``).
     ``sft_model``: a Hugging Face folder to start GRPO from instead of running the SFT warm start."""
     from verl.trainer.config import load_config, validate_config
@@ -201,7 +202,8 @@ def run(out_dir: str | os.PathLike | None = None, sft_steps: int = DEFAULT_SFT_S
           f"model: tiny Qwen2 in {model}", flush=True)
 
     if sft_model is None:
-        sft_cfg = load_sft_config(sft_args(model, data, out / "sft", sft_steps, workers, model_dtype))
+        sft_cfg = load_sft_config(sft_args(model, data, out / "sft", sft_steps, workers, model_dtype)
+                                  + list(extra_sft_args or []))
         validate_sft_config(sft_cfg)
         print(f"[demo] SFT warm start: {sft_steps} steps", flush=True)
         sft = run_sft(sft_cfg)
@@ -266,17 +268,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--lora-rank", type=int, default=0,
                    help="> 0: GRPO trains LoRA adapters of this rank (actor_rollout_ref.model.lora_rank)")
     p.add_argument("--lora-alpha", type=int, default=None, help="LoRA scale numerator (default: 2 x rank)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="data order and sampling seed of both stages (SFT and RL data.seed, trainer.seed); "
+                        "default: the configs' own")
     p.add_argument("--worker-backend", default=None, choices=["ray", "local"],
                    help="trainer.worker_backend for GRPO (local: in the driver process, one worker, no Ray)")
     args = p.parse_args(argv)
     extra = [] if args.worker_backend is None else [f"trainer.worker_backend={args.worker_backend}"]
+    seeded = [] if args.seed is None else [f"data.seed={args.seed}", f"trainer.seed={args.seed}"]
+    extra += seeded
     if args.lora_rank > 0:
         alpha = args.lora_alpha if args.lora_alpha is not None else 2 * args.lora_rank
         extra += [f"actor_rollout_ref.model.lora_rank={args.lora_rank}", f"actor_rollout_ref.model.lora_alpha={alpha}"]
     elif args.lora_alpha is not None:
         p.error(f"--lora-alpha={args.lora_alpha} needs --lora-rank > 0 (LoRA is off)")
     return run(args.out, args.sft_steps, args.rl_steps, args.workers, extra_rl_args=extra,
-               model_dtype=args.model_dtype, sft_model=args.sft_model, lr=args.lr)
+               model_dtype=args.model_dtype, sft_model=args.sft_model, lr=args.lr, extra_sft_args=seeded)
 
 
 if __name__ == "__main__":
