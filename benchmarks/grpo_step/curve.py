@@ -117,24 +117,7 @@ def table(rows: list[dict]) -> str:
             f"| {_trio(r, '_tok_s', '.0f')} | {_trio(r, '_mfu', '.1f', 100.0)} | {_trio(r, '_union', '.0f')} "
             f"| {_f(g('union_ours_over_bare'), '.2f')} |"
         )
-    shown = [k for k in rows[0]["ours_stages"] if any(r["ours_stages"][k] > 0.0005 for r in rows)]
-    lines += [
-        "",
-        "Where our step's time goes (medians, seconds, `timing_s/<stage>`), beside the bare step's phases:",
-        "",
-        "| size | new tokens | ours: "
-        + " / ".join(shown)
-        + " | bare: gen / reward / old_log_prob / update |",
-        "|---|---|---|---|",
-    ]
-    for r in rows:
-        lines.append(
-            f"| {r['size']} | {r['new_tokens']} | "
-            + " / ".join(f"{r['ours_stages'][k]:.3f}" for k in shown)
-            + " | "
-            + " / ".join(f"{v:.3f}" for v in r["bare_stages"].values())
-            + " |"
-        )
+    lines += report.stage_tables(rows)
     return "\n".join(lines)
 
 

@@ -170,7 +170,8 @@ def row_line(r: dict) -> str:
     )
 
 
-def _stage_tables(rows: list[dict]) -> list[str]:
+def stage_tables(rows: list[dict]) -> list[str]:
+    """Where our step's time goes per cell (and before -> after when the rows carry ``ours_before``)."""
     # stages that took time in any cell, in loop order (the same columns for every row)
     shown = [
         k
@@ -245,7 +246,7 @@ def render(
         *[row_line(r) for r in rows],
     ]
     if rows:
-        lines += _stage_tables(rows)
+        lines += stage_tables(rows)
     lines += [
         "",
         "Fastest round of each (the closest a busy machine gets to a quiet one), s/step and ratios:",
