@@ -178,11 +178,15 @@ def main(argv: list[str] | None = None) -> dict:
             f"[soak] launch {launch}: tracker at {latest}; kill {target} in {phase} of step {step}",
             flush=True,
         )
-        driver = _launch(train_args(run_dir), phase, rank, step, markers, log)
+        # each launch holds in its own marker folder: an earlier launch that targeted the same phase, step
+        # and rank left its marker behind, and reading it would kill this launch before it starts
+        launch_markers = markers / f"launch_{launch}"
+        launch_markers.mkdir(exist_ok=True)
+        driver = _launch(train_args(run_dir), phase, rank, step, launch_markers, log)
         if phase == "none":
             rc = driver.wait()
         else:
-            _kill_in_phase(driver, target, markers / f"{phase}_step{step}_rank{rank}.json", event)
+            _kill_in_phase(driver, target, launch_markers / f"{phase}_step{step}_rank{rank}.json", event)
             rc = driver.returncode
         text = log.read_text(errors="replace")
         if (phase == "none" and rc != 0 or event.get("exited_before_phase")) and _STARTUP_FAILURE in text:
