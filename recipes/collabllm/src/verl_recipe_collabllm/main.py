@@ -27,7 +27,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
-from verl.trainer.config.recipes import recipe_configs_dir
+from verl.trainer.config.recipes import load_with_built_in, recipe_configs_dir
 from verl.trainer.config.recipes import with_default_config as _with_default_config
 
 CPU_CONFIG = "collabllm_cpu.yaml"
@@ -69,28 +69,25 @@ def load_recipe_config(argv: list[str], stack: ExitStack) -> DictConfig:
     from verl_recipe_collabllm.config import load_collabllm_config, validate_collabllm_config
     from verl_recipe_collabllm.cpu_assets import asset_overrides
 
-    argv = with_default_config(argv)
-    cfg = load_collabllm_config(argv)
-    built_in = ("data.train_files", "actor_rollout_ref.model.path", INTERACTION_KEY)
-    unset = [key for key in built_in if not OmegaConf.select(cfg, key)]
-    if unset:  # every other problem is reported before the task, the warm start and the server are made
-        validate_collabllm_config(load_collabllm_config([*argv, *(f"{key}=(built-in)" for key in unset)]))
-    extra = asset_overrides(cfg)
-    interaction = OmegaConf.select(cfg, INTERACTION_KEY)
-    if interaction and not Path(interaction).is_absolute() and Path(interaction).is_file():
-        # Ray workers load the file in their own processes, possibly elsewhere: pass it by absolute path.
-        extra.append(f"{INTERACTION_KEY}={Path(interaction).resolve()}")
-    if INTERACTION_KEY in unset:
-        from verl_recipe_collabllm.sim_server import RuleUserServer
+    def overrides(cfg: DictConfig, unset: list[str]) -> list[str]:
+        extra = asset_overrides(cfg)
+        interaction = OmegaConf.select(cfg, INTERACTION_KEY)
+        if interaction and not Path(interaction).is_absolute() and Path(interaction).is_file():
+            # Ray workers load the file in their own processes, possibly elsewhere: pass it by absolute path.
+            extra.append(f"{INTERACTION_KEY}={Path(interaction).resolve()}")
+        if INTERACTION_KEY in unset:
+            from verl_recipe_collabllm.sim_server import RuleUserServer
 
-        server = stack.enter_context(RuleUserServer())
-        path = Path(cfg.trainer.default_local_dir).resolve() / "assets" / "rule_user_interaction.yaml"
-        extra.append(f"{INTERACTION_KEY}={write_rule_user_interaction(path, server.base_url)}")
-        print(f"simulated user: rule-based, serving {server.base_url}/chat/completions", flush=True)
-    if extra:
-        cfg = load_collabllm_config([*argv, *extra])
-    validate_collabllm_config(cfg)
-    return cfg
+            server = stack.enter_context(RuleUserServer())
+            path = Path(cfg.trainer.default_local_dir).resolve() / "assets" / "rule_user_interaction.yaml"
+            extra.append(f"{INTERACTION_KEY}={write_rule_user_interaction(path, server.base_url)}")
+            print(f"simulated user: rule-based, serving {server.base_url}/chat/completions", flush=True)
+        return extra
+
+    made = ("data.train_files", "actor_rollout_ref.model.path", INTERACTION_KEY)
+    return load_with_built_in(
+        with_default_config(argv), load_collabllm_config, validate_collabllm_config, made, overrides
+    )
 
 
 def run_collabllm(cfg: DictConfig) -> dict[str, float]:

@@ -19,7 +19,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 from verl.trainer.config import load_config, validate_config
-from verl.trainer.config.recipes import recipe_configs_dir
+from verl.trainer.config.recipes import load_with_built_in, recipe_configs_dir
 from verl.trainer.config.recipes import with_default_config as _with_default_config
 
 CPU_CONFIG = "dapo_cpu.yaml"
@@ -67,13 +67,13 @@ def load_dapo_config(argv: list[str]) -> DictConfig:
     data unset, validate; the result is read-only."""
     from verl_recipe_dapo.cpu_assets import asset_overrides
 
-    argv = with_default_config(argv)
-    cfg = load_config(argv)
-    extra = asset_overrides(cfg)
-    if extra:
-        cfg = load_config([*argv, *extra])
-    validate_config(cfg)
-    return cfg
+    return load_with_built_in(
+        with_default_config(argv),
+        load_config,
+        validate_config,
+        made=("data.train_files", "actor_rollout_ref.model.path"),
+        overrides=lambda cfg, _unset: asset_overrides(cfg),
+    )
 
 
 def train(argv: list[str]) -> dict[str, float]:

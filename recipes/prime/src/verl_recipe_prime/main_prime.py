@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
-from verl.trainer.config.recipes import recipe_configs_dir
+from verl.trainer.config.recipes import load_with_built_in, recipe_configs_dir
 from verl.trainer.config.recipes import with_default_config as _with_default_config
 
 CPU_CONFIG = "prime_cpu.yaml"
@@ -47,13 +47,13 @@ def load_recipe_config(argv: list[str]) -> DictConfig:
     from verl_recipe_prime.config import load_prime_config, validate_prime_config
     from verl_recipe_prime.cpu_assets import asset_overrides
 
-    argv = with_default_config(argv)
-    cfg = load_prime_config(argv)
-    extra = asset_overrides(cfg)
-    if extra:
-        cfg = load_prime_config([*argv, *extra])
-    validate_prime_config(cfg)
-    return cfg
+    return load_with_built_in(
+        with_default_config(argv),
+        load_prime_config,
+        validate_prime_config,
+        made=("data.train_files", "actor_rollout_ref.model.path"),
+        overrides=lambda cfg, _unset: asset_overrides(cfg),
+    )
 
 
 def build_role_worker_mapping(cfg: DictConfig) -> dict:

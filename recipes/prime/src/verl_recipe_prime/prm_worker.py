@@ -47,8 +47,12 @@ class PRIMERewardModelWorker(Worker):
     sizes the PRM's LR schedule (the trainer passes it, as it does to the actor)."""
 
     def __init__(
-        self, config: Any, total_training_steps: int | None = None, device: str | None = None,
-        seed: int | None = None, **_: Any,
+        self,
+        config: Any,
+        total_training_steps: int | None = None,
+        device: str | None = None,
+        seed: int | None = None,
+        **_: Any,
     ):
         super().__init__()
         self.config = config

@@ -18,9 +18,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 from verl.trainer.config import ConfigError, PPOTrainerConfig, load_config, validate_config
+from verl.trainer.config.recipes import BUILT_IN
 
 MT = "actor_rollout_ref.rollout.multi_turn"
-BUILT_IN = "(built-in)"  # stands for the files the recipe makes, while checking a config before making them
 
 
 @dataclass

@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
-from verl.trainer.config.recipes import recipe_configs_dir
+from verl.trainer.config.recipes import load_with_built_in, recipe_configs_dir
 from verl.trainer.config.recipes import with_default_config as _with_default_config
 
 CPU_CONFIG = "retool_cpu.yaml"
@@ -85,25 +85,23 @@ def asset_overrides(cfg: DictConfig) -> list[str]:
 def load_recipe_config(argv: list[str]) -> DictConfig:
     """Load (CPU default when no ``--config``), check everything the user set before making assets, make
     what is unset, validate. The result is read-only."""
-    from verl_recipe_retool.config import BUILT_IN, load_retool_config, validate_retool_config
+    from verl_recipe_retool.config import load_retool_config, validate_retool_config
 
-    argv = with_default_config(argv)
-    cfg = load_retool_config(argv)
-    made = ["data.train_files", "data.val_files", "actor_rollout_ref.model.path"]
-    if cfg.retool.use_tool:
-        made.append(TOOL_KEY)
-    unset = [key for key in made if not OmegaConf.select(cfg, key)]
-    if unset:  # report every other problem before the task and the cold start are made
-        validate_retool_config(load_retool_config([*argv, *(f"{key}={BUILT_IN}" for key in unset)]))
-    extra = asset_overrides(cfg)
-    tools = OmegaConf.select(cfg, TOOL_KEY)
-    if tools and not Path(tools).is_absolute() and Path(tools).is_file():
-        # Ray workers load the file in their own processes, possibly elsewhere: pass it by absolute path.
-        extra.append(f"{TOOL_KEY}={Path(tools).resolve()}")
-    if extra:
-        cfg = load_retool_config([*argv, *extra])
-    validate_retool_config(cfg)
-    return cfg
+    def made(cfg: DictConfig) -> list[str]:
+        keys = ["data.train_files", "data.val_files", "actor_rollout_ref.model.path"]
+        return [*keys, TOOL_KEY] if cfg.retool.use_tool else keys
+
+    def overrides(cfg: DictConfig, _unset: list[str]) -> list[str]:
+        extra = asset_overrides(cfg)
+        tools = OmegaConf.select(cfg, TOOL_KEY)
+        if tools and not Path(tools).is_absolute() and Path(tools).is_file():
+            # Ray workers load the file in their own processes, possibly elsewhere: pass it by absolute path.
+            extra.append(f"{TOOL_KEY}={Path(tools).resolve()}")
+        return extra
+
+    return load_with_built_in(
+        with_default_config(argv), load_retool_config, validate_retool_config, made, overrides
+    )
 
 
 def run_retool(cfg: DictConfig) -> dict[str, float]:

@@ -18,8 +18,8 @@ import os
 import sys
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
-from verl.trainer.config.recipes import recipe_configs_dir
+from omegaconf import DictConfig
+from verl.trainer.config.recipes import load_with_built_in, recipe_configs_dir
 from verl.trainer.config.recipes import with_default_config as _with_default_config
 
 CPU_CONFIG = "spin_cpu.yaml"
@@ -47,18 +47,13 @@ def load_recipe_config(argv: list[str]) -> DictConfig:
 
     from verl_recipe_spin.config import load_spin_config, validate_spin_config
 
-    argv = with_default_config(argv)
-    cfg = load_spin_config(argv)
-    unset = [
-        key for key in ("data.train_files", "actor_rollout_ref.model.path") if not OmegaConf.select(cfg, key)
-    ]
-    if unset:  # every other problem is reported before minutes of building the task and the warm start
-        validate_spin_config(load_spin_config([*argv, *(f"{key}=(built-in)" for key in unset)]))
-    extra = asset_overrides(cfg, WARM_START_STEPS)
-    if extra:
-        cfg = load_spin_config([*argv, *extra])
-    validate_spin_config(cfg)
-    return cfg
+    return load_with_built_in(
+        with_default_config(argv),
+        load_spin_config,
+        validate_spin_config,
+        made=("data.train_files", "actor_rollout_ref.model.path"),
+        overrides=lambda cfg, _unset: asset_overrides(cfg, WARM_START_STEPS),
+    )
 
 
 def role_worker_mapping() -> dict:
