@@ -24,18 +24,10 @@ def chaos_assets(tmp_path_factory):
 def in_process_worker_env():
     """``trainer.worker_backend=local`` makes this pytest process a rank-0 worker (rendezvous env, gloo
     group): undo it afterwards."""
-    import torch.distributed as dist
+    from verl.single_controller.local import restored_process_env
 
-    keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
-    saved = {k: os.environ.get(k) for k in keys}
-    yield
-    if dist.is_initialized():
-        dist.destroy_process_group()
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+    with restored_process_env():
+        yield
 
 
 KILL_RUN_STEPS, KILL_RUN_SAVE_FREQ = (

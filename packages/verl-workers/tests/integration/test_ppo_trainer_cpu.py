@@ -126,20 +126,10 @@ def test_ppo_gae_with_critic_on_cpu(ray_cluster, tmp_path, tiny_model_dir):
 @pytest.fixture
 def in_process_worker_env():
     """The local backend makes this pytest process a rank-0 worker (rendezvous env, gloo group): undo it."""
-    import os
+    from verl.single_controller.local import restored_process_env
 
-    import torch.distributed as dist
-
-    keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
-    saved = {k: os.environ.get(k) for k in keys}
-    yield
-    if dist.is_initialized():
-        dist.destroy_process_group()
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+    with restored_process_env():
+        yield
 
 
 def test_local_backend_runs_the_worker_in_this_process(ray_cluster, in_process_worker_env, tmp_path, tiny_model_dir):

@@ -11,7 +11,10 @@ colocated. More than one worker needs real processes: use the Ray backend.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
+import os
+from collections.abc import Iterator
 from typing import Any
 
 from verl.single_controller.base.worker_group import ClassWithInitArgs, WorkerGroup
@@ -50,3 +53,26 @@ class LocalWorkerGroup(WorkerGroup):
         if inspect.iscoroutine(result):  # an async worker method: a Ray actor would await it for us
             result = asyncio.run(result)
         return [result]
+
+
+_RENDEZVOUS_KEYS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+@contextlib.contextmanager
+def restored_process_env() -> Iterator[None]:
+    """Undo, on exit, what running a worker in this process leaves behind: the rank-0 rendezvous
+    variables it sets and its gloo process group. For running several local-backend trainers one after
+    another in one process (tests, notebooks)."""
+    import torch.distributed as dist
+
+    saved = {key: os.environ.get(key) for key in _RENDEZVOUS_KEYS}
+    try:
+        yield
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
