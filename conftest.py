@@ -18,23 +18,19 @@ def ray_cluster():
     """One local Ray cluster per test session. Resource counts are logical: 8 'CPUs' on 2 cores lets
     tests spawn several fractional-CPU workers without waiting for each other."""
     ray = pytest.importorskip("ray")
-    for attempt in range(5):
-        if ray.is_initialized():
-            break
-        try:
-            ray.init(
-                num_cpus=8,
-                include_dashboard=False,
-                log_to_driver=True,
-                configure_logging=False,
-                runtime_env={"env_vars": {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}},
-            )
-        except Exception as e:
-            # On an overloaded machine Ray's raylet can miss its hard-coded 30 s start-up window; that
-            # is not what any test checks, so try again (4 times) before failing.
-            if "timed out during startup" not in str(e) or attempt == 4:
-                raise
-            ray.shutdown()
+    if not ray.is_initialized():
+        from verl.utils.ray_start import init_ray
+
+        # On an overloaded machine Ray's raylet can miss its hard-coded 30 s start-up window; that is
+        # not what any test checks, so start it again (5 attempts in all) before failing.
+        init_ray(
+            attempts=5,
+            num_cpus=8,
+            include_dashboard=False,
+            log_to_driver=True,
+            configure_logging=False,
+            runtime_env={"env_vars": {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}},
+        )
     yield ray
     ray.shutdown()
 

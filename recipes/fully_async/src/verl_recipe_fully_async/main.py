@@ -18,6 +18,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 from verl.trainer.config.recipes import recipe_configs_dir
+from verl.utils.ray_start import init_ray
 
 from verl_recipe_fully_async.config import load_async_config, rollout_world_size, validate_async_config
 
@@ -119,7 +120,7 @@ def run_fully_async(cfg: DictConfig) -> dict[str, float]:
     from verl_recipe_fully_async.trainer import FullyAsyncRayTrainer
 
     if not ray.is_initialized():
-        ray.init(**ray_init_kwargs(cfg))
+        init_ray(**ray_init_kwargs(cfg))
     mapping = build_role_worker_mapping(cfg)
     return run_ppo(
         cfg,
@@ -141,7 +142,7 @@ def _main(defaults: tuple[str, ...], argv: list[str] | None) -> None:
     import ray
 
     if not ray.is_initialized():  # before the assets' SFT warm start would start it with its own settings
-        ray.init(**ray_init_kwargs(load_async_config(with_default_config(argv, defaults))))
+        init_ray(**ray_init_kwargs(load_async_config(with_default_config(argv, defaults))))
     cfg = load_recipe_config(argv, defaults)
     metrics = run_fully_async(cfg)
     print(

@@ -24,6 +24,7 @@ from typing import Any
 from omegaconf import DictConfig
 from verl.trainer.config.recipes import load_with_built_in, recipe_configs_dir
 from verl.trainer.config.recipes import with_default_config as _with_default_config
+from verl.utils.ray_start import init_ray
 
 CPU_CONFIG = "prime_cpu.yaml"
 PAPER_CONFIG = "prime_eurus2_7b_sft.yaml"
@@ -107,7 +108,7 @@ def run_prime(cfg: DictConfig) -> dict[str, float]:
         import ray
 
         if not ray.is_initialized():  # started as run_ppo would: the PRM pool's CPU share needs the cluster
-            ray.init(**ray_init_kwargs(cfg))
+            init_ray(**ray_init_kwargs(cfg))
         pools = build_prm_resource_pool_manager(cfg, mapping)
     return run_ppo(cfg, role_worker_mapping=mapping, resource_pool_manager=pools, trainer_cls=RayPRIMETrainer)
 

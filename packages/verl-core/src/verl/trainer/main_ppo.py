@@ -44,7 +44,11 @@ def ray_init_kwargs(config: DictConfig) -> dict[str, Any]:
     """``ray_kwargs.ray_init`` with defaults: no dashboard, no tokenizer thread pools. Each worker's
     torch threads follow the CPUs it reserves (set where the worker group starts it), so no
     ``OMP_NUM_THREADS`` is set here; one in ``ray_kwargs.ray_init.runtime_env.env_vars`` still wins."""
-    kwargs = {k: v for k, v in OmegaConf.to_container(config.ray_kwargs.ray_init, resolve=True).items() if v is not None}
+    kwargs = {
+        k: v
+        for k, v in OmegaConf.to_container(config.ray_kwargs.ray_init, resolve=True).items()
+        if v is not None
+    }
     kwargs.setdefault("include_dashboard", False)
     runtime_env = dict(kwargs.get("runtime_env") or {})
     env_vars = {
@@ -68,7 +72,9 @@ def build_role_worker_mapping(config: DictConfig) -> dict:
     actor_key = "agent_actor_rollout_ref" if multi_turn else "actor_rollout_ref"
     if config.actor_rollout_ref.actor.strategy == "megatron":
         actor_key = "megatron_actor_rollout_ref"
-    mapping = {(Role.ActorRolloutRef if _use_ref(config) else Role.ActorRollout): WORKER_CLASSES.get(actor_key)}
+    mapping = {
+        (Role.ActorRolloutRef if _use_ref(config) else Role.ActorRollout): WORKER_CLASSES.get(actor_key)
+    }
     if _use_critic(config):
         critic_key = "megatron_critic" if config.critic.strategy == "megatron" else "critic"
         mapping[Role.Critic] = WORKER_CLASSES.get(critic_key)
@@ -112,7 +118,9 @@ def load_tokenizer(config: DictConfig):
     """The tokenizer through verl-workers' registered loader (core never imports transformers)."""
     from verl.trainer.model_builders import load_tokenizer as _load
 
-    tokenizer = _load(tokenizer_path(config), trust_remote_code=bool(config.actor_rollout_ref.model.trust_remote_code))
+    tokenizer = _load(
+        tokenizer_path(config), trust_remote_code=bool(config.actor_rollout_ref.model.trust_remote_code)
+    )
     template = config.actor_rollout_ref.model.custom_chat_template
     if template is not None:
         # the driver renders every prompt (the dataset), so its tokenizer's template is the one that counts
@@ -124,12 +132,20 @@ def load_processor(config: DictConfig):
     """A vision-language model's processor (None for text-only models), through verl-workers."""
     from verl.trainer.model_builders import load_processor as _load
 
-    return _load(tokenizer_path(config), trust_remote_code=bool(config.actor_rollout_ref.model.trust_remote_code))
+    return _load(
+        tokenizer_path(config), trust_remote_code=bool(config.actor_rollout_ref.model.trust_remote_code)
+    )
 
 
-def build_trainer(config: DictConfig, tokenizer: Any = None, reward_fn: Any = None, val_reward_fn: Any = None,
-                  role_worker_mapping: dict | None = None, trainer_cls: type | None = None,
-                  resource_pool_manager: Any = None):
+def build_trainer(
+    config: DictConfig,
+    tokenizer: Any = None,
+    reward_fn: Any = None,
+    val_reward_fn: Any = None,
+    role_worker_mapping: dict | None = None,
+    trainer_cls: type | None = None,
+    resource_pool_manager: Any = None,
+):
     """Everything ``fit`` needs: tokenizer, datasets, reward managers, roles and pools, the trainer.
 
     ``resource_pool_manager``: the pools and which role runs where (default: `build_resource_pool_manager`,
@@ -144,17 +160,28 @@ def build_trainer(config: DictConfig, tokenizer: Any = None, reward_fn: Any = No
     if val_reward_fn is None and config.data.val_files:
         val_reward_fn = load_reward_manager(config, tokenizer, num_examine=1)
     processor = load_processor(config)
-    train_dataset = create_rl_dataset(config.data.train_files, config.data, tokenizer, processor, is_train=True)
+    train_dataset = create_rl_dataset(
+        config.data.train_files, config.data, tokenizer, processor, is_train=True
+    )
     val_dataset = None
     if config.data.val_files:
-        val_dataset = create_rl_dataset(config.data.val_files, config.data, tokenizer, processor, is_train=False)
+        val_dataset = create_rl_dataset(
+            config.data.val_files, config.data, tokenizer, processor, is_train=False
+        )
     mapping = role_worker_mapping if role_worker_mapping is not None else build_role_worker_mapping(config)
     if resource_pool_manager is None:
         resource_pool_manager = build_resource_pool_manager(config, mapping)
     return (trainer_cls or RayPPOTrainer)(
-        config, tokenizer, mapping, resource_pool_manager,
-        reward_fn=reward_fn, val_reward_fn=val_reward_fn, train_dataset=train_dataset,
-        val_dataset=val_dataset, collate_fn=collate_fn, processor=processor,
+        config,
+        tokenizer,
+        mapping,
+        resource_pool_manager,
+        reward_fn=reward_fn,
+        val_reward_fn=val_reward_fn,
+        train_dataset=train_dataset,
+        val_dataset=val_dataset,
+        collate_fn=collate_fn,
+        processor=processor,
     )
 
 
@@ -164,11 +191,12 @@ def run_ppo(config: DictConfig, **build_kwargs: Any) -> dict[str, float]:
     import ray
 
     from verl.utils.checkpoint import atomic_write_text
+    from verl.utils.ray_start import init_ray
 
     if config.trainer.worker_backend == "local":
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # what ray_init_kwargs gives Ray workers
     elif not ray.is_initialized():
-        ray.init(**ray_init_kwargs(config))
+        init_ray(**ray_init_kwargs(config))
         if not ray_init_kwargs(config).get("address"):
             # this process owns the cluster it just started: if it is SIGKILLed, the reaper ends Ray's
             # processes (agents otherwise outlive it, reparented to init)
@@ -197,7 +225,9 @@ def _print_outputs(config: DictConfig, metrics: dict[str, float]) -> None:
     if "jsonl" in config.trainer.logger:
         lines.append(f"  metrics:     {os.path.join(out, 'metrics.jsonl')}")
     if "tensorboard" in config.trainer.logger:
-        lines.append(f"  tensorboard: {os.environ.get('TENSORBOARD_DIR') or os.path.join(out, 'tensorboard')}")
+        lines.append(
+            f"  tensorboard: {os.environ.get('TENSORBOARD_DIR') or os.path.join(out, 'tensorboard')}"
+        )
     if os.path.exists(os.path.join(out, "reward_curve.png")):
         lines.append(f"  plot:        {os.path.join(out, 'reward_curve.png')}")
     if config.trainer.save_freq > 0:
@@ -237,10 +267,12 @@ def main(argv: list[str] | None = None) -> None:
         print(f"hydra run directory: {os.path.abspath(run_dir)}", flush=True)
     if not config.actor_rollout_ref.hybrid_engine:
         # refused here, before Ray starts (the trainer refuses it too, for code that builds one directly)
-        raise ConfigError([
-            "actor_rollout_ref.hybrid_engine=false puts the rollout on a pool of its own, which main_ppo's "
-            "colocated loop does not do; use the asynchronous trainers of recipes/fully_async"
-        ])
+        raise ConfigError(
+            [
+                "actor_rollout_ref.hybrid_engine=false puts the rollout on a pool of its own, which main_ppo's "
+                "colocated loop does not do; use the asynchronous trainers of recipes/fully_async"
+            ]
+        )
     try:
         run_ppo(config)
     except NothingToTrainError as e:

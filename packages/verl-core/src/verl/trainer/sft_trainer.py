@@ -35,7 +35,9 @@ def init_ray(config: DictConfig) -> None:
         return
     kwargs = {k: v for k, v in dict(config.ray_kwargs.ray_init).items() if v is not None}
     env = {"TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    ray.init(include_dashboard=False, runtime_env={"env_vars": env}, **kwargs)
+    from verl.utils.ray_start import init_ray as start
+
+    start(include_dashboard=False, runtime_env={"env_vars": env}, **kwargs)
     if not kwargs.get("address"):  # our own cluster: end its processes if this driver is SIGKILLed
         from verl.utils.reaper import start_reaper
 
@@ -68,7 +70,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     out = config.trainer.default_local_dir
     print(f"SFT finished: metrics and {CONFIG_FILE} in {out}; checkpoint {result['checkpoint']}", flush=True)
     if result["hf_model"]:
-        print(f"Hugging Face model: {result['hf_model']} (RL: actor_rollout_ref.model.path={result['hf_model']})")
+        print(
+            f"Hugging Face model: {result['hf_model']} (RL: actor_rollout_ref.model.path={result['hf_model']})"
+        )
     return result
 
 
