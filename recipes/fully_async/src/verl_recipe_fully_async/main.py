@@ -64,13 +64,14 @@ def ray_init_kwargs(cfg: DictConfig) -> dict[str, Any]:
     trainer pool only); an ``OMP_NUM_THREADS`` in ``ray_kwargs.ray_init.runtime_env.env_vars`` wins."""
     from verl.trainer.config import resolve_device
     from verl.trainer.main_ppo import ray_init_kwargs as core_kwargs
+    from verl.utils.cpu_threads import available_cpus
 
     kwargs = core_kwargs(cfg)
     user_env = OmegaConf.to_container(cfg.ray_kwargs.ray_init, resolve=True).get("runtime_env") or {}
     if resolve_device(cfg) == "cpu" and "OMP_NUM_THREADS" not in (user_env.get("env_vars") or {}):
         workers = int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node) + rollout_world_size(cfg)
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        kwargs["runtime_env"]["env_vars"]["OMP_NUM_THREADS"] = str(max(1, cores // workers))
+        # core's count of this process's CPUs (affinity mask capped by the cgroup quota), not the host's
+        kwargs["runtime_env"]["env_vars"]["OMP_NUM_THREADS"] = str(max(1, available_cpus() // workers))
     return kwargs
 
 
