@@ -41,6 +41,7 @@ from verl.workers.rollout.hf_rollout import (
     concat_generations,
     gathered_fsdp2_params,
 )
+from verl.workers.rollout.native_decode import decode_step
 
 if TYPE_CHECKING:
     from verl import DataProto
@@ -184,6 +185,8 @@ def decoder_forward(
     nh, nkv, d = w.n_heads, w.n_kv_heads, w.head_dim
     half = d // 2
     sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)  # once per call, for _rotate
+    if t == 1 and attn_mask.is_floating_point():  # one token per row: the decode step's leaner path
+        return decode_step(w, ids[:, 0], cos[:, 0, 0], sin[:, 0, 0], cache, start, attn_mask[:, 0, 0])
     hidden = F.embedding(ids, w.embed)
     for i, layer in enumerate(w.layers):
         h = _rms(hidden, layer.ln1, w.eps)
