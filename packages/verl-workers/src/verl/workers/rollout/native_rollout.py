@@ -7,7 +7,8 @@ right-padded, R = the longest response. What differs is how the work is done:
 
 - the model's forward is not called per token; the loop reads the module's weights (q/k/v and
   gate/up projections fused into one matrix each, once per generation) and runs the decoder math
-  itself, so a decode step is a fixed, short sequence of batched tensor ops whatever the batch size;
+  itself, so a decode step is a fixed, short sequence of batched tensor ops whatever the batch size
+  (the one-token step, with the fewest ops per layer, is :func:`verl.workers.rollout.native_decode.decode_step`);
 - keys and values go into one preallocated cache ``[layers, 2, rows, kv_heads, P + R, head_dim]``
   written in place (no per-step concatenation); rotary cos/sin for every position are computed once;
 - sampling (temperature, top-k, top-p, greedy) happens in one function, :func:`sample_next`;
