@@ -35,6 +35,15 @@ def rms_last(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return torch.mul(x, r).mul_(weight)
 
 
+def _add_projection(hidden: torch.Tensor, x: torch.Tensor, w_t: torch.Tensor) -> None:
+    """``hidden += x @ w_t`` in place. In float32 as one ``addmm_`` (the sum is rounded once either
+    way); in half precision HF rounds the projection to the dtype before the add, so do the same."""
+    if hidden.dtype == torch.float32:
+        hidden.addmm_(x, w_t)
+    else:
+        hidden.add_(torch.mm(x, w_t))
+
+
 def decode_step(
     w: DecoderWeights,
     tok: torch.Tensor,
@@ -81,9 +90,9 @@ def decode_step(
         values = cache[i, 1, :, :, :t].reshape(b * nkv, t, d)
         scores = torch.baddbmm(bias, q.reshape(b * nkv, group, d), keys.transpose(1, 2), alpha=w.scaling)
         out = torch.bmm(torch.softmax(scores, dim=-1), values)  # [B * kv_heads, group, d]
-        hidden.addmm_(out.view(b, nh * d), layer.w_o)
+        _add_projection(hidden, out.view(b, nh * d), layer.w_o)
         h = rms_last(hidden, layer.ln2, w.eps)
         gate_up = torch.mm(h, layer.w_gate_up)
         gate, up = gate_up.chunk(2, dim=-1)
-        hidden.addmm_(F.silu(gate, inplace=True).mul_(up), layer.w_down)
+        _add_projection(hidden, F.silu(gate, inplace=True).mul_(up), layer.w_down)
     return torch.mm(rms_last(hidden, w.norm, w.eps), w.lm_head)
