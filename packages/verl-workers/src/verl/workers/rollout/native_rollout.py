@@ -7,7 +7,8 @@ right-padded, R = the longest response. What differs is how the work is done:
 
 - the model's forward is not called per token; the loop reads the module's weights (q/k/v and
   gate/up projections fused into one matrix each, once per generation) and runs the decoder math
-  itself, so a decode step is a fixed, short sequence of batched tensor ops whatever the batch size;
+  itself, so a decode step is a fixed, short sequence of batched tensor ops whatever the batch size
+  (the one-token step, with the fewest ops per layer, is :func:`verl.workers.rollout.native_decode.decode_step`);
 - keys and values go into one preallocated cache ``[layers, 2, rows, kv_heads, P + R, head_dim]``
   written in place (no per-step concatenation); rotary cos/sin for every position are computed once;
 - sampling (temperature, top-k, top-p, greedy) happens in one function, :func:`sample_next`;
@@ -41,6 +42,7 @@ from verl.workers.rollout.hf_rollout import (
     concat_generations,
     gathered_fsdp2_params,
 )
+from verl.workers.rollout.native_decode import decode_step
 
 if TYPE_CHECKING:
     from verl import DataProto
@@ -184,6 +186,8 @@ def decoder_forward(
     nh, nkv, d = w.n_heads, w.n_kv_heads, w.head_dim
     half = d // 2
     sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)  # once per call, for _rotate
+    if t == 1 and attn_mask.is_floating_point():  # one token per row: the decode step's leaner path
+        return decode_step(w, ids[:, 0], cos[:, 0, 0], sin[:, 0, 0], cache, start, attn_mask[:, 0, 0])
     hidden = F.embedding(ids, w.embed)
     for i, layer in enumerate(w.layers):
         h = _rms(hidden, layer.ln1, w.eps)
