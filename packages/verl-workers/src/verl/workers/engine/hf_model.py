@@ -178,7 +178,9 @@ def install_fused_forward(model: torch.nn.Module, backend: str = "torch") -> Non
 
     head = model.get_output_embeddings()
     if getattr(head, "bias", None) is not None:
-        raise NotImplementedError("model.use_fused_kernels=True: the LM head has a bias, which the fused kernel omits")
+        raise NotImplementedError(
+            "model.use_fused_kernels=True: the LM head has a bias, which the fused kernel omits"
+        )
     original = model.forward
 
     @functools.wraps(original)
@@ -190,7 +192,9 @@ def install_fused_forward(model: torch.nn.Module, backend: str = "torch") -> Non
         weight = head.weight
         if weight.dtype != hidden.dtype:  # mixed precision without FSDP (ComputeCast) casts on call only
             weight = weight.to(hidden.dtype)
-        return fused_log_prob_entropy(hidden, weight, verl_fused.labels, verl_fused.temperature, backend=backend)
+        return fused_log_prob_entropy(
+            hidden, weight, verl_fused.labels, verl_fused.temperature, backend=backend
+        )
 
     model.forward = forward
 
@@ -226,12 +230,22 @@ class HeadOptions:
 
 
 def _token_outputs(
-    module, inputs: dict, model_type: str, select, labels: torch.Tensor, *, temperature: float,
-    calculate_entropy: bool, entropy_grad: bool, head: HeadOptions,
+    module,
+    inputs: dict,
+    model_type: str,
+    select,
+    labels: torch.Tensor,
+    *,
+    temperature: float,
+    calculate_entropy: bool,
+    entropy_grad: bool,
+    head: HeadOptions,
 ) -> dict[str, torch.Tensor]:
     """Per-token outputs at ``select(positions)``: values, or log-probs of ``labels`` (+ entropies)."""
     if model_type == "causal_lm" and head.fused:
-        log_probs, entropy = module(**inputs, use_cache=False, verl_fused=FusedRequest(select, labels, temperature))
+        log_probs, entropy = module(
+            **inputs, use_cache=False, verl_fused=FusedRequest(select, labels, temperature)
+        )
         result = {"log_probs": log_probs}
         if calculate_entropy:
             result["entropys"] = entropy if entropy_grad else entropy.detach()
@@ -239,18 +253,36 @@ def _token_outputs(
     logits = select(module(**inputs, use_cache=False).logits)
     if model_type == "value":
         return {"values": logits[..., 0].float()}
-    logits = logits.float() / temperature
+    logits = logits.float()
+    if temperature != 1.0:  # x / 1.0 is x: skip a [tokens, vocab] copy and its backward
+        logits = logits / temperature
+    with_grad = entropy_grad and torch.is_grad_enabled()
+    if calculate_entropy and not with_grad and not head.compile:
+        # the entropy as a metric: from the log-softmax the log-probs take anyway (one softmax pass
+        # over [tokens, vocab] instead of two), without autograd
+        logp = torch.log_softmax(logits, dim=-1)
+        with torch.no_grad():
+            entropy = entropy_from_log_probs(logp)
+        return {"log_probs": logp.gather(-1, labels.unsqueeze(-1)).squeeze(-1), "entropys": entropy}
     logprob_fn = _compiled(logprobs_from_logits) if head.compile else logprobs_from_logits
     entropy_fn = _compiled(entropy_from_logits) if head.compile else entropy_from_logits
     result = {"log_probs": logprob_fn(logits, labels)}
     if calculate_entropy:
         # without a gradient the [B, R, V] intermediates are freed at once (entropy as a metric only)
-        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+        with torch.set_grad_enabled(with_grad):
             result["entropys"] = entropy_of(logits, entropy_fn, checkpoint=head.checkpoint_entropy)
     return result
 
 
-def entropy_of(logits: torch.Tensor, entropy_fn=entropy_from_logits, *, checkpoint: bool = False) -> torch.Tensor:
+def entropy_from_log_probs(logp: torch.Tensor) -> torch.Tensor:
+    """Entropy -sum(p log p) over the last dimension from log-probabilities (equals
+    ``entropy_from_logits`` of the logits they came from)."""
+    return -(logp.exp() * logp).sum(dim=-1)
+
+
+def entropy_of(
+    logits: torch.Tensor, entropy_fn=entropy_from_logits, *, checkpoint: bool = False
+) -> torch.Tensor:
     """``entropy_fn(logits)``; with ``checkpoint`` (and autograd on) the softmax intermediates are not kept
     for backward but recomputed from ``logits`` there (upstream's ``entropy_checkpointing``)."""
     if checkpoint and torch.is_grad_enabled() and logits.requires_grad:
@@ -277,14 +309,18 @@ def response_outputs(
     ``compute_dtype``: the dtype the forward runs in when it differs from the stored parameters'
     (mixed precision, see :mod:`verl.workers.engine.precision`). ``head``: fused LM head, compiled
     log-prob functions, Ulysses sequence parallelism (which needs ``remove_padding``)."""
-    kw = dict(temperature=temperature, calculate_entropy=calculate_entropy, entropy_grad=entropy_grad, head=head)
+    kw = dict(
+        temperature=temperature, calculate_entropy=calculate_entropy, entropy_grad=entropy_grad, head=head
+    )
     if remove_padding and micro_batch["position_ids"].dim() == 3:
         raise NotImplementedError(
             "model.use_remove_padding=True with M-RoPE (3-D) position ids of vision-language rows is not "
             "supported yet; set use_remove_padding=False"
         )
     if remove_padding:
-        return _packed_response_outputs(module, micro_batch, model_type, compute_dtype=compute_dtype or module.dtype, **kw)
+        return _packed_response_outputs(
+            module, micro_batch, model_type, compute_dtype=compute_dtype or module.dtype, **kw
+        )
     if head.sp_group is not None:
         raise NotImplementedError("ulysses_sequence_parallel_size > 1 needs model.use_remove_padding=True")
     input_ids = micro_batch["input_ids"]
@@ -312,12 +348,34 @@ def response_outputs(
     def select(x):
         return x[:, -n_resp - 1 : -1]
 
+    if model_type == "causal_lm" and not head.fused and _takes_logits_to_keep(module):
+        # the LM head runs on those R+1 positions only, not on the prompt's (same values)
+        inputs["logits_to_keep"] = n_resp + 1
+
+        def select(x):
+            return x[:, :-1]
+
     return _token_outputs(module, inputs, model_type, select, responses, **kw)
 
 
+def _takes_logits_to_keep(module: torch.nn.Module) -> bool:
+    """The model's forward slices the hidden states before its LM head (transformers' causal LMs; not
+    wrappers whose forward takes ``**kwargs`` only, such as FSDP1's: those keep the full logits)."""
+    import inspect
+
+    return "logits_to_keep" in inspect.signature(module.forward).parameters
+
+
 def _packed_response_outputs(
-    module: torch.nn.Module, micro_batch: Any, model_type: str, *, temperature: float,
-    calculate_entropy: bool, entropy_grad: bool, compute_dtype: torch.dtype, head: HeadOptions,
+    module: torch.nn.Module,
+    micro_batch: Any,
+    model_type: str,
+    *,
+    temperature: float,
+    calculate_entropy: bool,
+    entropy_grad: bool,
+    compute_dtype: torch.dtype,
+    head: HeadOptions,
 ) -> dict[str, torch.Tensor]:
     from verl.workers.engine.packing import bin_width, block_causal_mask, plan_packing, response_index
 
@@ -338,7 +396,9 @@ def _packed_response_outputs(
     plan = plan_packing(input_ids, attention_mask, width=width)
     mask = block_causal_mask(plan.segment, None if impl != "eager" else compute_dtype)
     bins, cols, valid = response_index(plan, attention_mask, responses.shape[-1])
-    kw = dict(temperature=temperature, calculate_entropy=calculate_entropy, entropy_grad=entropy_grad, head=head)
+    kw = dict(
+        temperature=temperature, calculate_entropy=calculate_entropy, entropy_grad=entropy_grad, head=head
+    )
     if group is None:
         inputs = dict(input_ids=plan.input_ids, attention_mask=mask, position_ids=plan.position_ids)
         out = _token_outputs(module, inputs, model_type, lambda x: x[bins, cols], responses, **kw)
@@ -346,8 +406,11 @@ def _packed_response_outputs(
         # every packed position's output on this rank's slice, gathered, then picked like the above
         from verl.workers.engine.ulysses import active_group, gather_sequence, local_slice
 
-        inputs = dict(input_ids=local_slice(plan.input_ids, group), attention_mask=mask,
-                      position_ids=local_slice(plan.position_ids, group))
+        inputs = dict(
+            input_ids=local_slice(plan.input_ids, group),
+            attention_mask=mask,
+            position_ids=local_slice(plan.position_ids, group),
+        )
         labels = local_slice(torch.roll(plan.input_ids, -1, dims=1), group)
         with active_group(group):
             out = _token_outputs(module, inputs, model_type, _identity, labels, **kw)
