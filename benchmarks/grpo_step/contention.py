@@ -15,6 +15,11 @@ median of the per-pair ratios loaded / quiet (how much the competitor slows it).
 
 ``--worker-threads N`` / ``--driver-threads N`` force the thread counts instead of the production
 rule (0, the default): the diagnosis of what causes a collapse.
+
+``--omp-wait-policy passive|active|default`` sets how the OpenMP threads of our worker, the bare step
+and TRL wait at a barrier (``stepper.OMP_WAIT_POLICIES``; "default" is libgomp's own spin-then-sleep);
+omitted, our worker follows verl's rule (PASSIVE, ``verl.utils.cpu_threads``) and bare/TRL keep
+libgomp's default. The competitor always keeps libgomp's default, as another user's run would.
 """
 
 from __future__ import annotations
@@ -34,11 +39,18 @@ sys.path.insert(0, str(HERE))
 
 import assets  # noqa: E402
 import ours  # noqa: E402  (sets RAY_ENABLE_UV_RUN_RUNTIME_ENV before Ray is imported)
-from stepper import StepServer  # noqa: E402
+from stepper import OMP_WAIT_POLICIES, StepServer, apply_omp_wait_policy, omp_wait_env  # noqa: E402
 
 
 def _loadavg() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def _proc_omp_env(pid: int) -> dict[str, str]:
+    """The libgomp wait variables in process ``pid``'s environment (as it started)."""
+    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    pairs = dict(item.decode(errors="replace").split("=", 1) for item in raw if b"=" in item)
+    return {k: pairs[k] for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT") if k in pairs}
 
 
 def main() -> None:
@@ -51,12 +63,20 @@ def main() -> None:
     ap.add_argument("--compete-tokens", type=int, default=64, help="new tokens per step of the competitor")
     ap.add_argument("--worker-threads", type=int, default=0, help="force OMP_NUM_THREADS of our worker")
     ap.add_argument("--driver-threads", type=int, default=0, help="force torch threads of our driver")
+    ap.add_argument(
+        "--omp-wait-policy",
+        choices=sorted(OMP_WAIT_POLICIES),
+        default=None,
+        help="OpenMP wait policy of ours' worker, bare and TRL (omitted: verl's rule for ours, libgomp's for the others)",
+    )
     ap.add_argument("--after-overrides", nargs="*", default=[])
     ap.add_argument("--assets", default="/tmp/grpo_step_assets")
     ap.add_argument("--out", default="/tmp/grpo_contention")
     args = ap.parse_args()
     if args.rounds < 2 or args.rounds % 2:
         raise SystemExit(f"--rounds {args.rounds}: need an even number >= 2 (quiet/loaded pairs)")
+    competitor_env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    apply_omp_wait_policy(args.omp_wait_policy)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     model = assets.ensure_model(args.size, Path(args.assets))
@@ -110,6 +130,7 @@ def main() -> None:
             ],
             stdout=subprocess.DEVNULL,
             stderr=open(out / "competitor.log", "w"),  # noqa: SIM115
+            env=competitor_env,
         )
         os.kill(competitor.pid, signal.SIGSTOP)  # quiet until the first loaded round
         records: dict[str, list[dict]] = {"ours": [], **{name: [] for name in servers}}
@@ -127,7 +148,17 @@ def main() -> None:
         workers = ours.worker_info(trainer)
         import torch
 
-        setup = {"driver_threads": torch.get_num_threads(), "worker_threads": [w["threads"] for w in workers]}
+        setup = {
+            "driver_threads": torch.get_num_threads(),
+            "worker_threads": [w["threads"] for w in workers],
+            # what each process really got (read from /proc, not assumed from the flags)
+            "omp_wait": {
+                "worker": [_proc_omp_env(w["pid"]) for w in workers],
+                **{name: _proc_omp_env(server.pid) for name, server in servers.items()},
+                "competitor": _proc_omp_env(competitor.pid),
+            },
+            "driver_env": omp_wait_env(),
+        }
         print(f"threads: {setup}", flush=True)
 
         def between_steps(step: int) -> None:
