@@ -46,6 +46,21 @@ def _loadavg() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
+def _threads_cpu(pid: int) -> dict[int, tuple[str, float]]:
+    """Thread id -> (thread name, CPU seconds user + system so far) of process ``pid``, from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:  # the thread ended
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()
+        out[int(task.name)] = (name, (int(fields[11]) + int(fields[12])) / tick)
+    return out
+
+
 def _proc_omp_env(pid: int) -> dict[str, str]:
     """The libgomp wait variables in process ``pid``'s environment (as it started)."""
     raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
@@ -146,6 +161,9 @@ def main() -> None:
 
             torch.set_num_threads(args.driver_threads)
         workers = ours.worker_info(trainer)
+        # cpu_s of our records: the driver's and its workers' CPU time (spinning shows up here)
+        trainer.cpu_clock = ours.cpu_clock_of([w["pid"] for w in workers])
+        worker_threads_cpu = [_threads_cpu(w["pid"]) for w in workers]
         import torch
 
         setup = {
@@ -166,11 +184,24 @@ def main() -> None:
             for name, server in servers.items():
                 records[name].append(server.step())
             records["ours"].append(trainer.recorder.records[-1])
+            # which of the worker's threads used the CPU this round, by thread name (diagnosis)
+            for w, before in zip(workers, worker_threads_cpu):
+                now = _threads_cpu(w["pid"])
+                by_name: dict[str, float] = {}
+                for tid, (name, cpu) in now.items():
+                    by_name[name] = by_name.get(name, 0.0) + cpu - before.get(tid, (name, 0.0))[1]
+                records["ours"][-1].setdefault("worker_thread_cpu_s", []).append(
+                    {k: round(v, 3) for k, v in sorted(by_name.items(), key=lambda kv: -kv[1]) if v > 0.005}
+                )
+                before.clear()
+                before.update(now)
             loads.append(_loadavg())
             state = "loaded" if loaded(i) else "quiet"
             others = " ".join(f"{n} {records[n][-1]['step_s']:.3f}" for n in servers)
             print(
-                f"round {i} {state}: ours {records['ours'][-1]['wall_s']:.3f} {others} (load {loads[-1]})",
+                f"round {i} {state}: ours {records['ours'][-1]['wall_s']:.3f} {others} (load {loads[-1]}); "
+                f"ours cpu {records['ours'][-1]['cpu_s']:.2f} s, worker threads "
+                f"{records['ours'][-1].get('worker_thread_cpu_s')}",
                 flush=True,
             )
             os.kill(competitor.pid, signal.SIGCONT if loaded(i + 1) else signal.SIGSTOP)
