@@ -46,6 +46,23 @@ def _loadavg() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
+def _ctx_switches(pid: int) -> tuple[int, int]:
+    """Voluntary (the process waited: a sleep, a lock, a wake-up to come) and involuntary (it was
+    preempted) context switches of all of ``pid``'s threads so far, from /proc."""
+    vol = invol = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            status = (task / "status").read_text()
+        except OSError:
+            continue
+        for line in status.splitlines():
+            if line.startswith("voluntary_ctxt_switches:"):
+                vol += int(line.split()[1])
+            elif line.startswith("nonvoluntary_ctxt_switches:"):
+                invol += int(line.split()[1])
+    return vol, invol
+
+
 def _threads_cpu(pid: int) -> dict[int, tuple[str, float]]:
     """Thread id -> (thread name, CPU seconds user + system so far) of process ``pid``, from /proc."""
     tick = os.sysconf("SC_CLK_TCK")
@@ -164,6 +181,7 @@ def main() -> None:
         # cpu_s of our records: the driver's and its workers' CPU time (spinning shows up here)
         trainer.cpu_clock = ours.cpu_clock_of([w["pid"] for w in workers])
         worker_threads_cpu = [_threads_cpu(w["pid"]) for w in workers]
+        worker_switches = [_ctx_switches(w["pid"]) for w in workers]
         import torch
 
         setup = {
@@ -195,13 +213,23 @@ def main() -> None:
                 )
                 before.clear()
                 before.update(now)
+            for k, w in enumerate(workers):
+                now_sw = _ctx_switches(w["pid"])
+                records["ours"][-1].setdefault("worker_ctx_switches", []).append(
+                    {
+                        "voluntary": now_sw[0] - worker_switches[k][0],
+                        "involuntary": now_sw[1] - worker_switches[k][1],
+                    }
+                )
+                worker_switches[k] = now_sw
             loads.append(_loadavg())
             state = "loaded" if loaded(i) else "quiet"
             others = " ".join(f"{n} {records[n][-1]['step_s']:.3f}" for n in servers)
             print(
                 f"round {i} {state}: ours {records['ours'][-1]['wall_s']:.3f} {others} (load {loads[-1]}); "
                 f"ours cpu {records['ours'][-1]['cpu_s']:.2f} s, worker threads "
-                f"{records['ours'][-1].get('worker_thread_cpu_s')}",
+                f"{records['ours'][-1].get('worker_thread_cpu_s')}, switches "
+                f"{records['ours'][-1].get('worker_ctx_switches')}",
                 flush=True,
             )
             os.kill(competitor.pid, signal.SIGCONT if loaded(i + 1) else signal.SIGSTOP)
