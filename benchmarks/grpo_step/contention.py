@@ -15,6 +15,11 @@ median of the per-pair ratios loaded / quiet (how much the competitor slows it).
 
 ``--worker-threads N`` / ``--driver-threads N`` force the thread counts instead of the production
 rule (0, the default): the diagnosis of what causes a collapse.
+
+``--omp-wait-policy passive|active|default`` sets how the OpenMP threads of our worker, the bare step
+and TRL wait at a barrier (``stepper.OMP_WAIT_POLICIES``; "default" is libgomp's own spin-then-sleep);
+omitted, our worker follows verl's rule (PASSIVE, ``verl.utils.cpu_threads``) and bare/TRL keep
+libgomp's default. The competitor always keeps libgomp's default, as another user's run would.
 """
 
 from __future__ import annotations
@@ -34,11 +39,50 @@ sys.path.insert(0, str(HERE))
 
 import assets  # noqa: E402
 import ours  # noqa: E402  (sets RAY_ENABLE_UV_RUN_RUNTIME_ENV before Ray is imported)
-from stepper import StepServer  # noqa: E402
+from stepper import OMP_WAIT_POLICIES, StepServer, apply_omp_wait_policy, omp_wait_env  # noqa: E402
 
 
 def _loadavg() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def _ctx_switches(pid: int) -> tuple[int, int]:
+    """Voluntary (the process waited: a sleep, a lock, a wake-up to come) and involuntary (it was
+    preempted) context switches of all of ``pid``'s threads so far, from /proc."""
+    vol = invol = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            status = (task / "status").read_text()
+        except OSError:
+            continue
+        for line in status.splitlines():
+            if line.startswith("voluntary_ctxt_switches:"):
+                vol += int(line.split()[1])
+            elif line.startswith("nonvoluntary_ctxt_switches:"):
+                invol += int(line.split()[1])
+    return vol, invol
+
+
+def _threads_cpu(pid: int) -> dict[int, tuple[str, float]]:
+    """Thread id -> (thread name, CPU seconds user + system so far) of process ``pid``, from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:  # the thread ended
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()
+        out[int(task.name)] = (name, (int(fields[11]) + int(fields[12])) / tick)
+    return out
+
+
+def _proc_omp_env(pid: int) -> dict[str, str]:
+    """The libgomp wait variables in process ``pid``'s environment (as it started)."""
+    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    pairs = dict(item.decode(errors="replace").split("=", 1) for item in raw if b"=" in item)
+    return {k: pairs[k] for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT") if k in pairs}
 
 
 def main() -> None:
@@ -51,12 +95,20 @@ def main() -> None:
     ap.add_argument("--compete-tokens", type=int, default=64, help="new tokens per step of the competitor")
     ap.add_argument("--worker-threads", type=int, default=0, help="force OMP_NUM_THREADS of our worker")
     ap.add_argument("--driver-threads", type=int, default=0, help="force torch threads of our driver")
+    ap.add_argument(
+        "--omp-wait-policy",
+        choices=sorted(OMP_WAIT_POLICIES),
+        default=None,
+        help="OpenMP wait policy of ours' worker, bare and TRL (omitted: verl's rule for ours, libgomp's for the others)",
+    )
     ap.add_argument("--after-overrides", nargs="*", default=[])
     ap.add_argument("--assets", default="/tmp/grpo_step_assets")
     ap.add_argument("--out", default="/tmp/grpo_contention")
     args = ap.parse_args()
     if args.rounds < 2 or args.rounds % 2:
         raise SystemExit(f"--rounds {args.rounds}: need an even number >= 2 (quiet/loaded pairs)")
+    competitor_env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    apply_omp_wait_policy(args.omp_wait_policy)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     model = assets.ensure_model(args.size, Path(args.assets))
@@ -110,6 +162,7 @@ def main() -> None:
             ],
             stdout=subprocess.DEVNULL,
             stderr=open(out / "competitor.log", "w"),  # noqa: SIM115
+            env=competitor_env,
         )
         os.kill(competitor.pid, signal.SIGSTOP)  # quiet until the first loaded round
         records: dict[str, list[dict]] = {"ours": [], **{name: [] for name in servers}}
@@ -125,9 +178,23 @@ def main() -> None:
 
             torch.set_num_threads(args.driver_threads)
         workers = ours.worker_info(trainer)
+        # cpu_s of our records: the driver's and its workers' CPU time (spinning shows up here)
+        trainer.cpu_clock = ours.cpu_clock_of([w["pid"] for w in workers])
+        worker_threads_cpu = [_threads_cpu(w["pid"]) for w in workers]
+        worker_switches = [_ctx_switches(w["pid"]) for w in workers]
         import torch
 
-        setup = {"driver_threads": torch.get_num_threads(), "worker_threads": [w["threads"] for w in workers]}
+        setup = {
+            "driver_threads": torch.get_num_threads(),
+            "worker_threads": [w["threads"] for w in workers],
+            # what each process really got (read from /proc, not assumed from the flags)
+            "omp_wait": {
+                "worker": [_proc_omp_env(w["pid"]) for w in workers],
+                **{name: _proc_omp_env(server.pid) for name, server in servers.items()},
+                "competitor": _proc_omp_env(competitor.pid),
+            },
+            "driver_env": omp_wait_env(),
+        }
         print(f"threads: {setup}", flush=True)
 
         def between_steps(step: int) -> None:
@@ -135,11 +202,34 @@ def main() -> None:
             for name, server in servers.items():
                 records[name].append(server.step())
             records["ours"].append(trainer.recorder.records[-1])
+            # which of the worker's threads used the CPU this round, by thread name (diagnosis)
+            for w, before in zip(workers, worker_threads_cpu):
+                now = _threads_cpu(w["pid"])
+                by_name: dict[str, float] = {}
+                for tid, (name, cpu) in now.items():
+                    by_name[name] = by_name.get(name, 0.0) + cpu - before.get(tid, (name, 0.0))[1]
+                records["ours"][-1].setdefault("worker_thread_cpu_s", []).append(
+                    {k: round(v, 3) for k, v in sorted(by_name.items(), key=lambda kv: -kv[1]) if v > 0.005}
+                )
+                before.clear()
+                before.update(now)
+            for k, w in enumerate(workers):
+                now_sw = _ctx_switches(w["pid"])
+                records["ours"][-1].setdefault("worker_ctx_switches", []).append(
+                    {
+                        "voluntary": now_sw[0] - worker_switches[k][0],
+                        "involuntary": now_sw[1] - worker_switches[k][1],
+                    }
+                )
+                worker_switches[k] = now_sw
             loads.append(_loadavg())
             state = "loaded" if loaded(i) else "quiet"
             others = " ".join(f"{n} {records[n][-1]['step_s']:.3f}" for n in servers)
             print(
-                f"round {i} {state}: ours {records['ours'][-1]['wall_s']:.3f} {others} (load {loads[-1]})",
+                f"round {i} {state}: ours {records['ours'][-1]['wall_s']:.3f} {others} (load {loads[-1]}); "
+                f"ours cpu {records['ours'][-1]['cpu_s']:.2f} s, worker threads "
+                f"{records['ours'][-1].get('worker_thread_cpu_s')}, switches "
+                f"{records['ours'][-1].get('worker_ctx_switches')}",
                 flush=True,
             )
             os.kill(competitor.pid, signal.SIGCONT if loaded(i + 1) else signal.SIGSTOP)

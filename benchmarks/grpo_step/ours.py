@@ -154,7 +154,21 @@ def start_ray(worker_threads: int, extra_env: dict[str, str] | None = None) -> N
     """
     import ray
 
-    env = {"OMP_NUM_THREADS": str(worker_threads), "TOKENIZERS_PARALLELISM": "false", **(extra_env or {})}
+    try:
+        from verl.utils.cpu_threads import worker_omp_env
+    except ImportError:  # before.py runs an older verl that has no wait-policy rule
+
+        def worker_omp_env() -> dict[str, str]:
+            return {}
+
+    # the workers' OpenMP wait policy as production sets it (main_ppo.ray_init_kwargs): PASSIVE unless
+    # this process's environment sets OMP_WAIT_POLICY / GOMP_SPINCOUNT (``--omp-wait-policy``)
+    env = {
+        "OMP_NUM_THREADS": str(worker_threads),
+        "TOKENIZERS_PARALLELISM": "false",
+        **worker_omp_env(),
+        **(extra_env or {}),
+    }
     # address="local": always a fresh cluster of our own, never one another process started.
     ray.init(
         address="local",

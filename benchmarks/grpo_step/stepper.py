@@ -7,8 +7,37 @@ leaves on ``quit``. Other output lines (library warnings, progress) are kept in 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
+
+#: ``--omp-wait-policy`` values -> the libgomp variables every process of a run gets. "default" is
+#: libgomp's own behaviour when no policy is set (spin 300000 iterations, ~3 ms, at a barrier, then
+#: sleep), made explicit through GOMP_SPINCOUNT so that verl's worker rule (PASSIVE unless the user set
+#: OMP_WAIT_POLICY or GOMP_SPINCOUNT, ``verl.utils.cpu_threads.worker_omp_env``) leaves it alone.
+OMP_WAIT_POLICIES = {
+    "passive": {"OMP_WAIT_POLICY": "PASSIVE"},
+    "active": {"OMP_WAIT_POLICY": "ACTIVE"},
+    "default": {"GOMP_SPINCOUNT": "300000"},
+}
+
+
+def apply_omp_wait_policy(policy: str | None) -> None:
+    """Put ``policy``'s libgomp variables in this process's environment, which the step servers and our
+    Ray workers (started by this process's local raylet) inherit; None leaves the environment as it is
+    (bare/TRL: libgomp's default; our workers: verl's rule). Call before any step server or Ray starts."""
+    if policy is None:
+        return
+    if policy not in OMP_WAIT_POLICIES:
+        raise SystemExit(f"--omp-wait-policy {policy!r}: expected one of {sorted(OMP_WAIT_POLICIES)}")
+    for name in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"):
+        os.environ.pop(name, None)
+    os.environ.update(OMP_WAIT_POLICIES[policy])
+
+
+def omp_wait_env() -> dict[str, str]:
+    """This process's libgomp wait variables (to report which policy a run had)."""
+    return {k: os.environ[k] for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT") if k in os.environ}
 
 
 class StepServer:

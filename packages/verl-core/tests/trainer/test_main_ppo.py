@@ -41,6 +41,22 @@ def test_ray_init_kwargs_cpu_defaults():
     assert mine["runtime_env"]["env_vars"]["OMP_NUM_THREADS"] == "3"  # the user's setting is passed on
 
 
+def test_ray_init_kwargs_worker_omp_wait_policy(monkeypatch):
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    # workers' OpenMP threads sleep at barriers by default (cpu_threads.worker_omp_env)
+    assert main_ppo.ray_init_kwargs(_cfg())["runtime_env"]["env_vars"]["OMP_WAIT_POLICY"] == "PASSIVE"
+    # the user's choice in the Ray runtime env wins, either variable
+    mine = main_ppo.ray_init_kwargs(_cfg("+ray_kwargs.ray_init.runtime_env.env_vars.OMP_WAIT_POLICY=ACTIVE"))
+    assert mine["runtime_env"]["env_vars"]["OMP_WAIT_POLICY"] == "ACTIVE"
+    spin = main_ppo.ray_init_kwargs(_cfg("+ray_kwargs.ray_init.runtime_env.env_vars.GOMP_SPINCOUNT=1000"))
+    assert spin["runtime_env"]["env_vars"]["GOMP_SPINCOUNT"] == "1000"
+    assert "OMP_WAIT_POLICY" not in spin["runtime_env"]["env_vars"]
+    # ... and so does one in the driver's environment, which the workers inherit: nothing is set over it
+    monkeypatch.setenv("OMP_WAIT_POLICY", "active")
+    assert "OMP_WAIT_POLICY" not in main_ppo.ray_init_kwargs(_cfg())["runtime_env"]["env_vars"]
+
+
 def test_cpus_per_worker_splits_the_cluster():
     assert main_ppo.cpus_per_worker(8.0, 2) == 4.0
     assert main_ppo.cpus_per_worker(8.0, 3) == 2.0  # whole CPUs: 2 threads each, 2 CPUs left over

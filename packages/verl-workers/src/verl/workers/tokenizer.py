@@ -6,8 +6,10 @@ this module, which verl-workers' plugin makes available.
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
+from pathlib import Path
 from typing import Any
 
 
@@ -33,8 +35,30 @@ def hf_tokenizer(name_or_path: str | os.PathLike, correct_pad_token: bool = True
     return tokenizer
 
 
+#: files one of which a local folder holds when it has a multimodal processor: the processor's own config
+#: or its image / video processor's (a vision-language processor cannot be built without the latter)
+_PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json", "video_preprocessor_config.json")
+
+
+def _has_no_processor(path: str) -> bool:
+    """True when ``path`` is a local model folder that certainly has no multimodal processor: none of
+    ``_PROCESSOR_FILES`` and no ``processor_class`` in its tokenizer config. Lets the driver of a
+    text-only run skip ``AutoProcessor``, whose import alone loads transformers' processing, model and
+    torch compile stacks (~100 MiB the driver would hold for nothing)."""
+    folder = Path(path)
+    if not folder.is_dir() or any((folder / name).exists() for name in _PROCESSOR_FILES):
+        return False
+    tokenizer_config = folder / "tokenizer_config.json"
+    try:
+        return "processor_class" not in json.loads(tokenizer_config.read_text())
+    except (OSError, ValueError):
+        return not tokenizer_config.exists()
+
+
 def hf_processor(name_or_path: str | os.PathLike, **kwargs: Any):
     """A multimodal processor for the path, or None when the model has none (text-only models)."""
+    if _has_no_processor(os.fspath(name_or_path)):
+        return None
     from transformers import AutoProcessor
     from verl.workers.tiny_vlm import register_image_only_processor
 
