@@ -39,7 +39,7 @@ sys.path.insert(0, str(HERE))
 
 import assets  # noqa: E402
 import ours  # noqa: E402  (sets RAY_ENABLE_UV_RUN_RUNTIME_ENV before Ray is imported)
-from stepper import OMP_WAIT_POLICIES, StepServer, apply_omp_wait_policy, omp_wait_env  # noqa: E402
+from stepper import StepServer, apply_omp_wait_policy, omp_wait_env  # noqa: E402
 
 
 def _loadavg() -> str:
@@ -97,7 +97,6 @@ def main() -> None:
     ap.add_argument("--driver-threads", type=int, default=0, help="force torch threads of our driver")
     ap.add_argument(
         "--omp-wait-policy",
-        choices=sorted(OMP_WAIT_POLICIES),
         default=None,
         help="OpenMP wait policy of ours' worker, bare and TRL (omitted: verl's rule for ours, libgomp's for the others)",
     )

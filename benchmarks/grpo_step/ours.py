@@ -155,18 +155,18 @@ def start_ray(worker_threads: int, extra_env: dict[str, str] | None = None) -> N
     import ray
 
     try:
-        from verl.utils.cpu_threads import worker_omp_env
-    except ImportError:  # before.py runs an older verl that has no wait-policy rule
+        from verl.utils.cpu_threads import worker_niceness_env
+    except ImportError:  # an older verl: Ray's own worker niceness
 
-        def worker_omp_env() -> dict[str, str]:
+        def worker_niceness_env() -> dict[str, str]:
             return {}
 
-    # the workers' OpenMP wait policy as production sets it (main_ppo.ray_init_kwargs): PASSIVE unless
-    # this process's environment sets OMP_WAIT_POLICY / GOMP_SPINCOUNT (``--omp-wait-policy``)
+    # the workers' niceness as production sets it (main_ppo.ray_init_kwargs); their OpenMP wait policy
+    # is this process's environment's (``--omp-wait-policy``), which the workers inherit
     env = {
         "OMP_NUM_THREADS": str(worker_threads),
         "TOKENIZERS_PARALLELISM": "false",
-        **worker_omp_env(),
+        **worker_niceness_env(),
         **(extra_env or {}),
     }
     # address="local": always a fresh cluster of our own, never one another process started.

@@ -119,7 +119,6 @@ def main() -> None:
     ap.add_argument("--render", action="store_true", help="only re-render --out's saved results")
     ap.add_argument(
         "--omp-wait-policy",
-        choices=["active", "default", "passive"],
         default=None,
         help="OpenMP wait policy of every process (stepper.OMP_WAIT_POLICIES; omitted: verl's rule for "
         "our workers, libgomp's default for bare/TRL)",

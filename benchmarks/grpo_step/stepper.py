@@ -11,10 +11,9 @@ import os
 import subprocess
 from pathlib import Path
 
-#: ``--omp-wait-policy`` values -> the libgomp variables every process of a run gets. "default" is
-#: libgomp's own behaviour when no policy is set (spin 300000 iterations, ~3 ms, at a barrier, then
-#: sleep), made explicit through GOMP_SPINCOUNT so that verl's worker rule (PASSIVE unless the user set
-#: OMP_WAIT_POLICY or GOMP_SPINCOUNT, ``verl.utils.cpu_threads.worker_omp_env``) leaves it alone.
+#: ``--omp-wait-policy`` values -> the libgomp variables every process of a run gets (our driver and
+#: Ray workers, bare, TRL; not the competitor). "default" is libgomp's own behaviour when no policy is
+#: set (spin 300000 iterations at a barrier, then sleep), written out through GOMP_SPINCOUNT.
 OMP_WAIT_POLICIES = {
     "passive": {"OMP_WAIT_POLICY": "PASSIVE"},
     "active": {"OMP_WAIT_POLICY": "ACTIVE"},
@@ -28,11 +27,18 @@ def apply_omp_wait_policy(policy: str | None) -> None:
     (bare/TRL: libgomp's default; our workers: verl's rule). Call before any step server or Ray starts."""
     if policy is None:
         return
-    if policy not in OMP_WAIT_POLICIES:
-        raise SystemExit(f"--omp-wait-policy {policy!r}: expected one of {sorted(OMP_WAIT_POLICIES)}")
+    spin = policy.removeprefix("spin:")
+    if spin != policy and spin.isdigit():  # "spin:N": libgomp spins N iterations at a barrier, then sleeps
+        values = {"GOMP_SPINCOUNT": spin}
+    elif policy in OMP_WAIT_POLICIES:
+        values = OMP_WAIT_POLICIES[policy]
+    else:
+        raise SystemExit(
+            f"--omp-wait-policy {policy!r}: expected one of {sorted(OMP_WAIT_POLICIES)} or spin:N"
+        )
     for name in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"):
         os.environ.pop(name, None)
-    os.environ.update(OMP_WAIT_POLICIES[policy])
+    os.environ.update(values)
 
 
 def omp_wait_env() -> dict[str, str]:

@@ -86,17 +86,14 @@ def test_apply_returns_the_count_in_process(monkeypatch):
         torch.set_num_threads(previous)
 
 
-def test_worker_omp_env_passive_unless_the_user_chose():
-    assert cpu_threads.worker_omp_env({}) == {"OMP_WAIT_POLICY": "PASSIVE"}
-    assert cpu_threads.worker_omp_env({"PATH": "/bin"}) == {"OMP_WAIT_POLICY": "PASSIVE"}
-    # either libgomp variable the user set keeps libgomp's behaviour for it: nothing is added
-    assert cpu_threads.worker_omp_env({"OMP_WAIT_POLICY": "active"}) == {}
-    assert cpu_threads.worker_omp_env({"GOMP_SPINCOUNT": "300000"}) == {}
+def test_worker_niceness_env_zero_unless_the_user_chose():
+    assert cpu_threads.worker_niceness_env({}) == {"RAY_worker_niceness": "0"}
+    assert cpu_threads.worker_niceness_env({"PATH": "/bin"}) == {"RAY_worker_niceness": "0"}
+    assert cpu_threads.worker_niceness_env({"RAY_worker_niceness": "10"}) == {}
 
 
-def test_worker_omp_env_reads_this_process_by_default(monkeypatch):
-    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
-    assert cpu_threads.worker_omp_env() == {}
-    monkeypatch.delenv("OMP_WAIT_POLICY")
-    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
-    assert cpu_threads.worker_omp_env() == {"OMP_WAIT_POLICY": "PASSIVE"}
+def test_worker_niceness_env_reads_this_process_by_default(monkeypatch):
+    monkeypatch.setenv("RAY_worker_niceness", "5")
+    assert cpu_threads.worker_niceness_env() == {}
+    monkeypatch.delenv("RAY_worker_niceness")
+    assert cpu_threads.worker_niceness_env() == {"RAY_worker_niceness": "0"}

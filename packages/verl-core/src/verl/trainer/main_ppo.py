@@ -44,8 +44,8 @@ def ray_init_kwargs(config: DictConfig) -> dict[str, Any]:
     """``ray_kwargs.ray_init`` with defaults: no dashboard, no tokenizer thread pools. Each worker's
     torch threads follow the CPUs it reserves (set where the worker group starts it), so no
     ``OMP_NUM_THREADS`` is set here; one in ``ray_kwargs.ray_init.runtime_env.env_vars`` still wins. The
-    workers' ``OMP_WAIT_POLICY`` is ``PASSIVE`` (``cpu_threads.worker_omp_env``) unless the user set it or
-    ``GOMP_SPINCOUNT`` here or in the driver's environment."""
+    workers run at nice 0 instead of Ray's 15 (``cpu_threads.worker_niceness_env``) unless the user set
+    ``RAY_worker_niceness`` here or in the driver's environment."""
     kwargs = {
         k: v
         for k, v in OmegaConf.to_container(config.ray_kwargs.ray_init, resolve=True).items()
@@ -58,12 +58,11 @@ def ray_init_kwargs(config: DictConfig) -> dict[str, Any]:
         # Ray takes strings only; an override like env_vars.OMP_NUM_THREADS=3 arrives as an int
         **{k: str(v) for k, v in dict(runtime_env.get("env_vars") or {}).items()},
     }
-    if not any(name in env_vars for name in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")):
-        # workers' OpenMP threads sleep at barriers instead of spinning (verl.utils.cpu_threads); the
-        # user's OMP_WAIT_POLICY / GOMP_SPINCOUNT, here or in the driver's environment, wins
-        from verl.utils.cpu_threads import worker_omp_env
+    from verl.utils.cpu_threads import worker_niceness_env
 
-        env_vars.update(worker_omp_env())
+    if "RAY_worker_niceness" not in env_vars:
+        # workers at nice 0, not Ray's 15 (verl.utils.cpu_threads.worker_niceness_env); the user's wins
+        env_vars.update(worker_niceness_env())
     runtime_env["env_vars"] = env_vars
     kwargs["runtime_env"] = runtime_env
     return kwargs

@@ -16,18 +16,17 @@ waiting for all its threads. Threads beyond the CPUs a process really gets (two 
 running a pool the size of the machine, or a worker using more threads than it reserved) make every
 region wait for a descheduled thread, and a step of thousands of small regions slows many-fold.
 
-How the threads wait (``worker_omp_env``): a Ray worker's OpenMP threads wait *passively*
-(``OMP_WAIT_POLICY=PASSIVE``: sleep in the kernel at a barrier instead of spinning). libgomp's default
-spins up to ~3 ms (300000 iterations) at every barrier before it sleeps, which is cheap only while each
-thread owns a core. A Ray worker never does: the driver, Ray's raylet/GCS and core-worker threads run on
-the same node, and a worker's reservation says nothing about what else runs there (another training
-run, another helper). When the cores are shared, a spinning thread burns the time slice its descheduled
-partner needs to reach the barrier, so each region lasts a scheduler slice instead of microseconds
-(measured: a bare 2-thread GRPO step beside another 2-thread training run took 5-9 CPU-s per step
-spinning, against 0.8 CPU-s passive). The rule follows the process layout (a worker in a Ray cluster),
-never the machine's momentary load. It is set in the workers' environment before they start, because
-libgomp reads it once when torch loads it. The user's ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` (in the
-driver's environment, which the workers inherit, or in ``ray_kwargs.ray_init.runtime_env.env_vars``) wins.
+Priority (``worker_niceness_env``): Ray starts its worker processes at nice 15; ours run at nice 0,
+like the driver and any other job. Under contention a nice-15 worker gets ~1/30 of a core's share,
+which was the whole "collapse" of our step beside another training run (measured 2026-11-26 on the
+quiet 2-core machine, ``benchmarks/grpo_step/contention.py``, s/16: loaded/quiet 23-37x at nice 15,
+3.1x at nice 0, against 3.6x for the bare step and 3.5x for TRL's).
+
+How OpenMP threads wait is left to libgomp (spin ~300000 iterations at a barrier, then sleep):
+``OMP_WAIT_POLICY=PASSIVE`` degraded less under contention (1.6x) but cost 30-45% of the step on a
+quiet machine, where a spinning thread catches the next parallel region without a wake-up. A user on
+a node shared with other jobs can set ``OMP_WAIT_POLICY=PASSIVE`` in the driver's environment (the
+workers inherit it) or in ``ray_kwargs.ray_init.runtime_env.env_vars``.
 """
 
 from __future__ import annotations
@@ -40,33 +39,35 @@ from pathlib import Path
 
 __all__ = [
     "DRIVER_THREADS",
-    "WORKER_OMP_WAIT_POLICY",
+    "WORKER_NICENESS",
     "apply_worker_threads",
     "available_cpus",
     "cgroup_cpu_limit",
     "set_torch_threads",
     "threads_for_cpus",
-    "worker_omp_env",
+    "worker_niceness_env",
 ]
 
 DRIVER_THREADS = 1
 
-#: libgomp's wait policy for Ray workers (see the module doc)
-WORKER_OMP_WAIT_POLICY = "PASSIVE"
-
-#: environment variables that decide how libgomp's threads wait; a user who set either keeps libgomp's
-#: behaviour for that setting
-_OMP_WAIT_VARS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
+#: the niceness of Ray worker processes (see ``worker_niceness_env``)
+WORKER_NICENESS = 0
 
 
-def worker_omp_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment variables a Ray worker gets for how its OpenMP threads wait:
-    ``{"OMP_WAIT_POLICY": "PASSIVE"}``, or nothing when ``environ`` (default: this process's, which
-    the workers inherit) already sets ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT``."""
+def worker_niceness_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``{"RAY_worker_niceness": "0"}`` for Ray's workers, or nothing when ``environ`` (default: this
+    process's, which the raylet it starts inherits) already sets ``RAY_worker_niceness``.
+
+    Ray starts every worker process at nice 15 (its ``worker_niceness`` setting) so that its own daemons
+    stay responsive. In a training run the workers are the computation: at nice 15 a worker gets a
+    CPU-time weight of 36 against 1024 for any ordinary process, so one other job on the node (another
+    training run, a compile, a data loader) takes ~97% of the cores it shares with the worker, and the
+    step slows 10-40x while the worker's own CPU time stays the same (measured: ``contention.py``). At
+    nice 0 the worker shares the cores fairly, as a plain ``python train.py`` does."""
     environ = os.environ if environ is None else environ
-    if any(name in environ for name in _OMP_WAIT_VARS):
+    if "RAY_worker_niceness" in environ:
         return {}
-    return {"OMP_WAIT_POLICY": WORKER_OMP_WAIT_POLICY}
+    return {"RAY_worker_niceness": str(WORKER_NICENESS)}
 
 
 def cgroup_cpu_limit(root: str | Path = "/sys/fs/cgroup") -> float | None:
