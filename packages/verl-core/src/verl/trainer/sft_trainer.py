@@ -28,14 +28,21 @@ __all__ = ["SFTTrainer", "main", "run_sft"]
 
 
 def init_ray(config: DictConfig) -> None:
-    """Start Ray (unless running) with ``ray_kwargs.ray_init``; workers get one torch thread each."""
+    """Start Ray (unless running) with ``ray_kwargs.ray_init``; workers get one torch thread each and
+    run at nice 0, not Ray's 15 (``cpu_threads.worker_niceness_env``)."""
     import ray
+
+    from verl.utils.cpu_threads import worker_niceness_env
+    from verl.utils.ray_start import init_ray as start
 
     if ray.is_initialized():
         return
     kwargs = {k: v for k, v in dict(config.ray_kwargs.ray_init).items() if v is not None}
-    env = {"TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    from verl.utils.ray_start import init_ray as start
+    env = {
+        "TOKENIZERS_PARALLELISM": "false",
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+        **worker_niceness_env(),
+    }
 
     start(include_dashboard=False, runtime_env={"env_vars": env}, **kwargs)
     if not kwargs.get("address"):  # our own cluster: end its processes if this driver is SIGKILLed
