@@ -34,9 +34,12 @@ def test_sizes_explained_in_user_terms():
     cfg = load_sft_config(base("data.train_batch_size=12", "trainer.n_gpus_per_node=8"))
     with pytest.raises(ConfigError, match=r"train_batch_size=12 conversations is not divisible by 8 workers"):
         validate_sft_config(cfg)
-    cfg = load_sft_config(base("data.train_batch_size=16", "trainer.n_gpus_per_node=2",
-                               "data.micro_batch_size_per_gpu=3"))
-    with pytest.raises(ConfigError, match=r"= 8 per worker, which is not divisible by data.micro_batch_size_per_gpu=3"):
+    cfg = load_sft_config(
+        base("data.train_batch_size=16", "trainer.n_gpus_per_node=2", "data.micro_batch_size_per_gpu=3")
+    )
+    with pytest.raises(
+        ConfigError, match=r"= 8 per worker, which is not divisible by data.micro_batch_size_per_gpu=3"
+    ):
         validate_sft_config(cfg)
 
 
@@ -47,3 +50,33 @@ def test_missing_required_and_bad_choice_listed_together():
     msg = str(e.value)
     assert "data.train_files is required" in msg and "model.path is required" in msg
     assert "model.strategy='ddp' is not one of fsdp2, fsdp" in msg
+
+
+def test_ray_init_kwargs_workers_at_nice_0_and_user_env_wins(monkeypatch):
+    from verl.trainer.sft_trainer import ray_init_kwargs
+
+    monkeypatch.delenv("RAY_worker_niceness", raising=False)
+    kw = ray_init_kwargs(load_sft_config(base("ray_kwargs.ray_init.num_cpus=3")))
+    assert kw["num_cpus"] == 3 and kw["include_dashboard"] is False
+    assert kw["runtime_env"]["env_vars"]["RAY_worker_niceness"] == "0"
+    assert kw["runtime_env"]["env_vars"]["TOKENIZERS_PARALLELISM"] == "false"
+    monkeypatch.setenv(
+        "RAY_worker_niceness", "7"
+    )  # the driver's setting reaches Ray's raylet: not overridden
+    assert "RAY_worker_niceness" not in ray_init_kwargs(load_sft_config(base()))["runtime_env"]["env_vars"]
+
+
+def test_ray_init_kwargs_merge_the_users_runtime_env():
+    from verl.trainer.sft_trainer import ray_init_kwargs
+
+    cfg = load_sft_config(
+        base(
+            "+ray_kwargs.ray_init.runtime_env.env_vars.OMP_NUM_THREADS=3",
+            "+ray_kwargs.ray_init.runtime_env.env_vars.RAY_worker_niceness=4",
+            "+ray_kwargs.ray_init.runtime_env.working_dir=/tmp",
+        )
+    )
+    kw = ray_init_kwargs(cfg)  # one runtime_env (ray.init would refuse a second one)
+    assert kw["runtime_env"]["working_dir"] == "/tmp"
+    assert kw["runtime_env"]["env_vars"]["OMP_NUM_THREADS"] == "3"
+    assert kw["runtime_env"]["env_vars"]["RAY_worker_niceness"] == "4"
