@@ -19,7 +19,7 @@ from typing import Any
 # Ray reads this when it is imported, so it is set before anything imports Ray.
 os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 
-from omegaconf import DictConfig, OmegaConf  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
 
 from verl.trainer.sft.config import load_sft_config, validate_sft_config  # noqa: E402
 from verl.trainer.sft.trainer import CONFIG_FILE, SFTTrainer  # noqa: E402
@@ -28,26 +28,14 @@ __all__ = ["SFTTrainer", "main", "run_sft"]
 
 
 def ray_init_kwargs(config: DictConfig) -> dict[str, Any]:
-    """``ray.init`` keyword arguments from ``ray_kwargs.ray_init``: no dashboard; workers get one torch
-    thread each (or the driver's ``OMP_NUM_THREADS``) and run at nice 0, not Ray's 15
-    (``cpu_threads.worker_niceness_env``). The user's ``runtime_env.env_vars`` win."""
-    from verl.utils.cpu_threads import worker_niceness_env
+    """``ray.init`` keyword arguments: the RL trainer's (``main_ppo.ray_init_kwargs``: no dashboard,
+    workers at nice 0, the user's ``runtime_env`` merged), with one torch thread per worker unless the
+    driver's environment or ``runtime_env.env_vars`` sets ``OMP_NUM_THREADS``."""
+    from verl.trainer.main_ppo import ray_init_kwargs as rl_kwargs
 
-    kwargs = {
-        k: v
-        for k, v in OmegaConf.to_container(config.ray_kwargs.ray_init, resolve=True).items()
-        if v is not None
-    }
-    kwargs.setdefault("include_dashboard", False)
-    runtime_env = dict(kwargs.pop("runtime_env", None) or {})
-    user_env = {k: str(v) for k, v in dict(runtime_env.get("env_vars") or {}).items()}  # Ray takes strings
-    env = {
-        "TOKENIZERS_PARALLELISM": "false",
-        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
-        **({} if "RAY_worker_niceness" in user_env else worker_niceness_env()),
-        **user_env,
-    }
-    return {**kwargs, "runtime_env": {**runtime_env, "env_vars": env}}
+    kwargs = rl_kwargs(config)
+    kwargs["runtime_env"]["env_vars"].setdefault("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "1"))
+    return kwargs
 
 
 def init_ray(config: DictConfig) -> None:
