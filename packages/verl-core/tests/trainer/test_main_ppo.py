@@ -8,6 +8,7 @@ import cloudpickle
 import pytest
 from verl.trainer import main_ppo
 from verl.trainer.config import load_config, validate_config
+from verl.trainer.ppo import run as ppo_run
 from verl.trainer.ppo.ray_trainer import Role
 
 from .ppo import bandit_workers as bw
@@ -150,9 +151,10 @@ def test_main_end_to_end_with_toy_workers(ray_cluster, tmp_path, monkeypatch, ca
     val.write_text("".join(json.dumps(r) + "\n" for r in bw.bandit_rows(8, seed=2)))
     reward_py = tmp_path / "my_reward.py"
     reward_py.write_text(REWARD_FILE)
-    monkeypatch.setattr(main_ppo, "load_tokenizer", lambda config: bw.BanditTokenizer())
+    # main_ppo's command line runs verl.trainer.ppo.run, which looks these up in its own module
+    monkeypatch.setattr(ppo_run, "load_tokenizer", lambda config: bw.BanditTokenizer())
     monkeypatch.setattr(
-        main_ppo, "build_role_worker_mapping", lambda config: {Role.ActorRollout: bw.BanditActorRolloutRef}
+        ppo_run, "build_role_worker_mapping", lambda config: {Role.ActorRollout: bw.BanditActorRolloutRef}
     )
     out = tmp_path / "run"
     argv = [

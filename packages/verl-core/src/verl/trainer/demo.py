@@ -189,7 +189,7 @@ def run(out_dir: str | os.PathLike | None = None, sft_steps: int = DEFAULT_SFT_S
     """Run the whole pipeline; returns the summary (also written to ``<out>/summary.json``).
     ``sft_model``: a Hugging Face folder to start GRPO from instead of running the SFT warm start."""
     from verl.trainer.config import load_config, validate_config
-    from verl.trainer.main_ppo import run_ppo
+    from verl.trainer.ppo.run import run_ppo
     from verl.trainer.sft import load_sft_config, validate_sft_config
     from verl.trainer.sft_trainer import run_sft
 
