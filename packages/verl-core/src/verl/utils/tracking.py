@@ -310,6 +310,7 @@ class Tracking:
         self.reward_history: list[tuple[int, float]] = []
         self.val_history: dict[str, list[tuple[int, float]]] = {}
         self._finished = False
+        self._plot_notice_given = False
 
     def _make(self, backend: str, config: dict | None):
         if backend == "console":
@@ -356,7 +357,13 @@ class Tracking:
         """Write the reward curve (and validation scores) as a PNG; returns its path, or None if no data."""
         if not self.reward_history and not self.val_history:
             return None
-        from verl.utils.plotting import plot_reward_curve
+        from verl.utils.plotting import PLOT_INSTALL, plot_available, plot_reward_curve
+
+        if not plot_available():
+            if not self._plot_notice_given:
+                self._plot_notice_given = True
+                print(f"note: no reward plot: matplotlib is not installed ({PLOT_INSTALL})", file=sys.stderr)
+            return None
 
         path = path or os.path.join(self.output_dir, "reward_curve.png")
         plot_reward_curve(self.reward_history, self.val_history, path, title=f"{self.project_name}/{self.experiment_name}")
