@@ -19,7 +19,7 @@ import copy
 import os
 import pickle
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 import torch
@@ -106,7 +106,7 @@ class DataProto:
                     f"{key!r} has {tuple(tensor.shape[:num_batch_dims])} (num_batch_dims={num_batch_dims})"
                 )
         non_tensor_batch = {key: as_object_array(key, val) for key, val in non_tensors.items()}
-        batch = TensorBatch._trusted(dict(tensors), batch_size) if tensors else None
+        batch = TensorBatch._trusted(dict(tensors), batch_size) if batch_size is not None else None
         if auto_padding:
             meta_info[DataProtoConfig.auto_padding_key] = True
         return cls(batch=batch, non_tensor_batch=non_tensor_batch, meta_info=meta_info)
@@ -187,6 +187,10 @@ class DataProto:
         return f"DataProto(len={len(self)}, batch={self.batch!r}, non_tensor_keys={list(self.non_tensor_batch)}, meta_info_keys={list(self.meta_info)})"
 
     # ------------------------------------------------------------------ indexing
+    @overload
+    def __getitem__(self, item: int | np.integer) -> DataProtoItem: ...
+    @overload
+    def __getitem__(self, item: slice | list | np.ndarray | torch.Tensor) -> DataProto: ...
     def __getitem__(self, item: Any) -> DataProto | DataProtoItem:
         if isinstance(item, slice):
             return self.slice(item.start, item.stop, item.step)
@@ -242,7 +246,7 @@ class DataProto:
                 raise KeyError(
                     f"select: batch_keys {list(batch_keys)} requested but this DataProto has no tensors"
                 )
-            batch = self.batch.select(*batch_keys)
+            batch: TensorBatch | None = self.batch.select(*batch_keys)
         else:
             batch = self.batch
         # Non-tensor and meta keys that are absent are skipped, as upstream does (callers pass
@@ -269,7 +273,9 @@ class DataProto:
         meta_info_keys: list[str] | None = None,
     ) -> DataProto:
         """Remove the named keys from self and return them as a new DataProto."""
-        tensors = {key: self.batch.pop(key) for key in batch_keys or ()}
+        if batch_keys and self.batch is None:
+            raise KeyError(f"pop: batch_keys {list(batch_keys)} requested but this DataProto has no tensors")
+        tensors = {key: self.batch.pop(key) for key in batch_keys or ()} if self.batch is not None else {}
         non_tensors = {}
         for key in non_tensor_batch_keys or ():
             if key not in self.non_tensor_batch:
@@ -303,6 +309,8 @@ class DataProto:
             raise ValueError(
                 f"rename: {len(old_keys)} old keys {old_keys} but {len(new_keys)} new keys {new_keys}"
             )
+        if self.batch is None:
+            raise KeyError(f"rename: {old_keys} requested but this DataProto has no tensors")
         self.batch.rename_key_(tuple(old_keys), tuple(new_keys))
         return self
 
@@ -352,7 +360,7 @@ class DataProto:
             sizes = [b - a for a, b in bounds]
             pieces = {k: t.split_with_sizes(sizes) for k, t in self.batch.items()}
             rest = self.batch.batch_size[1:]
-            batches = [
+            batches: list[TensorBatch | None] = [
                 TensorBatch._trusted({k: p[i] for k, p in pieces.items()}, torch.Size((sizes[i], *rest)))
                 for i in range(chunks)
             ]
@@ -383,7 +391,7 @@ class DataProto:
             raise ValueError(
                 f"DataProto.concat: batches {[i for i, h in enumerate(has_batch) if not h]} have no tensors, others do"
             )
-        batch = TensorBatch.cat([d.batch for d in data]) if has_batch[0] else None
+        batch = TensorBatch.cat([d.batch for d in data if d.batch is not None]) if has_batch[0] else None
         keys = data[0].non_tensor_batch.keys()
         non_tensor = {}
         for i, d in enumerate(data[1:], 1):

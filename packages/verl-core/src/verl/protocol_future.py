@@ -58,12 +58,17 @@ def unpad_dataproto(data: DataProto, pad_size: int) -> DataProto:
     return data.slice(0, len(data) - pad_size) if pad_size else data
 
 
+def _tensors(data: DataProto) -> list:
+    """(key, tensor) pairs of ``data`` (none when it holds no tensors)."""
+    return list(data.batch.items()) if data.batch is not None else []
+
+
 def fold_batch_dim(data: DataProto, new_batch_size: int) -> DataProto:
     """[bsz, ...] -> [new_batch_size, bsz // new_batch_size, ...] for every tensor and array."""
     n = len(data)
     if new_batch_size <= 0 or n % new_batch_size:
         raise ValueError(f"fold_batch_dim: {n} rows do not divide into {new_batch_size} groups")
-    tensors = {k: t.reshape(new_batch_size, n // new_batch_size, *t.shape[1:]) for k, t in data.batch.items()}
+    tensors = {k: t.reshape(new_batch_size, n // new_batch_size, *t.shape[1:]) for k, t in _tensors(data)}
     non_tensors = {
         k: v.reshape(new_batch_size, n // new_batch_size, *v.shape[1:])
         for k, v in data.non_tensor_batch.items()
@@ -74,7 +79,7 @@ def fold_batch_dim(data: DataProto, new_batch_size: int) -> DataProto:
 
 def unfold_batch_dim(data: DataProto, batch_dims: int = 2) -> DataProto:
     """Merge the first batch_dims dims of every tensor and array into one batch dim."""
-    tensors = {k: t.reshape(-1, *t.shape[batch_dims:]) for k, t in data.batch.items()}
+    tensors = {k: t.reshape(-1, *t.shape[batch_dims:]) for k, t in _tensors(data)}
     rows = next(iter(tensors.values())).shape[0] if tensors else 0
     non_tensors = {k: v.reshape(rows, *v.shape[batch_dims:]) for k, v in data.non_tensor_batch.items()}
     return type(data)(
@@ -84,7 +89,7 @@ def unfold_batch_dim(data: DataProto, batch_dims: int = 2) -> DataProto:
 
 def collate_fn(x: list[DataProtoItem]) -> DataProto:
     """Stack a list of DataProtoItem (one row each) into a DataProto."""
-    batch = TensorBatch.stack([d.batch for d in x]) if x and x[0].batch is not None else None
+    batch = TensorBatch.stack([d.batch for d in x if d.batch is not None]) if x and x[0].batch is not None else None
     non_tensor = list_of_dict_to_dict_of_list([d.non_tensor_batch for d in x])
     non_tensor_batch = {key: as_object_array(key, values) for key, values in non_tensor.items()}
     return DataProto(batch=batch, non_tensor_batch=non_tensor_batch)

@@ -101,7 +101,7 @@ def make_row_iterator(
     generator = torch.Generator().manual_seed(seed) if seed is not None else None
     from torch.utils.data import DataLoader
 
-    loader = DataLoader(
+    loader: DataLoader[Any] = DataLoader(
         dataset=_RowDataset(data),
         batch_size=mini_batch_size,
         collate_fn=_identity_collate,
@@ -119,7 +119,7 @@ def make_row_iterator(
     return batches()
 
 
-class _RowDataset:
+class _RowDataset(torch.utils.data.Dataset):
     """Map-style dataset over a DataProto's rows; `__getitems__` lets DataLoader fetch a whole
     mini-batch with one index_select instead of N single-row items plus a stack."""
 
@@ -148,7 +148,8 @@ def _repeat_rows(t: torch.Tensor, times: int, interleave: bool) -> torch.Tensor:
     return view.reshape(n * times, *rest)
 
 
-def _identity_collate(batch: DataProto) -> DataProto:
+def _identity_collate(batch: Any) -> Any:
+    # __getitems__ already returns the mini-batch as one DataProto
     return batch
 
 

@@ -137,7 +137,7 @@ class _Jsonl:
         self._f = open(path, "a", encoding="utf-8")  # append: a resumed run continues the same file
 
     def log(self, data: dict, step: int) -> None:
-        row = {"step": step, **scalar_metrics(data)}
+        row: dict[str, Any] = {"step": step, **scalar_metrics(data)}
         # NaN/inf are not valid JSON; write them as strings so the line stays parseable.
         row = {k: (v if not isinstance(v, float) or math.isfinite(v) else str(v)) for k, v in row.items()}
         self._f.write(json.dumps(row) + "\n")
@@ -180,7 +180,7 @@ class _Wandb:
         os.environ.setdefault("WANDB_SILENT", "true")
         import wandb
 
-        mode = os.environ.get("WANDB_MODE", "offline")  # never reach for the network unless asked
+        mode: Any = os.environ.get("WANDB_MODE", "offline")  # never reach for the network unless asked; wandb checks it
         os.makedirs(out_dir, exist_ok=True)
         self.run = wandb.init(project=project, name=name, config=config, mode=mode, dir=out_dir)
         self._wandb = wandb
@@ -244,7 +244,7 @@ class _MLflow:
 
     def log_generations(self, samples: list[Sample], step: int) -> None:
         rows = [{"input": i, "output": o, "score": float(s)} for i, o, s in samples]
-        self._mlflow.log_dict(rows, f"val_generations/step_{step}.json")
+        self._mlflow.log_dict(rows, f"val_generations/step_{step}.json")  # type: ignore[arg-type]  # any JSON value
 
     def finish(self) -> None:
         self._mlflow.end_run()
@@ -269,7 +269,10 @@ def _plain_config(config: Any) -> dict | None:
         return dict(config)
     from omegaconf import OmegaConf
 
-    return OmegaConf.to_container(config, resolve=True)
+    plain = OmegaConf.to_container(config, resolve=True)
+    if not isinstance(plain, dict):
+        raise TypeError(f"the run config must be a mapping, got {type(plain).__name__}")
+    return plain
 
 
 class Tracking:

@@ -97,7 +97,7 @@ def _materialize_futures(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     return args, kwargs
 
 
-def resolve_dispatch_mode(dispatch_mode: Dispatch | str | dict) -> dict[str, Callable]:
+def resolve_dispatch_mode(dispatch_mode: DynamicEnum | str | dict) -> dict[str, Callable]:
     """``{"dispatch_fn", "collect_fn"}`` for a Dispatch member, its name, or an inline dict."""
     if isinstance(dispatch_mode, dict):
         missing = {"dispatch_fn", "collect_fn"} - set(dispatch_mode)
@@ -110,8 +110,8 @@ def resolve_dispatch_mode(dispatch_mode: Dispatch | str | dict) -> dict[str, Cal
 
 
 def register(
-    dispatch_mode: Dispatch | str | dict = Dispatch.ALL_TO_ALL,
-    execute_mode: Execute | str = Execute.ALL,
+    dispatch_mode: DynamicEnum | str | dict = Dispatch.ALL_TO_ALL,
+    execute_mode: DynamicEnum | str = Execute.ALL,
     blocking: bool = True,
     materialize_futures: bool = True,
 ):

@@ -28,6 +28,8 @@ _padding_size_key = "_padding_size_key_x123d"
 
 
 class _DynamicEnumMeta(type):
+    _registry: dict[str, Any]
+
     def __getattr__(cls, name: str) -> DynamicEnum:
         registry = cls.__dict__.get("_registry")
         if registry is None or name.startswith("__"):
@@ -118,7 +120,7 @@ class DispatchModeFns:
 DISPATCH_MODES: Registry[DispatchModeFns] = Registry("dispatch mode")
 
 
-def register_dispatch_mode(dispatch_mode_name: str, dispatch_fn: Callable, collect_fn: Callable) -> Dispatch:
+def register_dispatch_mode(dispatch_mode_name: str, dispatch_fn: Callable, collect_fn: Callable) -> DynamicEnum:
     """Add ``Dispatch.<dispatch_mode_name>`` with its dispatch and collect functions."""
     DISPATCH_MODES.register(dispatch_mode_name, DispatchModeFns(dispatch_fn, collect_fn))
     if dispatch_mode_name in Dispatch._registry:  # added by unpickling before its functions were known
@@ -133,13 +135,13 @@ def update_dispatch_mode(dispatch_mode: Dispatch, dispatch_fn: Callable, collect
     DISPATCH_MODES.register(dispatch_mode.name, DispatchModeFns(dispatch_fn, collect_fn))
 
 
-def get_predefined_dispatch_fn(dispatch_mode: Dispatch | str) -> dict[str, Callable]:
+def get_predefined_dispatch_fn(dispatch_mode: DynamicEnum | str) -> dict[str, Callable]:
     name = dispatch_mode if isinstance(dispatch_mode, str) else dispatch_mode.name
     fns = DISPATCH_MODES.get(name)
     return {"dispatch_fn": fns.dispatch_fn, "collect_fn": fns.collect_fn}
 
 
-def get_predefined_execute_fn(execute_mode: Execute) -> dict[str, str]:
+def get_predefined_execute_fn(execute_mode: DynamicEnum) -> dict[str, str]:
     names = {"ALL": "execute_all", "RANK_ZERO": "execute_rank_zero"}
     return {"execute_fn_name": names[execute_mode.name]}
 
