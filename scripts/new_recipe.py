@@ -1,8 +1,14 @@
 #!/usr/bin/env python3
 """Create a new recipe package from the template: a runnable skeleton with a passing smoke test.
 
-    python scripts/new_recipe.py NAME [--dest recipes] [--title "Paper title"]
-    uv lock && uv run --package verl-recipe-NAME pytest recipes/NAME/tests     # it passes as generated
+    python scripts/new_recipe.py NAME [--title "Paper title"]
+    uv run --frozen --package verl-recipe-NAME pytest recipes/NAME/tests     # it passes as generated
+
+Besides the folder it wires the recipe into the workspace, so the README's commands (``--frozen``
+included) work at once: the root ``pyproject.toml`` gains its workspace source, its entry in the root
+``dev`` group (``uv run pytest`` collects its tests) and its module in the import-linter contracts, and
+``uv lock`` records it (``--no-lock`` skips that, ``--dest`` elsewhere than the workspace's recipes/ skips
+the wiring).
 
 NAME is lower case (letters, digits, ``-``/``_``); the package is ``verl-recipe-NAME`` importing as
 ``verl_recipe_NAME`` with the console script ``verl-NAME`` (distribution and script names spell ``_`` as
@@ -23,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -37,12 +44,13 @@ readme = "README.md"
 requires-python = ">=3.11"
 license = {{ text = "Apache-2.0" }}
 # Inside the monorepo the workspace sources below pin these to the checked-out code and uv.lock pins
-# the rest. Add what the recipe needs here (never in another package); when a recipe is released,
-# pin verl-* to the versions its README numbers were measured with.
+# the rest. Add what the recipe imports here (never in another package): its tests run in an environment
+# of exactly these and the dev group (scripts/ci_matrix.py).
 dependencies = [
-    "verl-core[tracking]",
-    "verl-workers",
-    "verl-rewards",
+    "verl-core[tracking]>=0.1,<0.2",
+    "verl-workers>=0.1,<0.2",
+    "verl-rewards>=0.1,<0.2",
+    "omegaconf>=2.3",
 ]
 
 [project.scripts]
@@ -267,15 +275,69 @@ def create(name: str, dest: Path, title: str | None = None) -> Path:
     return root
 
 
+def _add_to_arrays(text: str, marker: re.Pattern[str], entry: str) -> tuple[str, int]:
+    """Add ``entry`` (a quoted string) to every multi-line TOML array one of whose items matches
+    ``marker``, after its last matching item; returns the text and how many such arrays hold it now."""
+    lines = text.split("\n")
+    out: list[str] = []
+    changed = 0
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        out.append(line)
+        if line.rstrip().endswith("= [") or line.rstrip().endswith("=["):
+            j = i + 1
+            while j < len(lines) and lines[j].strip() != "]":
+                j += 1
+            items = lines[i + 1 : j]
+            hits = [k for k, item in enumerate(items) if marker.search(item)]
+            if hits and not any(entry + "," in item for item in items):
+                last = items[hits[-1]]
+                indent = last[: len(last) - len(last.lstrip())]
+                items.insert(hits[-1] + 1, f"{indent}{entry},")
+            changed += bool(hits)
+            out.extend(items)
+            i = j
+            continue
+        i += 1
+    return "\n".join(out), changed
+
+
+def wire(n: dict[str, str], workspace: Path = ROOT) -> None:
+    """Add the recipe to the workspace root's pyproject: its source, the root dev group, and the
+    import-linter contracts that list every recipe module."""
+    path = workspace / "pyproject.toml"
+    text = path.read_text()
+    source = f"{n['dist']} = {{ workspace = true }}"
+    if source not in text:
+        sources = list(re.finditer(r"^verl-recipe-[a-z0-9-]+ = \{ workspace = true \}$", text, re.M))
+        if not sources:
+            raise SystemExit(f"{path}: no [tool.uv.sources] entry of another recipe to add {n['dist']} beside")
+        end = sources[-1].end()
+        text = text[:end] + "\n" + source + text[end:]
+    text, dev = _add_to_arrays(text, re.compile(r'^\s*"verl-recipe-[a-z0-9-]+",'), f'"{n["dist"]}"')
+    text, contracts = _add_to_arrays(text, re.compile(r'^\s*"verl_recipe_[a-z0-9_]+",'), f'"{n["module"]}"')
+    if not dev or not contracts:
+        raise SystemExit(f"{path}: found no dev group or import-linter list of recipes to add {n['dist']} to")
+    path.write_text(text)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("name", help="recipe name, e.g. dapo or my-paper")
     ap.add_argument("--dest", type=Path, default=ROOT / "recipes", help="parent folder (default: recipes/)")
     ap.add_argument("--title", help="human name of the method, for the README and descriptions")
+    ap.add_argument("--no-lock", action="store_true", help="do not run `uv lock` after wiring the workspace")
     args = ap.parse_args(argv)
     root = create(args.name, args.dest, args.title)
-    dist = names(args.name)["dist"]
-    print(f"created {root}\nnext: uv lock && uv run --package {dist} pytest {root}/tests")
+    n = names(args.name)
+    workspace = args.dest.resolve().parent
+    if args.dest.resolve() == (workspace / "recipes") and (workspace / "pyproject.toml").is_file():
+        wire(n, workspace)
+        print(f"added {n['dist']} to {workspace / 'pyproject.toml'}")
+        if not args.no_lock:
+            subprocess.run(["uv", "lock"], cwd=workspace, check=True)
+    print(f"created {root}\nnext: uv run --frozen --package {n['dist']} pytest {root}/tests")
     return 0
 
 
