@@ -16,9 +16,7 @@ Options: ``--out DIR``, ``--sft-steps N``, ``--rl-steps N``, ``--workers N`` (qu
 ``--model-dtype bfloat16`` (bf16 compute on fp32 master weights in SFT and RL, as a GPU run does),
 ``--sft-model DIR`` (skip the warm start, start GRPO from DIR), ``--worker-backend local`` (GRPO without Ray), ``--lora-rank R --lora-alpha A --lr LR``
 (GRPO trains LoRA adapters instead of every weight; needs verl-workers[lora]; see docs/lora.md).
-
-Measured (2 cores, quiet machine, 2026-11-22): held-out greedy exact match 30.8% after the 180-step SFT
-warm start, 42.3% after 60 GRPO steps; 66 s in total (the GRPO part 27 s).
+What it reaches, with the commands: docs/measurements.md.
 """
 
 from __future__ import annotations
