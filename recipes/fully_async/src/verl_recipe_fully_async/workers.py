@@ -9,7 +9,6 @@ so the rollouter can stream finished groups and pause a wave for a weight sync (
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
@@ -158,17 +157,6 @@ class AsyncActorRolloutWorker(ActorRolloutRefWorker):
     def resume_wave(self) -> None:
         if self._wave is not None and not isinstance(self._wave, DataProto):
             self._wave.resume()
-
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def drop_wave(self) -> int:
-        """Forget the running wave (rows not yet returned are lost); returns how many rows that was."""
-        lost = 0 if self._wave is None else int((~self._wave_emitted).sum())
-        self._wave = None
-        return lost
-
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def process_info(self) -> dict:
-        return {"pid": os.getpid(), "role": self.role, "rank": dist.get_rank()}
 
 
 __all__ = ["AsyncActorRolloutWorker"]
