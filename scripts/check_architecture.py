@@ -34,7 +34,7 @@ def workspace_top_modules(root: Path = ROOT) -> set[str]:
 
 def main() -> int:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
-    missing = sorted(workspace_top_modules() - set(config["root_packages"]))
+    missing = sorted(workspace_top_modules(ROOT) - set(config["root_packages"]))
     if missing:
         print(
             f"pyproject.toml [tool.importlinter] root_packages lacks {missing}: add them (and to the "
