@@ -150,6 +150,7 @@ def test_wiring_adds_the_recipe_to_every_workspace_list(tmp_path):
 @pytest.mark.skipif(shutil.which("uv") is None, reason="uv is not on PATH")
 def test_scaffolded_workspace_runs_the_new_recipes_tests_with_the_readme_commands(tmp_path):
     ws = tmp_path / "ws"
+    ws.mkdir()
     keep = shutil.ignore_patterns(".venv", ".venvs", "__pycache__", "site", "outputs", ".git", "*.pyc")
     for item in ("pyproject.toml", "uv.lock", "conftest.py", "packages", "recipes", "scripts"):
         src = ROOT / item
