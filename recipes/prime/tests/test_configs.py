@@ -42,7 +42,7 @@ def test_paper_config_holds_upstreams_setting():
     assert (c.trainer.n_gpus_per_node, c.trainer.total_epochs, c.trainer.balance_batch) == (8, 15, False)
 
 
-def test_paper_config_validates_apart_from_the_missing_gpu():
+def test_paper_config_validates_apart_from_the_missing_gpu(monkeypatch):
     with pytest.raises(ConfigError) as ei:
         validate_prime_config(_paper("trainer.device=cpu"))
     # the GPU-only offload flags of the actor and the PRM, and vLLM (a GPU package) not being installed, are
@@ -50,12 +50,14 @@ def test_paper_config_validates_apart_from_the_missing_gpu():
     vllm = "pip install 'verl-workers[vllm]'"
     assert len(ei.value.problems) == 2 + (importlib.util.find_spec("vllm") is None)
     assert all(("offload" in p and "CPU" in p) or vllm in p for p in ei.value.problems)
+    from verl.trainer.config import installed
+
+    monkeypatch.setattr(installed, "_missing", lambda module: False)  # vLLM: a GPU package, not installed here
     validate_prime_config(_paper(
         "trainer.device=cpu", "actor_rollout_ref.actor.fsdp_config.param_offload=false",
         "actor_rollout_ref.actor.fsdp_config.optimizer_offload=false",
         "reward.reward_model.model.fsdp_config.param_offload=false",
         "reward.reward_model.model.fsdp_config.optimizer_offload=false",
-        "actor_rollout_ref.rollout.name=hf",  # the paper's vllm is a GPU package, not installed here
     ))  # fmt: skip
 
 

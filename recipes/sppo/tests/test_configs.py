@@ -1,7 +1,6 @@
 """The recipe's two configs and its schema extension: upstream's numbers, the CPU default, the keys it adds,
 and the problems its validation names."""
 
-import importlib.util
 
 import pytest
 from verl.trainer.config import ConfigError, load_config
@@ -12,14 +11,22 @@ PATHS = ["data.train_files=train.parquet", "actor_rollout_ref.model.path=model"]
 
 
 # the paper's rollout.name=vllm is refused at validation where vLLM (a GPU package) is not installed
-NO_VLLM = ["actor_rollout_ref.rollout.name=hf"] if importlib.util.find_spec("vllm") is None else []
+NO_VLLM: list[str] = []  # the vllm_installed fixture stands in for the GPU package
+
+
+@pytest.fixture
+def vllm_installed(monkeypatch):
+    """Validate the paper's rollout.name=vllm as where vLLM (a GPU package) is installed."""
+    from verl.trainer.config import installed
+
+    monkeypatch.setattr(installed, "_missing", lambda module: False)
 
 
 def _paper(*overrides):
     return load_sppo_config(["--config", str(configs_dir() / PAPER_CONFIG), *overrides])
 
 
-def test_paper_config_holds_upstreams_setting_and_validates():
+def test_paper_config_holds_upstreams_setting_and_validates(vllm_installed):
     c = _paper("trainer.device=cpu", *NO_VLLM)  # the GPU (and vLLM, a GPU package) is all that is missing
     a, r = c.actor_rollout_ref.actor, c.actor_rollout_ref.rollout
     assert c.actor_rollout_ref.model.path == "Qwen/Qwen2.5-7B-Instruct"

@@ -49,7 +49,7 @@ def test_missing_required_and_bad_choice_listed_together():
         validate_sft_config(cfg)
     msg = str(e.value)
     assert "data.train_files is required" in msg and "model.path is required" in msg
-    assert "model.strategy='ddp' is not one of fsdp2, fsdp" in msg
+    assert "model.strategy='ddp' is not one of: fsdp2, fsdp" in msg
 
 
 def test_ray_init_kwargs_workers_at_nice_0_and_user_env_wins(monkeypatch):

@@ -20,11 +20,13 @@ from omegaconf import DictConfig, OmegaConf
 from verl.trainer.config import (
     ActorRolloutRefConfig,
     ConfigError,
+    MultiTurnConfig,
     PPOTrainerConfig,
+    RolloutConfig,
     load_config,
     validate_config,
 )
-from verl.trainer.config.schema import MultiTurnConfig, RolloutConfig
+from verl.trainer.config.recipes import BUILT_IN
 
 from verl_recipe_collabllm.reward_manager import check_reward_kwargs
 
@@ -89,7 +91,7 @@ def collabllm_problems(cfg: DictConfig) -> list[str]:
         )
     if not mt.interaction_config_path:
         problems.append(f"{MT}.interaction_config_path is unset: name the simulated user's interaction YAML")
-    elif mt.interaction_config_path != "(built-in)" and not Path(mt.interaction_config_path).is_file():
+    elif mt.interaction_config_path != BUILT_IN and not Path(mt.interaction_config_path).is_file():
         problems.append(f"{MT}.interaction_config_path={mt.interaction_config_path!r}: no such file")
     kwargs = OmegaConf.to_container(cfg.reward.reward_kwargs, resolve=True)
     problems += check_reward_kwargs(

@@ -25,8 +25,7 @@ import math
 from dataclasses import dataclass, field
 
 from omegaconf import DictConfig
-from verl.trainer.config import ConfigError, load_config, validate_config
-from verl.trainer.config.schema import PPOTrainerConfig
+from verl.trainer.config import ConfigError, PPOTrainerConfig, load_config, validate_config
 
 from verl_recipe_fully_async.weight_transfer import TRANSPORTS
 

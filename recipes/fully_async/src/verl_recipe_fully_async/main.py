@@ -154,14 +154,24 @@ def _main(defaults: tuple[str, ...], argv: list[str] | None) -> None:
     )
 
 
+def _cli(prog: str, defaults: tuple[str, ...], argv: list[str] | None) -> None:
+    """``--help``, ``--cfg job`` (the resolved default config), training; config errors exit with status 2."""
+    from verl.trainer.config.cli import run_cli
+
+    from verl_recipe_fully_async.config import FullyAsyncPPOConfig
+
+    run_cli(argv, prog=prog, schema=FullyAsyncPPOConfig, main=lambda a: _main(defaults, a),
+            load=lambda a: load_async_config(with_default_config(a, defaults)), about=__doc__)
+
+
 def main(argv: list[str] | None = None) -> None:
     """``verl-fully-async``."""
-    _main((CPU_CONFIG,), argv)
+    _cli("verl-fully-async", (CPU_CONFIG,), argv)
 
 
 def main_one_step_off(argv: list[str] | None = None) -> None:
     """``verl-one-step-off``: the CPU default with the one-step-off settings on top."""
-    _main((CPU_CONFIG, ONE_STEP_OFF_CONFIG), argv)
+    _cli("verl-one-step-off", (CPU_CONFIG, ONE_STEP_OFF_CONFIG), argv)
 
 
 if __name__ == "__main__":

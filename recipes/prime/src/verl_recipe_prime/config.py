@@ -27,10 +27,10 @@ from typing import Any
 
 from omegaconf import DictConfig
 from verl.trainer.config import (
-    AlgorithmConfig,
+    AlgoConfig,
     ConfigError,
     DataConfig,
-    OptimConfig,
+    OptimizerConfig,
     PPOTrainerConfig,
     RewardConfig,
     RewardModelConfig,
@@ -66,7 +66,7 @@ class PRIMEDataConfig(DataConfig):
 
 
 @dataclass
-class PRIMEOptimConfig(OptimConfig):
+class PRIMEOptimConfig(OptimizerConfig):
     grad_clip: float = 1.0  # upstream keeps the PRM's clip inside its optim section
 
 
@@ -105,7 +105,7 @@ class PRIMERewardConfig(RewardConfig):
 
 
 @dataclass
-class PRIMEAlgorithmConfig(AlgorithmConfig):
+class PRIMEAlgorithmConfig(AlgoConfig):
     adv_estimator: str = "rloo"
     reward_gt_coef: float = 5.0
     reward_dpo_coef: float = 5.0
@@ -127,17 +127,12 @@ def derived_gen_batch_size(train_batch_size: int, oversample_factor: float) -> i
 
 
 def load_prime_config(argv: list[str]) -> DictConfig:
-    """Core's loader over the PRIME schema (core defaults < ``--config`` files < ``key=value``), with
-    ``data.gen_batch_size`` derived when left unset. Not yet validated."""
-    # Schema defaults only: core's packaged YAML equals core's schema (a core test keeps them equal) but
-    # would put its own values over the defaults this schema changes (gen_batch_size, the PRM's path).
-    cfg = load_config(argv, schema=PRIMETrainerConfig, defaults_yaml=None)
+    """Core's loader over the PRIME schema (core defaults < ``--config`` files < ``key=value``), with an unset
+    ``data.gen_batch_size`` filled in as ``train_batch_size * oversample_factor``. Not yet validated."""
+    cfg = load_config(argv, schema=PRIMETrainerConfig)
     if cfg.data.gen_batch_size is None:
-        gen = derived_gen_batch_size(cfg.data.train_batch_size, cfg.data.oversample_factor)
-        if gen is not None:
-            cfg = load_config(
-                [*argv, f"data.gen_batch_size={gen}"], schema=PRIMETrainerConfig, defaults_yaml=None
-            )
+        # a default derived from two other keys (an interpolation cannot multiply); validation checks it
+        cfg.data.gen_batch_size = derived_gen_batch_size(cfg.data.train_batch_size, cfg.data.oversample_factor)
     return cfg
 
 

@@ -119,6 +119,16 @@ def train(argv: list[str]) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """The ``verl-retool`` command: ``--help``, ``--cfg job`` (the CPU default's resolved config), training;
+    a config error prints its problems and exits with status 2."""
+    from verl.trainer.config.cli import run_cli
+
+    from verl_recipe_retool.config import ReToolTrainerConfig, load_retool_config
+
+    run_cli(argv, prog="verl-retool", schema=ReToolTrainerConfig, main=_main, load=lambda a: load_retool_config(with_default_config(a)), about=__doc__)
+
+
+def _main(argv: list[str] | None = None) -> None:
     """The ``verl-retool`` console script (returns None: a returned value would become the exit status)."""
     # Under `uv run`, Ray would rebuild the environment for its workers; they share the driver's.
     os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")

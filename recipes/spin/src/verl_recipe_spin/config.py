@@ -23,7 +23,7 @@ from omegaconf import DictConfig
 from verl.trainer.config import (
     ActorConfig,
     ActorRolloutRefConfig,
-    AlgorithmConfig,
+    AlgoConfig,
     ConfigError,
     PPOTrainerConfig,
     TrainerConfig,
@@ -47,7 +47,7 @@ class SPINActorRolloutRefConfig(ActorRolloutRefConfig):
 
 
 @dataclass
-class SPINAlgorithmConfig(AlgorithmConfig):
+class SPINAlgorithmConfig(AlgoConfig):
     dpo_beta: float = 0.1
     dpo_loss_type: str = "sigmoid"
     spin_mode: str = "reward"

@@ -19,7 +19,7 @@ from omegaconf import DictConfig
 from verl.trainer.config import (
     ActorConfig,
     ActorRolloutRefConfig,
-    AlgorithmConfig,
+    AlgoConfig,
     ConfigError,
     PPOTrainerConfig,
     load_config,
@@ -40,7 +40,7 @@ class SPPOActorRolloutRefConfig(ActorRolloutRefConfig):
 
 
 @dataclass
-class SPPOAlgorithmConfig(AlgorithmConfig):
+class SPPOAlgorithmConfig(AlgoConfig):
     sppo_eta: float = 1.0
 
 

@@ -14,7 +14,6 @@ from verl.workers.rollout.weight_sync import iter_weight_buckets, receive_state_
 def rollout_cfg(*overrides):
     return load_config(
         ["actor_rollout_ref.model.path=/m", "actor_rollout_ref.rollout.name=vllm", *overrides],
-        defaults_yaml=None,
     ).actor_rollout_ref.rollout
 
 
@@ -211,7 +210,6 @@ def test_without_vllm_building_the_engine_says_what_to_install(tiny_model_dir):
 
     cfg = load_config(
         [f"actor_rollout_ref.model.path={tiny_model_dir}", "actor_rollout_ref.rollout.name=vllm"],
-        defaults_yaml=None,
     ).actor_rollout_ref
     module = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     with pytest.raises(ImportError, match=r"verl-workers\[vllm\]"):
@@ -319,6 +317,6 @@ def test_lora_sync_settings_that_cannot_work_are_refused(tmp_path, overrides, ne
     from verl.trainer.config import validate_config
 
     cfg = load_config([f"actor_rollout_ref.model.path={tmp_path}", "actor_rollout_ref.rollout.name=native",
-                       *overrides], defaults_yaml=None)
+                       *overrides])
     with pytest.raises(ValueError, match=needle):
         validate_config(cfg)
