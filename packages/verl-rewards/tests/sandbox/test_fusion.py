@@ -85,7 +85,7 @@ def _humaneval(n=None):
 def _score(task, body, url):
     from verl.rewards import default_compute_score
 
-    gt = {"test": task["test"], "entry_point": task["entry_point"]}
+    gt = {"test": task["test"], "entry_point": task["entry_point"], "prompt": task["prompt"]}
     solution = "```python\n" + task["prompt"] + body + "\n```"
     return default_compute_score("humaneval", solution, gt, sandbox="sandbox_fusion", sandbox_options={"url": url})
 
