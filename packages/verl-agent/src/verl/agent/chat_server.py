@@ -30,7 +30,7 @@ from verl.agent.agent_loop import AgentLoopOutput
 from verl.agent.server import AsyncLLMServer
 from verl.agent.tokenization import ChatTokens
 from verl.agent.tools.parser import format_tool_call, parse_tool_calls
-from verl.rewards.http_server import HTTPError, HTTPLimits, make_app, read_json, start_site
+from verl.rewards.http_server import HTTPError, HTTPLimits, make_app, openai_error, read_json, start_site
 
 
 @dataclass
@@ -42,11 +42,6 @@ class CompletionRecord:
     log_probs: list[float]
     raw_text: str
     message_key: str
-
-
-def _openai_error(status: int, message: str) -> dict:
-    return {"error": {"message": message, "type": "invalid_request_error" if status < 500 else "server_error",
-                      "code": status}}  # fmt: skip
 
 
 def _message_key(content: str | None, tool_calls: list[dict] | None) -> str:
@@ -86,7 +81,7 @@ class ChatCompletionServer:
         return f"http://{self.host}:{self.port}/v1"
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
-        app = make_app(self.limits, _openai_error)
+        app = make_app(self.limits, openai_error)
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/chat/completions", self._completions)
         self._runner, self.port = await start_site(app, host, port, self.limits)

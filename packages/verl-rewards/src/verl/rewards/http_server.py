@@ -31,7 +31,8 @@ from aiohttp import web
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["BackgroundServer", "HTTPError", "HTTPLimits", "detail_error", "make_app", "read_json", "start_site"]
+__all__ = ["BackgroundServer", "HTTPError", "HTTPLimits", "detail_error", "make_app", "openai_error", "read_json",
+           "start_site"]
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,12 @@ ErrorBody = Callable[[int, str], dict]
 def detail_error(status: int, message: str) -> dict:
     """FastAPI's error shape, which SandboxFusion answers with."""
     return {"detail": message}
+
+
+def openai_error(status: int, message: str) -> dict:
+    """The OpenAI API's error shape (chat endpoints)."""
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return {"error": {"message": message, "type": kind, "code": status}}
 
 
 class HTTPError(Exception):
