@@ -233,3 +233,10 @@ def test_requests_beyond_max_pending_get_503_and_the_client_retries(strict):
     with concurrent.futures.ThreadPoolExecutor(4) as ex:  # the client retries a busy service until it is answered
         outs = list(ex.map(lambda _: sb.run("print('ok')"), range(4)))
     assert [o.stdout for o in outs] == ["ok\n"] * 4
+
+
+def test_output_returned_is_bounded(server):
+    body = requests.post(f"{server.url}/run_code", json={"code": "print('x' * 5_000_000)", "language": "python"},
+                         timeout=60).json()  # fmt: skip
+    out = body["run_result"]["stdout"]
+    assert out.endswith("[output truncated]") and len(out) <= (1 << 20) + len("\n[output truncated]")
