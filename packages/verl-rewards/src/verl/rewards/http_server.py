@@ -118,7 +118,7 @@ async def start_site(app: web.Application, host: str, port: int, limits: HTTPLim
     runner = web.AppRunner(app, access_log=None, keepalive_timeout=limits.idle_timeout, lingering_time=0,
                            shutdown_timeout=1.0)  # fmt: skip
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
+    site = web.TCPSite(runner, host, port, backlog=1024)  # a burst of clients is not refused at connect
     await site.start()
     return runner, runner.addresses[0][1]
 
