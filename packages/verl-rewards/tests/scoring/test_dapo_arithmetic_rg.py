@@ -33,7 +33,8 @@ DAPO = [
 @pytest.mark.parametrize("response,gt,want,pred", DAPO)
 def test_dapo(response, gt, want, pred):
     out = dapo_math.compute_score(response, gt, timeout=60)
-    assert out == {"score": want, "acc": want == 1.0, "pred": pred}
+    verdict = "passed" if want == 1.0 else "wrong_answer" if pred else "format"
+    assert out == {"score": want, "acc": want == 1.0, "pred": pred, "verdict": verdict}
 
 
 def test_reasoning_gym_scores_with_its_own_scorer():

@@ -1,6 +1,6 @@
 """DAPO-Math scorer: the response ends with ``Answer: <answer>``; +1 when right, -1 otherwise.
 
-Returns ``{"score", "acc", "pred"}`` as upstream. The answer after the last ``Answer:`` is normalized
+Returns ``{"score", "acc", "pred"}`` as upstream, plus ``verdict`` (`verl.rewards.scoring.verdicts`). The answer after the last ``Answer:`` is normalized
 (``$``, ``\\boxed{}``, ``\\text{}``, thousands separators, trailing period, spaces); equal strings
 score at once, otherwise math-verify decides under the time limit.
 """
@@ -9,7 +9,12 @@ from __future__ import annotations
 
 import re
 
-from verl.rewards.scoring.math_equiv import DEFAULT_TIMEOUT, is_equiv, last_boxed_only_string, remove_boxed
+from verl.rewards.scoring.math_equiv import (
+    DEFAULT_TIMEOUT,
+    equiv_verdict,
+    last_boxed_only_string,
+    remove_boxed,
+)
 
 _ANSWER = re.compile(r"Answer\s*:\s*([^\n]*)", re.IGNORECASE)
 _TAIL = 300  # as upstream: only the end of the response is searched
@@ -39,9 +44,12 @@ def normalize_final_answer(ans: str) -> str:
 
 
 def compute_score(solution_str: str, ground_truth: str, timeout: float = DEFAULT_TIMEOUT) -> dict:
+    """``{"score": +1 | -1, "acc", "pred", "verdict"}``; ``verdict`` is ``format`` without an answer."""
     pred = extract_answer(solution_str)
-    correct = False
+    verdict = "format"
     if pred is not None:
         p, g = normalize_final_answer(pred), normalize_final_answer(str(ground_truth))
-        correct = p == g or (bool(p) and is_equiv(p, g, timeout=timeout))
-    return {"score": 1.0 if correct else -1.0, "acc": correct, "pred": pred if pred is not None else ""}
+        verdict = "passed" if p == g else equiv_verdict(p, g, timeout=timeout) if p else "wrong_answer"
+    correct = verdict == "passed"
+    return {"score": 1.0 if correct else -1.0, "acc": correct, "pred": pred if pred is not None else "",
+            "verdict": verdict}  # fmt: skip
