@@ -10,7 +10,7 @@ from verl.single_controller.ray.base import (
     create_colocated_worker_cls_fused,
     create_colocated_worker_raw_cls,
 )
-from verl.single_controller.ray.resource_pool_manager import ResourcePoolManager
+from verl.single_controller.base.resource_pool_manager import ResourcePoolManager
 
 __all__ = [
     "RayClassWithInitArgs",

@@ -7,7 +7,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from verl.trainer.config.loader import ConfigError, load_config
-from verl.trainer.config.validation import fsdp_precision_problems
+from verl.trainer.config.validation import WORKER_BACKENDS, fsdp_precision_problems
 from verl.trainer.sft.schema import SFTConfig
 
 SFT_DEFAULTS_YAML = Path(__file__).with_name("sft_trainer.yaml")
@@ -41,6 +41,7 @@ def validate_sft_config(cfg: DictConfig) -> None:
 
     one_of("model.strategy", m.strategy, STRATEGIES)
     one_of("trainer.device", t.device, DEVICES)
+    one_of("trainer.worker_backend", t.worker_backend, WORKER_BACKENDS)
     one_of("data.truncation", d.truncation, TRUNCATION)
     one_of("optim.lr_scheduler_type", o.lr_scheduler_type, SCHEDULERS)
     one_of("trainer.resume_mode", t.resume_mode, RESUME_MODES)
@@ -65,6 +66,11 @@ def validate_sft_config(cfg: DictConfig) -> None:
     problems += fsdp_precision_problems("model.fsdp_config", m.fsdp_config, trained=True)
     if not problems:
         ws = sft_world_size(cfg)
+        if t.worker_backend == "local" and ws != 1:
+            problems.append(
+                f"trainer.worker_backend=local runs one worker in the driver's process, but trainer.nnodes*"
+                f"n_gpus_per_node={t.nnodes}*{t.n_gpus_per_node}={ws}; set both to 1 or use trainer.worker_backend=ray"
+            )
         bs, mb = int(d.train_batch_size), int(d.micro_batch_size_per_gpu)
         if bs % ws:
             problems.append(

@@ -53,6 +53,8 @@ class SFTTrainerSection:
     device: str = "auto"  # auto | cpu | cuda
     nnodes: int = 1
     n_gpus_per_node: int = 8  # workers per node (per CPU node when device is cpu)
+    # ray: worker processes under the Ray single controller; local: the one worker in the driver's process
+    worker_backend: str = "ray"
     logger: list[str] = field(default_factory=lambda: ["console"])
     project_name: str = "verl_sft"
     experiment_name: str = "sft"
