@@ -54,7 +54,7 @@ def summarize(impl: str, entry: dict, shape: dict, prompt_len: int, rows: int, p
     out = {"step_s": round(step["step_s"], 3), "first_step_s": round(entry["steps"][0]["step_s"], 3),
            "steps_run": len(entry["steps"]), "setup_s": entry["setup_s"], "micro_rows": entry["micro_rows"],
            "response_tokens": step.get("response_tokens"),
-           **{k: v for k, v in entry.items() if k.startswith("peak_")}}
+           **{k: v for k, v in entry.items() if k.startswith("peak_") or k == "generation_q_proj_dtypes"}}
     out.update({k: round(v, 3) for k, v in step.items() if k.endswith("_s") and k != "step_s"})
     if gen_s:
         out["gen_tokens_per_s"] = round(rows * length / gen_s, 1)

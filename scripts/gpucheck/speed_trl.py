@@ -4,7 +4,8 @@ The same settings as ours (``speed_common``): 8 prompts x 8 generations = 64 com
 step, ``micro_rows`` per forward/backward with gradient accumulation over the rest, completions of
 exactly ``length`` tokens (``min_new_tokens``), bf16 autocast over fp32 weights on CUDA (``bf16=True``),
 beta 0, constant LR. A callback times each optimizer step (the device synchronized at its ends);
-``model.generate`` is wrapped to time generation inside it.
+``model.generate`` is wrapped to time generation inside it, and a hook on the first layer's ``q_proj``
+records the dtypes its matmuls produced (bf16 when accelerate's autocast reaches generation too).
 
     python speed_trl.py --cell JSON --json OUT --deadline T
 """
@@ -33,10 +34,24 @@ def run_length(cell: Cell, length: int, steps: int, model, tokenizer, dataset, w
     records: list[dict] = []
     plain_generate = model.generate
 
+    seen_dtypes: set[str] = set()
+    generating = [False]
+
+    def note_dtype(module, inputs, output):
+        if generating[0]:
+            seen_dtypes.add(str(output.dtype).removeprefix("torch."))
+
+    # what dtype generation's matmuls run in (bf16 when accelerate's autocast reaches generate too)
+    hook = model.model.layers[0].self_attn.q_proj.register_forward_hook(note_dtype)
+
     def timed_generate(*args, **kwargs):
         synchronize(device)
         t0 = time.perf_counter()
-        out = plain_generate(*args, **kwargs)
+        generating[0] = True
+        try:
+            out = plain_generate(*args, **kwargs)
+        finally:
+            generating[0] = False
         synchronize(device)
         clock["gen"] += time.perf_counter() - t0
         return out
@@ -76,11 +91,13 @@ def run_length(cell: Cell, length: int, steps: int, model, tokenizer, dataset, w
         trainer.train()
     finally:
         model.generate = plain_generate
+        hook.remove()
     memory = peak_memory_gib(device)
     del trainer
     gc.collect()
     out_steps = [{**r, "response_tokens": tokens} for r, tokens in zip(records, records_tokens)]
-    return {"length": length, "micro_rows": micro, "setup_s": round(setup, 2), "steps": out_steps, **memory}
+    return {"length": length, "micro_rows": micro, "setup_s": round(setup, 2), "steps": out_steps,
+            "generation_q_proj_dtypes": sorted(seen_dtypes), **memory}
 
 
 def main() -> None:

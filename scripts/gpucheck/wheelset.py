@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,10 +127,11 @@ def carried_pins(lock_path: Path = ROOT / "uv.lock", machine: set[str] | None = 
     machine = machine_packages() if machine is None else machine
     pins: dict[str, Pin] = {}
     seen: set[tuple[str, tuple[str, ...]]] = set()
+    # breadth first, so each pin's ``via`` is its shortest chain from the first root that needs it:
     # (name, version the dependency names, extras, the chain of names that pulled it in)
-    stack: list[tuple[str, str | None, tuple[str, ...], str]] = [(normalize(n), None, e, n) for n, e in ROOTS]
-    while stack:
-        name, version, extras, via = stack.pop()
+    queue: deque[tuple[str, str | None, tuple[str, ...], str]] = deque((normalize(n), None, e, n) for n, e in ROOTS)
+    while queue:
+        name, version, extras, via = queue.popleft()
         if (name, extras) in seen or name in EXCLUDED:
             continue
         seen.add((name, extras))
@@ -148,7 +150,7 @@ def carried_pins(lock_path: Path = ROOT / "uv.lock", machine: set[str] | None = 
         for dep in _deps(pkg, extras):
             dep_extras = tuple(dep.get("extra", ()))
             chain = f"{via} -> {dep['name']}"
-            stack.append((normalize(dep["name"]), dep.get("version"), dep_extras, chain))
+            queue.append((normalize(dep["name"]), dep.get("version"), dep_extras, chain))
             if dep_extras:
-                stack.append((normalize(dep["name"]), dep.get("version"), (), chain))
+                queue.append((normalize(dep["name"]), dep.get("version"), (), chain))
     return sorted(pins.values(), key=lambda p: normalize(p.name))
