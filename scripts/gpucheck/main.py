@@ -39,7 +39,7 @@ CPU_FACTOR = 3
 RESERVE_S = 10
 #: a section is skipped when less than this is left for it
 MIN_SECTION_S = 20
-LOG_CAP_BYTES = 1 << 20
+LOG_CAP_BYTES = 512 << 10  # per log: the combined file stays far under the 16 MiB a file may come back with
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:

@@ -78,6 +78,8 @@ def build_model(out: Path, name: str, seed: int = 0, device: str = "cpu", save_d
     model.generation_config.eos_token_id = tok.eos_token_id
     model.to(getattr(torch, save_dtype)).save_pretrained(str(out))
     del model
+    if device == "cuda":
+        torch.cuda.empty_cache()  # the implementations run in other processes: leave them the memory
     return out
 
 

@@ -12,6 +12,7 @@ Every section then runs in a subprocess with :func:`section_env`.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -38,8 +39,17 @@ def install_wheels(wheel_dir: Path, site: Path, python: str = sys.executable) ->
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode:
             raise RuntimeError(f"pip install of {wheel_dir} failed:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
-    return {"wheel_dir": str(wheel_dir), "wheels": [w.name for w in wheels], "site": str(site),
-            "seconds": round(time.perf_counter() - t0, 2)}
+    record = {"wheel_dir": str(wheel_dir), "wheels": [w.name for w in wheels], "site": str(site),
+              "seconds": round(time.perf_counter() - t0, 2)}
+    manifest = wheel_dir / "MANIFEST.json"
+    if not wheels:
+        record["note"] = (f"no wheels in {wheel_dir}: on the GPU machine run scripts/fetch_gpu_wheels first (here) and "
+                          "name .gpu_wheels in the device call's carry")
+    elif manifest.exists():
+        listed = sorted(w["file"] for w in json.loads(manifest.read_text())["wheels"])
+        if listed != record["wheels"]:
+            record["note"] = f"{wheel_dir} holds {record['wheels']}, its MANIFEST.json lists {listed}: fetch again"
+    return record
 
 
 def write_dist_info(member: Path, site: Path) -> Path:

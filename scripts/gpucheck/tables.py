@@ -56,7 +56,9 @@ def header(report: dict) -> list[str]:
 
 
 def sections(report: dict) -> list[str]:
-    rows = []
+    setup = report.get("setup", {})
+    rows = [["setup", "failed" if "error" in setup else "ok", setup.get("seconds"), "",
+             setup.get("error") or setup.get("note") or f"{len(setup.get('wheels', []))} wheels installed"]]
     for name, s in report["sections"].items():
         failed = [k for k, v in s.get("checks", {}).items() if v.get("status") not in ("ok", "skipped")]
         note = s.get("error") or (f"failed: {', '.join(failed)}" if failed else "")
