@@ -229,3 +229,26 @@ def test_cpu_dry_run_in_a_machine_like_environment(tmp_path):
     table = (out / "gpu_check.md").read_text()
     assert "| quick-a | 16 | trl |" in table and "## Correctness on the device" in table
     assert (out / "gpu_check.log").stat().st_size > 0
+
+
+def test_speed_shapes_are_qwen25s_published_sizes():
+    """The parameter counts of Qwen2.5-0.5B and -1.5B (494,032,768 and 1,543,714,304, as published) from
+    the shapes, counted by formula and by building the model on the meta device."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    shapes = _load("shapes")
+    for name, published in (("qwen2.5-0.5b", 494_032_768), ("qwen2.5-1.5b", 1_543_714_304)):
+        with torch.device("meta"):
+            model = Qwen2ForCausalLM(Qwen2Config(**shapes.SHAPES[name]))
+        assert shapes.param_count(shapes.SHAPES[name]) == sum(p.numel() for p in model.parameters()) == published
+
+
+def test_micro_batches_fit_the_activation_budget():
+    speed_common = _load("speed_common")
+    shapes = _load("shapes")
+    # 0.5B at 256+1024 tokens: 2 bytes x (12 x 896 + 4 x 4864) x 24 layers = 1.44 MB a token, 8 rows = 14.7 GB
+    assert speed_common.micro_rows(shapes.SHAPES["qwen2.5-0.5b"], 256, 1024) == 8
+    # 1.5B: 3.03 MB a token; 8 rows x 1280 tokens = 31 GB > 16 GiB, 4 rows = 15.5 GB
+    assert speed_common.micro_rows(shapes.SHAPES["qwen2.5-1.5b"], 256, 1024) == 4
+    assert speed_common.micro_rows(shapes.SHAPES["qwen2.5-1.5b"], 256, 256) == 8

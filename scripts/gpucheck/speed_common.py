@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -97,3 +98,15 @@ def time_left_for(length: int, previous: dict[str, Any] | None, deadline: float)
     if estimate > left:
         return False, f"skipped: an estimated {estimate:.0f} s, {left:.0f} s left before the deadline"
     return True, ""
+
+
+def run_lengths(cell: Cell, deadline: float, results: Results, run_one: Callable[[int, int], dict[str, Any]]) -> None:
+    """``run_one(length, steps)`` for each length in order, skipping those the deadline leaves no time for."""
+    previous = None
+    for index, length in enumerate(cell.lengths):
+        fits, why = time_left_for(length, previous, deadline)
+        if not fits:
+            results.add(length, {"status": why})
+            continue
+        previous = run_one(length, steps_for(index))
+        results.add(length, previous)

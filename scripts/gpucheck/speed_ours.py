@@ -19,7 +19,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[1] / "benchmarks" / "grpo_step"))
 
 from context import peak_memory_gib, reset_peak_memory  # noqa: E402
-from speed_common import LR, PROMPTS, SAMPLES, WEIGHT_DECAY, Cell, Results, parse, steps_for, time_left_for  # noqa: E402
+from speed_common import LR, PROMPTS, SAMPLES, WEIGHT_DECAY, Cell, Results, parse, run_lengths  # noqa: E402
 
 STAGES = ("gen", "reward", "old_log_prob", "adv", "update_actor", "step")
 
@@ -78,16 +78,7 @@ def run_length(cell: Cell, length: int, steps: int, work: Path) -> dict:
 
 def main() -> None:
     cell, out, deadline = parse(__doc__)
-    results = Results(out, cell, "ours")
-    previous = None
-    for index, length in enumerate(cell.lengths):
-        fits, why = time_left_for(length, previous, deadline)
-        if not fits:
-            results.add(length, {"status": why})
-            continue
-        entry = run_length(cell, length, steps_for(index), out.parent)
-        results.add(length, entry)
-        previous = entry
+    run_lengths(cell, deadline, Results(out, cell, "ours"), lambda length, steps: run_length(cell, length, steps, out.parent))
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from context import peak_memory_gib, reset_peak_memory, synchronize  # noqa: E402
-from speed_common import LR, PROMPTS, SAMPLES, WEIGHT_DECAY, Cell, Results, parse, steps_for, time_left_for  # noqa: E402
+from speed_common import LR, PROMPTS, SAMPLES, WEIGHT_DECAY, Cell, Results, parse, run_lengths  # noqa: E402
 
 
 def run_length(cell: Cell, length: int, steps: int, model, tokenizer, dataset, work: Path) -> dict:
@@ -115,15 +115,8 @@ def main() -> None:
 
     texts = [row[0]["content"] for row in pq.read_table(cell.data_file).column("prompt").to_pylist()]
     dataset = Dataset.from_list([{"prompt": t} for t in texts])
-    previous = None
-    for index, length in enumerate(cell.lengths):
-        fits, why = time_left_for(length, previous, deadline)
-        if not fits:
-            results.add(length, {"status": why})
-            continue
-        entry = run_length(cell, length, steps_for(index), model, tokenizer, dataset, out.parent)
-        results.add(length, entry)
-        previous = entry
+    run_lengths(cell, deadline, results,
+                lambda length, steps: run_length(cell, length, steps, model, tokenizer, dataset, out.parent))
 
 
 if __name__ == "__main__":
