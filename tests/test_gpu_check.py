@@ -230,6 +230,18 @@ def test_cpu_dry_run_in_a_machine_like_environment(tmp_path):
     assert "| quick-a | 16 | trl |" in table and "## Correctness on the device" in table
     assert (out / "gpu_check.log").stat().st_size > 0
 
+    # the tables as a GPU run's report renders them (card, datasheet peak, MFU): made from this report
+    tables = _load("tables")
+    gpu_like = json.loads(report_file.read_text())
+    gpu_like["device"] = "cuda"
+    gpu_like["sections"]["machine"]["checks"]["gpu"].update(
+        name="NVIDIA H100 80GB HBM3", driver="580.0", memory_gib=79.2, dense_bf16_peak_tflops=989.0)
+    for row in gpu_like["sections"]["speed"]["checks"]["quick-a"]["lengths"].values():
+        row["ours"]["mfu"] = 0.25
+    text = tables.render(gpu_like)
+    assert "NVIDIA H100 80GB HBM3, driver 580.0, 79.2 GiB" in text and "989 TFLOP/s (datasheet)" in text
+    assert "| 0.25 |" in text
+
 
 def test_speed_shapes_are_qwen25s_published_sizes():
     """The parameter counts of Qwen2.5-0.5B and -1.5B (494,032,768 and 1,543,714,304, as published) from
@@ -252,3 +264,33 @@ def test_micro_batches_fit_the_activation_budget():
     # 1.5B: 3.03 MB a token; 8 rows x 1280 tokens = 31 GB > 16 GiB, 4 rows = 15.5 GB
     assert speed_common.micro_rows(shapes.SHAPES["qwen2.5-1.5b"], 256, 1024) == 4
     assert speed_common.micro_rows(shapes.SHAPES["qwen2.5-1.5b"], 256, 256) == 8
+
+
+def test_speed_summary_rates_and_mfu():
+    """Rates of one measured step, hand-derived: 64 rows x 8 new tokens in 0.5 s of generation = 1024
+    tokens/s; 64 x (16 + 8) tokens in 1.0 s of update = 1536 tokens/s; MFU = the step's counted FLOPs
+    (benchmarks/grpo_step/flops.py) over 2.0 s over a 1 TFLOP/s peak; TRL's training time is its step less
+    its generation."""
+    code = textwrap.dedent(
+        f"""
+        import json, sys
+        sys.path.insert(0, {str(CHECK)!r})
+        sys.path.insert(0, {str(ROOT / "benchmarks" / "grpo_step")!r})
+        import sec_speed, shapes
+        from flops import step_flops
+        shape = shapes.SHAPES["quick-a"]
+        entry = {{"length": 8, "setup_s": 1.0, "micro_rows": 8, "peak_allocated_gib": 3.5,
+                  "steps": [{{"step_s": 9.0}}, {{"step_s": 2.0, "gen_s": 0.5, "update_actor_s": 1.0}}]}}
+        f = step_flops(shapes.flops_shape(shape), shape["vocab_size"], 64, 16, 8, old_log_prob=False)
+        print(json.dumps({{"ours": sec_speed.summarize("ours", entry, shape, 16, 64, 1.0, 2.0),
+                           "trl": sec_speed.summarize("trl", entry, shape, 16, 64, None, None), "f": f}}))
+        """
+    )
+    out = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    ours, trl, f = out["ours"], out["trl"], out["f"]
+    assert ours["gen_tokens_per_s"] == 1024.0 and ours["train_tokens_per_s"] == 1536.0
+    assert ours["step_s"] == 2.0 and ours["first_step_s"] == 9.0 and ours["peak_allocated_gib"] == 3.5
+    assert ours["mfu"] == round(f["total"] / 2.0 / 1e12, 4)
+    assert ours["train_mfu"] == round(3 * f["forward"] / 1.0 / 1e12, 4)
+    assert ours["mfu_of_measured_matmul"] == round(f["total"] / 2.0 / 2e12, 4)
+    assert trl["train_s"] == 1.5 and "mfu" not in trl

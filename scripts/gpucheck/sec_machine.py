@@ -12,6 +12,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 from typing import Any
@@ -82,11 +83,14 @@ def gpu(device: str) -> dict[str, Any]:
     info.update(name=props.name, memory_gib=round(props.total_memory / 2**30, 1),
                 multiprocessors=props.multi_processor_count, capability=f"{props.major}.{props.minor}",
                 device_count=torch.cuda.device_count())
-    smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm",
-                          "--format=csv,noheader"], capture_output=True, text=True)
-    info["nvidia_smi"] = smi.stdout.strip() or smi.stderr.strip()[:300]
-    if smi.returncode == 0 and smi.stdout.strip():
-        info["driver"] = smi.stdout.split(",")[1].strip()
+    if shutil.which("nvidia-smi") is None:
+        info["nvidia_smi"] = "not on PATH"
+    else:
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm",
+                              "--format=csv,noheader"], capture_output=True, text=True)
+        info["nvidia_smi"] = smi.stdout.strip() or smi.stderr.strip()[:300]
+        if smi.returncode == 0 and smi.stdout.strip():
+            info["driver"] = smi.stdout.split(",")[1].strip()
     info["dense_bf16_peak_tflops"] = peak_tflops(props.name)
     return info
 
