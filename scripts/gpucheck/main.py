@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import sys
 import tempfile
 import time
@@ -54,6 +55,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--wheels", default=str(site_setup.ROOT / ".gpu_wheels"), help="folder of wheels to install")
     ap.add_argument("--site", default=None, help="where to install them (default: a fresh temporary folder)")
     ap.add_argument("--sections", nargs="+", default=[s for s, _ in SECTIONS], choices=[s for s, _ in SECTIONS])
+    ap.add_argument("--keep-work", action="store_true",
+                    help="keep the work folder (model folders, per-section logs); by default it is removed once "
+                         "gpu_check.log holds the logs")
     args = ap.parse_args(argv)
     if args.budget is None:
         args.budget = 480.0 if args.device == "cuda" else 1200.0
@@ -107,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     table = tables.render(result)
     (out / "gpu_check.md").write_text(table + "\n")
     combined_log(work, out)
+    if not args.keep_work:
+        shutil.rmtree(work, ignore_errors=True)
     print(table, flush=True)
     print(f"\nwritten: {out / 'gpu_check.json'}, {out / 'gpu_check.md'}, {out / 'gpu_check.log'}", flush=True)
     return 0 if all(s.get("status") == "ok" for s in result["sections"].values()) else 1
