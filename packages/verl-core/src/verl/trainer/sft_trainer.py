@@ -64,7 +64,8 @@ def run_sft(config: DictConfig, worker_cls: Any = None) -> dict[str, Any]:
     tokenizer = load_tokenizer(m.tokenizer_path or m.path, trust_remote_code=bool(m.trust_remote_code))
     train = SFTDataset(d.train_files, tokenizer, d, max_samples=int(d.train_max_samples))
     val = SFTDataset(d.val_files, tokenizer, d, max_samples=int(d.val_max_samples)) if d.val_files else None
-    init_ray(config)
+    if config.trainer.worker_backend == "ray":
+        init_ray(config)
     trainer = SFTTrainer(config, train, val, worker_cls=worker_cls)
     try:
         return trainer.fit()
