@@ -12,6 +12,7 @@ never imports those packages or transformers by name; a missing one is an error 
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
