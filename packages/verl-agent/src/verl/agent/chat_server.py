@@ -237,6 +237,6 @@ class ChatCompletionServer:
             response_ids=response,
             response_mask=mask,
             response_logprobs=logps,
-            num_turns=2 * len(records) - 1,
+            num_turns=2 * len(records),  # the prompt, each model call and the turn between two calls
             metrics={"assistant_turns": float(len(records))},
         )

@@ -240,7 +240,7 @@ class ToolAgentLoop(AgentLoopBase):
             response_ids=traj.response_ids,
             response_mask=traj.response_mask,
             response_logprobs=traj.response_logprobs,
-            num_turns=assistant_turns + user_turns,
+            num_turns=assistant_turns + user_turns + 1,  # + the prompt's user turn, as upstream counts
             metrics=metrics,
             turn_metrics=turn_metrics,
             reward_score=reward,
