@@ -86,3 +86,43 @@ def test_retool_problems_name_the_keys():
 def test_unknown_retool_key_is_an_error():
     with pytest.raises(ConfigError, match="retool.use_tools"):
         _cpu("retool.use_tools=false")
+
+
+def test_upstreams_reward_and_dataset_step_are_the_default():
+    from verl_recipe_retool.config import recipe_files, retool_overrides
+
+    for c in (_cpu(), _paper()):
+        assert (c.retool.reward, c.retool.answer_format) == ("upstream", True)
+        ours = recipe_files()
+        assert retool_overrides(c) == [
+            f"reward.custom_reward_function.path={ours['reward']}",
+            "reward.custom_reward_function.name=compute_score",
+            f"data.custom_cls.path={ours['dataset']}",
+            "data.custom_cls.name=ReToolDataset",
+        ]
+    assert retool_overrides(_cpu("retool.reward=final_answer", "retool.answer_format=false")) == []
+
+
+def test_the_variants_are_refused_when_they_would_be_ignored():
+    text = "\n".join(
+        retool_problems(
+            _cpu(
+                "reward.custom_reward_function.path=mine.py",
+                "data.custom_cls.path=mine_ds.py",
+                "retool.cold_start_data=missing.parquet",
+                "retool.use_tool=false",
+                "retool.reward=exact",
+            )
+        )
+    )
+    for needle in (
+        "retool.reward='exact': must be one of upstream, final_answer",
+        "retool.answer_format=true reads the data with the recipe's ReToolDataset, but data.custom_cls.path='mine_ds.py'",
+        "retool.cold_start_data is ReTool-SFT data (tool-using traces) but retool.use_tool=false",
+        "retool.cold_start_data='missing.parquet': no such file",
+    ):
+        assert needle in text, text
+    # the user's own reward function is refused with upstream's reward, accepted with final_answer
+    own = "reward.custom_reward_function.path=mine.py"
+    assert any("retool.reward=upstream scores with the recipe's reward" in p for p in retool_problems(_cpu(own)))
+    assert not retool_problems(_cpu(own, "retool.reward=final_answer"))
