@@ -27,6 +27,7 @@ from verl_recipe_retool import task
 MODEL_SIZE = "xs"
 SEED = 0
 TOOL_TURN = "<|im_start|>tool\n"  # the tiny chat template's tool message header
+CONCURRENT_TRACES = 8
 
 
 def _tool_output(prompt_text: str) -> str:
@@ -70,8 +71,16 @@ def make_traces(rows: list[dict], rollout_cfg: Any, tokenizer: Any, use_tool: bo
 
     tools = [ReToolCodeInterpreter({"sandbox": "local", "default_timeout": 10})] if use_tool else []
 
+    # A bounded number of traces at a time: hundreds of sandbox processes at once on a loaded 2-core machine
+    # ran past the tool timeout (measured: 19 of 256 calls, load 7).
+    limit = asyncio.Semaphore(CONCURRENT_TRACES)
+
+    async def one(row: dict) -> dict:
+        async with limit:
+            return await _trace(row, rollout_cfg, tokenizer, tools, use_tool)
+
     async def run_all() -> list[dict]:
-        return list(await asyncio.gather(*(_trace(r, rollout_cfg, tokenizer, tools, use_tool) for r in rows)))
+        return list(await asyncio.gather(*(one(r) for r in rows)))
 
     traces = asyncio.run(run_all())
     for i, t in enumerate(traces):
