@@ -91,16 +91,18 @@ def test_unknown_retool_key_is_an_error():
 def test_upstreams_reward_and_dataset_step_are_the_default():
     from verl_recipe_retool.config import recipe_files, retool_overrides
 
-    for c in (_cpu(), _paper()):
-        assert (c.retool.reward, c.retool.answer_format) == ("upstream", True)
-        ours = recipe_files()
-        assert retool_overrides(c) == [
-            f"reward.custom_reward_function.path={ours['reward']}",
-            "reward.custom_reward_function.name=compute_score",
-            f"data.custom_cls.path={ours['dataset']}",
-            "data.custom_cls.name=ReToolDataset",
-        ]
-    assert retool_overrides(_cpu("retool.reward=final_answer", "retool.answer_format=false")) == []
+    ours = recipe_files()
+    reward = [f"reward.custom_reward_function.path={ours['reward']}", "reward.custom_reward_function.name=compute_score"]
+    dataset = [f"data.custom_cls.path={ours['dataset']}", "data.custom_cls.name=ReToolDataset"]
+    c = _paper()
+    assert (c.retool.reward, c.retool.answer_format) == ("upstream", True)
+    assert retool_overrides(c) == reward + dataset
+    assert retool_overrides(load_retool_config([])) == reward + dataset  # the schema's defaults
+    # the CPU task keeps its prompts (the tiny model cannot read digits past the instruction: README)
+    assert (_cpu().retool.reward, _cpu().retool.answer_format) == ("upstream", False)
+    assert retool_overrides(_cpu()) == reward
+    assert retool_overrides(_cpu("retool.answer_format=true")) == reward + dataset
+    assert retool_overrides(_cpu("retool.reward=final_answer")) == []
 
 
 def test_the_variants_are_refused_when_they_would_be_ignored():
@@ -109,6 +111,7 @@ def test_the_variants_are_refused_when_they_would_be_ignored():
             _cpu(
                 "reward.custom_reward_function.path=mine.py",
                 "data.custom_cls.path=mine_ds.py",
+                "retool.answer_format=true",
                 "retool.cold_start_data=missing.parquet",
                 "retool.use_tool=false",
                 "retool.reward=exact",
