@@ -42,6 +42,5 @@ def test_cpu_default_runs_end_to_end(ray_cluster, tmp_path):
     assert (out / "reward_curve.png").is_file()
     saved = (out / "config.yaml").read_text()
     assert "code_interpreter_local.yaml" in saved
-    # upstream's reward and dataset step are what ran
-    assert "verl_recipe_retool/reward.py" in saved and "ReToolDataset" in saved
+    assert "verl_recipe_retool/reward.py" in saved  # upstream's reward is what scored
     assert metrics["critic/score/max"] <= 1.0 and metrics["critic/score/min"] >= -1.0
