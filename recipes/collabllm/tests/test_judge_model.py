@@ -115,9 +115,9 @@ def judge_url(tmp_path_factory):
     loop.close()
 
 
-def ctx(url: str, options: MetricOptions = MetricOptions()) -> MetricContext:
+def ctx(url: str, options: MetricOptions | None = None) -> MetricContext:
     judge = ChatClient.from_kwargs({"model": "tiny-judge", "api_base": url, "temperature": 0, "max_tokens": 80})
-    return MetricContext(default_compute_score, judge=judge, options=options)
+    return MetricContext(default_compute_score, judge=judge, options=options or MetricOptions())
 
 
 def score(name: str, conv: Conversation, context: MetricContext) -> float:

@@ -6,7 +6,14 @@ import math
 import pytest
 from verl.rewards.models.chat_client import ChatClient
 from verl.rewards.scoring import default_compute_score
-from verl_recipe_collabllm.metrics import METRICS, Conversation, MetricContext, MetricOptions, bleu, first_turn_question
+from verl_recipe_collabllm.metrics import (
+    METRICS,
+    Conversation,
+    MetricContext,
+    MetricOptions,
+    bleu,
+    first_turn_question,
+)
 
 SYSTEM = {"role": "system", "content": "Be helpful."}
 REQUEST = {"role": "user", "content": "Add 3 to my number."}

@@ -43,7 +43,13 @@ from verl.rewards.managers.agent_rewards import (
 )
 from verl.rewards.models.chat_client import ChatClient
 
-from verl_recipe_collabllm.metrics import METRICS, Conversation, MetricContext, MetricOptions, first_turn_question
+from verl_recipe_collabllm.metrics import (
+    METRICS,
+    Conversation,
+    MetricContext,
+    MetricOptions,
+    first_turn_question,
+)
 
 
 def multiturn_aware_reward(

@@ -124,10 +124,9 @@ def hermes_conversation(converted: dict) -> list[dict]:
 def tool_schemas() -> list[dict]:
     """The ``code_interpreter`` schema of the recipe's tool config (upstream reads its sandbox config)."""
     from omegaconf import OmegaConf
+    from verl.trainer.config.recipes import recipe_configs_dir
 
-    from verl_recipe_retool.main import LOCAL_TOOL_CONFIG, configs_dir
-
-    tools = OmegaConf.load(configs_dir() / LOCAL_TOOL_CONFIG)
+    tools = OmegaConf.load(recipe_configs_dir(__file__) / "tool_config" / "code_interpreter_local.yaml")
     return [OmegaConf.to_container(t.tool_schema) for t in tools.tools]
 
 

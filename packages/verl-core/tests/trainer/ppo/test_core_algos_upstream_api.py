@@ -185,7 +185,7 @@ def test_registry_clear_and_restore_as_upstream_tests_do():
     try:
         reg.clear()
         assert len(reg) == 0 and list(reg) == [] and "vanilla" not in reg
-        with pytest.raises(ValueError, match=r"unknown policy loss 'vanilla'; known: \(none registered\)"):
+        with pytest.raises(ValueError, match=r"Unsupported loss mode: vanilla. Supported modes are: \[\]"):
             core_algos.get_policy_loss_fn("vanilla")
 
         @core_algos.register_policy_loss("vanilla")
