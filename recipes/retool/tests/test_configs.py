@@ -26,7 +26,7 @@ def test_paper_config_holds_upstreams_setting():
     assert (a.clip_ratio_low, a.clip_ratio_high, a.loss_agg_mode) == (0.2, 0.28, "token-mean")
     assert (r.name, r.mode, r.agent.default_agent_loop) == ("vllm", "async", "tool_agent")
     assert r.multi_turn.enable and r.multi_turn.max_assistant_turns == 16
-    assert c.algorithm.filter_groups.enable and c.algorithm.filter_groups.metric == "acc"
+    assert not c.algorithm.filter_groups.enable and c.algorithm.filter_groups.metric == "acc"  # upstream's script
     tools = configs_dir() / "tool_config" / "sandbox_fusion.yaml"
     assert r.multi_turn.tool_config_path.endswith("tool_config/sandbox_fusion.yaml") and tools.is_file()
 
