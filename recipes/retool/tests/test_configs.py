@@ -118,6 +118,8 @@ def test_the_variants_are_refused_when_they_would_be_ignored():
             )
         )
     )
+    assert any("format='gpt-oss': the built-in cold start writes Hermes tool calls" in p for p in retool_problems(
+        load_retool_config(with_default_config(["actor_rollout_ref.rollout.multi_turn.format=gpt-oss"]))))  # fmt: skip
     for needle in (
         "retool.reward='exact': must be one of upstream, final_answer",
         "retool.answer_format=true reads the data with the recipe's ReToolDataset, but data.custom_cls.path='mine_ds.py'",

@@ -115,6 +115,11 @@ def retool_problems(cfg: DictConfig) -> list[str]:
             )
         if rt.cold_start_data != BUILT_IN and not Path(rt.cold_start_data).is_file():
             problems.append(f"retool.cold_start_data={rt.cold_start_data!r}: no such file")
+    if cfg.actor_rollout_ref.model.path in (None, BUILT_IN) and mt.format != "hermes":
+        problems.append(
+            f"{MT}.format={mt.format!r}: the built-in cold start writes Hermes tool calls; set it to hermes, or "
+            "give a model cold-started in that format (actor_rollout_ref.model.path)"
+        )
     if rt.cold_start_steps < 0:
         problems.append(f"retool.cold_start_steps={rt.cold_start_steps}: must be >= 0")
     if not 1 <= rt.task_digits <= 6:
