@@ -140,7 +140,7 @@ LEAF_HELP: dict[str, str] = {
     "tool_config_path": "YAML listing the tools",
     "function_tool_path": "Python file whose functions become tools",
     "interaction_config_path": "YAML listing the interactions (simulated users)",
-    "format": "tool-call format of the chat template (hermes)",
+    "format": "how the model writes tool calls: hermes | gpt-oss (verl.registries.TOOL_CALL_FORMATS)",
     "default_agent_loop": "agent loop used when a row names none",
     "num_workers": "agent-loop workers",
     "agent_loop_config_path": "YAML registering agent loops",
