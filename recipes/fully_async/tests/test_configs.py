@@ -54,6 +54,11 @@ def test_cpu_defaults_validate():
         validate_async_config(c)
     assert (c.async_training.staleness_threshold, c.async_training.trigger_parameter_sync_step) == (1.0, 1)
     assert c.data.gen_batch_size == c.data.train_batch_size and not c.async_training.partial_rollout
+    # upstream's one-step-off recomputes the old log-probs on the trainer; the rollout's stay an option
+    assert c.actor_rollout_ref.actor.use_rollout_log_probs is False
+    assert _load(CPU_CONFIG, overrides=DATA).actor_rollout_ref.actor.use_rollout_log_probs is True  # fully async
+    opt = _load(CPU_CONFIG, ONE_STEP_OFF_CONFIG, overrides=[*DATA, "actor_rollout_ref.actor.use_rollout_log_probs=true"])
+    validate_async_config(opt)
     argv = with_default_config([], (CPU_CONFIG, ONE_STEP_OFF_CONFIG))
     assert argv == [
         "--config",

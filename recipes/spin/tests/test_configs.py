@@ -31,7 +31,9 @@ def test_paper_config_holds_upstreams_setting_and_validates(vllm_installed):
     a, r, algo = c.actor_rollout_ref.actor, c.actor_rollout_ref.rollout, c.algorithm
     assert c.actor_rollout_ref.model.path == "Qwen/Qwen2.5-7B-Instruct"
     assert (c.data.train_batch_size, c.data.max_prompt_length, c.data.max_response_length) == (32, 1024, 1024)
-    assert (a.ppo_mini_batch_size, a.optim.lr, r.n) == (8, 1e-6, 2)
+    # one optimizer step per batch, as upstream's update (which never reads its script's mini-batch of 8)
+    assert (a.ppo_mini_batch_size, a.ppo_epochs, a.optim.lr, r.n) == (32, 1, 1e-6, 2)
+    assert (algo.spin_ties, algo.spin_update) == ("first_chosen", "one_step")
     assert (algo.adv_estimator, a.policy_loss.loss_mode, algo.spin_mode) == ("spin", "dpo", "reward")
     assert (algo.dpo_beta, algo.dpo_loss_type, a.dpo_beta, a.dpo_loss_type) == (
         0.1,
@@ -132,3 +134,23 @@ def test_a_bad_cpu_config_fails_before_the_assets_are_built(tmp_path, monkeypatc
     )
     with pytest.raises(ConfigError, match="trainer.balance_batch=true reorders rows"):
         load_recipe_config([f"trainer.default_local_dir={tmp_path}", "trainer.balance_batch=true"])
+
+
+def test_upstreams_update_and_ties_are_the_default_and_ours_are_options():
+    c = load_spin_config(with_default_config([]))
+    assert (c.algorithm.spin_ties, c.algorithm.spin_update) == ("first_chosen", "one_step")
+    assert c.actor_rollout_ref.actor.ppo_mini_batch_size == c.data.train_batch_size
+    several = ["actor_rollout_ref.actor.ppo_mini_batch_size=8", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4"]
+    problems = spin_problems(load_spin_config(with_default_config(several)))
+    assert problems == [
+        "algorithm.spin_update=one_step takes one optimizer step per batch (upstream: the batch's gradients "
+        "accumulated), but actor_rollout_ref.actor.ppo_mini_batch_size=8 with data.train_batch_size=16 and "
+        "ppo_epochs=1 make 2 steps; set ppo_mini_batch_size=16 and ppo_epochs=1, or algorithm.spin_update=mini_batches"
+    ]
+    assert not spin_problems(load_spin_config(with_default_config([*several, "algorithm.spin_update=mini_batches"])))
+    text = "\n".join(spin_problems(load_spin_config(with_default_config(
+        ["algorithm.spin_ties=drop", "algorithm.spin_update=often"]))))  # fmt: skip
+    assert "spin_ties=drop: spin_mode=sft always prefers the target" in text
+    assert "algorithm.spin_update='often' is not one of: one_step, mini_batches" in text
+    ok = load_spin_config(with_default_config(["algorithm.spin_mode=reward", "actor_rollout_ref.rollout.n=8", "algorithm.spin_ties=drop"]))
+    assert not spin_problems(ok)

@@ -22,7 +22,8 @@ from verl.registries import AGENT_LOOPS
 class AgentLoopOutput:
     """One trajectory. ``response_mask`` is 1 on model-generated tokens and 0 on tool / user /
     environment tokens; ``response_logprobs`` is the sampling log-prob on model tokens, 0 elsewhere.
-    ``num_turns`` counts assistant turns plus environment turns. ``metrics`` are per-trajectory
+    ``num_turns`` counts the messages of the conversation as upstream does: the prompt's user turn, plus
+    every assistant turn and every environment (tool / user) turn after it (a single turn is 2). ``metrics`` are per-trajectory
     numbers (averaged over the batch by the manager); ``turn_metrics`` one dict per turn.
     ``reward_score`` is the environment's reward when there is one (interactions), else None."""
 
@@ -133,7 +134,7 @@ class SingleTurnAgentLoop(AgentLoopBase):
             response_ids=traj.response_ids,
             response_mask=traj.response_mask,
             response_logprobs=traj.response_logprobs,
-            num_turns=1,
+            num_turns=2,
             metrics={"assistant_turns": 1.0, "response_length_exceeded": exceeded},
             turn_metrics=[{"role": "assistant", "num_tokens": len(out.token_ids)}],
             extra_fields={"stop_reason": "response_length" if exceeded else "done"},

@@ -41,6 +41,7 @@ def validate_config(cfg: DictConfig) -> None:
     _check_trainer(cfg, problems)
     check_scaling(cfg, problems, world_size(cfg), use_critic(cfg), use_reference_policy(cfg))
     check_installed(cfg, problems)
+    _check_tool_call_format(cfg, problems)
     if cfg.actor_rollout_ref.model.custom_chat_template is not None and cfg.actor_rollout_ref.rollout.multi_turn.enable:
         problems.append(
             "actor_rollout_ref.model.custom_chat_template applies to the driver's tokenizer (single-turn prompts); "
@@ -375,6 +376,20 @@ def _check_registered(problems: list[str], key: str, name: str, getter: str) -> 
     except (KeyError, ValueError, NotImplementedError) as e:
         msg = e.args[0] if e.args else str(e)
         problems.append(f"{key}={name!r}: {msg}")
+
+
+def _check_tool_call_format(cfg: DictConfig, problems: list[str]) -> None:
+    """``multi_turn.format`` names the agent loops' tool-call format (``verl.registries.TOOL_CALL_FORMATS``,
+    filled by verl-agent); an unknown one is refused with the supported ones."""
+    mt = cfg.actor_rollout_ref.rollout.multi_turn
+    if not mt.enable and mt.format == "hermes":
+        return
+    from verl.registries import TOOL_CALL_FORMATS
+
+    try:
+        TOOL_CALL_FORMATS.get(mt.format)
+    except KeyError as e:
+        problems.append(f"actor_rollout_ref.rollout.multi_turn.format={mt.format!r}: {e}")
 
 
 def _check_trainer(cfg: DictConfig, problems: list[str]) -> None:

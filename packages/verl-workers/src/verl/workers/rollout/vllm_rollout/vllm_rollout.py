@@ -198,14 +198,23 @@ class VLLMRollout(BaseRollout):
         self.load_weight_buckets(iter_weight_buckets(weights, size))
 
     # ------------------------------------------------------------------ sampling
+    def request_sampling_kwargs(
+        self, params: Any, log_probs: bool, stop_token_ids: list[int] | None = None
+    ) -> dict[str, Any]:
+        """``vllm.SamplingParams`` keyword arguments of one call, for the synchronous and the async path
+        alike: a vision-language model's placeholder tokens are never sampled on either."""
+        return translate.sampling_kwargs(
+            params,
+            self.eos_token_ids if stop_token_ids is None else stop_token_ids,
+            ignore_eos=bool(self.config.ignore_eos),
+            log_probs=log_probs,
+            suppress_ids=self.suppress_ids,
+        )
+
     def vllm_sampling_params(self, params: Any, log_probs: bool) -> Any:
         from vllm import SamplingParams
 
-        return SamplingParams(
-            **translate.sampling_kwargs(
-                params, self.eos_token_ids, ignore_eos=bool(self.config.ignore_eos), log_probs=log_probs
-            )
-        )
+        return SamplingParams(**self.request_sampling_kwargs(params, log_probs))
 
     def wants_log_probs(self, params: Any, validate: bool) -> bool:
         """Whether this call returns ``rollout_log_probs``; an error when they are needed for training
@@ -281,13 +290,7 @@ class VLLMRollout(BaseRollout):
             raise ValueError(f"request {request_id}: vLLM cannot report the sampling log-probs for {reason}")
         from vllm import SamplingParams
 
-        kwargs = translate.sampling_kwargs(
-            params,
-            self.eos_token_ids if stop_token_ids is None else stop_token_ids,
-            ignore_eos=bool(self.config.ignore_eos),
-            log_probs=True,
-            suppress_ids=self.suppress_ids,
-        )
+        kwargs = self.request_sampling_kwargs(params, True, stop_token_ids)
         rows = [list(prompt_ids)]
         request = translate.vllm_prompts(
             rows, None if multi_modal_data is None else [multi_modal_data], self.placeholders
