@@ -12,11 +12,21 @@ Keys added here (upstream's names and defaults unless marked *ours*):
 - ``async_training.weight_sync`` (*ours*, ``collective``): ``collective`` (a gloo group spanning both
   pools) or ``object_store`` (Ray's object store; the trainer does not wait for the rollouter).
 - ``async_training.partial_rollout_step_tokens`` (*ours*, 4): tokens a wave decodes between two checks
-  for new weights (the granularity of a partial-rollout pause).
+  for new weights (the granularity of a partial-rollout pause; native engine).
+- ``async_training.overlap_weight_sync`` (*ours*, false): with ``weight_sync=collective``, the rollout
+  pool receives the broadcast in the background as soon as the trainer sends it, while it keeps
+  generating, and loads it at its next safe point: the trainer no longer waits for that safe point, at
+  the price of one more full copy of the weights on every rollout rank until it is loaded.
+
+Rollout engines: ``native`` (waves decoded step by step, pausable), ``hf`` (waves generated whole) and
+``vllm`` (``rollout.mode=async``: prompts streamed to vLLM's async engine one by one, samples back as they
+finish, ``streaming``). The trainer pool's own rollout only validates; with ``vllm`` it is the native
+engine on the actor's live weights (one vLLM engine per rollout rank, none on the trainer pool).
 
 Core keys with a meaning here: ``data.train_batch_size`` is one trainer step (must equal
 ``require_batches x ppo_mini_batch_size`` prompts), ``data.gen_batch_size`` the prompts the rollout pool
-decodes together (a *wave*), ``actor_rollout_ref.hybrid_engine`` must be false.
+decodes together (a *wave*; with vLLM the most prompts in flight at once), ``actor_rollout_ref.hybrid_engine``
+must be false.
 """
 
 from __future__ import annotations
@@ -24,14 +34,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from verl.trainer.config import ConfigError, load_config, validate_config
 from verl.trainer.config.schema import PPOTrainerConfig
 
 from verl_recipe_fully_async.weight_transfer import TRANSPORTS
 
-# engines this recipe can run on the rollout pool; native also pauses waves (partial rollout)
-ROLLOUT_ENGINES = ("native", "hf")
+# engines this recipe can run on the rollout pool; native pauses waves, vllm aborts and resumes requests
+ROLLOUT_ENGINES = ("native", "hf", "vllm")
+PARTIAL_ROLLOUT_ENGINES = ("native", "vllm")
 
 
 @dataclass
@@ -49,6 +60,7 @@ class AsyncTrainingConfig:
     partial_rollout: bool = True
     weight_sync: str = "collective"
     partial_rollout_step_tokens: int = 4
+    overlap_weight_sync: bool = False
 
 
 @dataclass
@@ -62,6 +74,17 @@ class FullyAsyncPPOConfig(PPOTrainerConfig):
 def load_async_config(argv: list[str]) -> DictConfig:
     """Core's loader with this schema (defaults < ``--config`` files < ``key=value``); not validated."""
     return load_config(argv, schema=FullyAsyncPPOConfig)
+
+
+def trainer_pool_actor_config(cfg: DictConfig) -> DictConfig:
+    """``actor_rollout_ref`` for the trainer pool: its rollout only validates, on the actor's live
+    weights, so an engine that keeps its own copy (vllm) is replaced by the native one there."""
+    arr = cfg.actor_rollout_ref
+    if arr.rollout.name != "vllm":
+        return arr
+    out = OmegaConf.merge(arr, {"rollout": {"name": "native"}})
+    OmegaConf.set_readonly(out, True)
+    return out
 
 
 def rollout_world_size(cfg: DictConfig) -> int:
@@ -99,17 +122,27 @@ def async_problems(cfg: DictConfig) -> list[str]:
     name = arr.rollout.name
     if name not in ROLLOUT_ENGINES:
         p.append(
-            f"actor_rollout_ref.rollout.name={name}: this recipe runs {' or '.join(ROLLOUT_ENGINES)} on the "
-            "rollout pool (vllm/sglang hold their own weights and run in side environments where this "
-            "recipe's weight transfer and partial rollouts are not wired); use native"
+            f"actor_rollout_ref.rollout.name={name}: this recipe runs {', '.join(ROLLOUT_ENGINES)} on the "
+            "rollout pool (sglang's weight transfer and request streaming are not wired here); use vllm or native"
         )
-    elif at.partial_rollout and name != "native":
+    elif at.partial_rollout and name not in PARTIAL_ROLLOUT_ENGINES:
         p.append(
             f"async_training.partial_rollout=true pauses generations mid-way, which the {name} engine "
-            "cannot; use actor_rollout_ref.rollout.name=native or partial_rollout=false"
+            f"cannot; use actor_rollout_ref.rollout.name={' or '.join(PARTIAL_ROLLOUT_ENGINES)} or "
+            "partial_rollout=false"
+        )
+    if name == "vllm" and arr.rollout.mode != "async":
+        p.append(
+            f"actor_rollout_ref.rollout.mode={arr.rollout.mode}: the rollouter streams prompts to vLLM's async "
+            "engine one by one; set rollout.mode=async"
         )
     if at.weight_sync not in TRANSPORTS:
         p.append(f"async_training.weight_sync={at.weight_sync!r} is not one of: {', '.join(TRANSPORTS)}")
+    elif at.overlap_weight_sync and at.weight_sync != "collective":
+        p.append(
+            "async_training.overlap_weight_sync=true overlaps the collective broadcast with generation; "
+            f"weight_sync={at.weight_sync} never makes the trainer wait for the rollout pool: set it to false"
+        )
     for key in ("trigger_parameter_sync_step", "require_batches", "partial_rollout_step_tokens"):
         if int(at[key]) < 1:
             p.append(f"async_training.{key}={at[key]} must be >= 1")
@@ -209,5 +242,6 @@ __all__ = [
     "rollout_world_size",
     "samples_per_version",
     "total_training_steps",
+    "trainer_pool_actor_config",
     "validate_async_config",
 ]
