@@ -18,6 +18,11 @@ Keys added here (upstream's names and defaults unless marked *ours*):
   generating, and loads it at its next safe point: the trainer no longer waits for that safe point, at
   the price of one more full copy of the weights on every rollout rank until it is loaded.
 
+Rewards: rule scorers score inline on the rollouter's thread; a discriminative reward model
+(``reward.reward_model.enable``, on a pool of its own: ``enable_resource_pool``, ``nnodes`` x
+``n_gpus_per_node``) and a generative judge (``reward.reward_kwargs.judge``) score on a thread of their own
+as samples arrive (``scoring``).
+
 Rollout engines: ``native`` (waves decoded step by step, pausable), ``hf`` (waves generated whole) and
 ``vllm`` (``rollout.mode=async``: prompts streamed to vLLM's async engine one by one, samples back as they
 finish, ``streaming``). The trainer pool's own rollout only validates; with ``vllm`` it is the native
@@ -85,6 +90,17 @@ def trainer_pool_actor_config(cfg: DictConfig) -> DictConfig:
     out = OmegaConf.merge(arr, {"rollout": {"name": "native"}})
     OmegaConf.set_readonly(out, True)
     return out
+
+
+def judge_enabled(cfg: DictConfig) -> bool:
+    """A generative judge scores (``reward.reward_kwargs.judge.enable``)."""
+    judge = OmegaConf.select(cfg, "reward.reward_kwargs.judge", default=None) or {}
+    return bool(judge.get("enable", False))
+
+
+def scores_off_thread(cfg: DictConfig) -> bool:
+    """Rewards that take time (a reward model, a judge) are scored on a thread of their own."""
+    return bool(OmegaConf.select(cfg, "reward.reward_model.enable", default=False)) or judge_enabled(cfg)
 
 
 def rollout_world_size(cfg: DictConfig) -> int:
@@ -193,11 +209,15 @@ def async_problems(cfg: DictConfig) -> list[str]:
             f"trainer.save_freq={save} must be a multiple of async_training.trigger_parameter_sync_step="
             f"{at.trigger_parameter_sync_step}: checkpoints are taken at weight syncs"
         )
+    rm = cfg.reward.reward_model
+    if rm.enable and not (rm.enable_resource_pool and int(rm.nnodes) >= 1 and int(rm.n_gpus_per_node) >= 1):
+        p.append(
+            "reward.reward_model.enable=true needs a pool of its own here (reward.reward_model."
+            f"enable_resource_pool=true, nnodes >= 1, n_gpus_per_node >= 1; got {rm.enable_resource_pool}, "
+            f"{rm.nnodes}, {rm.n_gpus_per_node}): the rollouter scores samples as they arrive, which on the "
+            "trainer's pool would wait for its training steps"
+        )
     refused = {
-        "reward.reward_model.enable": (
-            cfg.reward.reward_model.enable,
-            "a reward model needs a pool of its own here",
-        ),
         "algorithm.filter_groups.enable": (
             cfg.algorithm.filter_groups.enable,
             "groups stream to the trainer one by one, unfiltered",
@@ -238,6 +258,8 @@ __all__ = [
     "FullyAsyncPPOConfig",
     "RolloutPoolConfig",
     "async_problems",
+    "judge_enabled",
+    "scores_off_thread",
     "load_async_config",
     "rollout_world_size",
     "samples_per_version",

@@ -37,7 +37,9 @@ import ray
 import torch
 from verl import DataProto
 
+from verl_recipe_fully_async.config import scores_off_thread
 from verl_recipe_fully_async.message_queue import Coordinator, Sample, Stopped, SyncRequest
+from verl_recipe_fully_async.scoring import ScoringPipeline
 
 # prompt tensors the rollout replaces with prompt + response tensors of the same names
 _PROMPT_TENSORS = ("input_ids", "attention_mask", "position_ids")
@@ -109,6 +111,11 @@ class Rollouter:
         self.dropped_partial_samples = 0
         self.busy_s = 0.0  # seconds the rollout pool spent in calls
         self.sync_s = 0.0
+        # a reward model or judge scores on a thread of its own (scoring.py); rule rewards score inline
+        self.scorer = None
+        if scores_off_thread(cfg):
+            pad = trainer.rollouter_pad_id
+            self.scorer = ScoringPipeline(lambda b: trainer._stage_reward(b, {}), make_sample, coord, pad)
 
     # ------------------------------------------------------------------ thread body
     def run(self) -> None:
@@ -127,6 +134,12 @@ class Rollouter:
             return
         except BaseException as e:  # the trainer thread re-raises it from its next wait
             self.coord.stop(e)
+        finally:
+            self._close()
+
+    def _close(self) -> None:
+        if self.scorer is not None:
+            self.scorer.close()
 
     def _call(self, fn, *args):
         t0 = time.perf_counter()
@@ -150,6 +163,8 @@ class Rollouter:
         t0 = time.perf_counter()
         paused = self._pause()
         self._call(self.load, request)
+        if request.snapshot and self.scorer is not None:
+            self.scorer.drain()  # the samples being scored belong in the saved queue
         self.coord.finish_sync(request, self.state_dict if request.snapshot else None)
         self._resume(request.version, paused)
         self.sync_s += time.perf_counter() - t0
@@ -234,6 +249,9 @@ class Rollouter:
     def _queue(self, gen: DataProto, rows: DataProto, index: int) -> None:
         """Score one prompt's generation (``rows``: its non-tensors, uid included) and queue it."""
         data = DataProto(batch=gen.batch, non_tensor_batch=dict(rows.non_tensor_batch), meta_info={})
+        if self.scorer is not None:
+            self.scorer.submit(data, index)
+            return
         data = self.trainer._stage_reward(data, {})  # the trainer's metrics come from its whole batch
         if not self.coord.put(make_sample(data, index)):
             raise RuntimeError(

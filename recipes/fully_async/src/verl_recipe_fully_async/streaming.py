@@ -68,6 +68,8 @@ class StreamingRollouter(Rollouter):
             return
         except BaseException as e:  # the trainer thread re-raises it from its next wait
             self.coord.stop(e)
+        finally:
+            self._close()
 
     # ------------------------------------------------------------------ busy time
     def _call(self, fn, *args):
