@@ -152,6 +152,12 @@ def async_problems(cfg: DictConfig) -> list[str]:
             f"actor_rollout_ref.rollout.mode={arr.rollout.mode}: the rollouter streams prompts to vLLM's async "
             "engine one by one; set rollout.mode=async"
         )
+    if arr.rollout.multi_turn.enable and name != "vllm":
+        p.append(
+            f"actor_rollout_ref.rollout.multi_turn.enable=true with rollout.name={name}: the rollouter runs agent "
+            "loops on vLLM's async engine (every turn a request it can pause and resume); use rollout.name=vllm "
+            "with rollout.mode=async"
+        )
     if at.weight_sync not in TRANSPORTS:
         p.append(f"async_training.weight_sync={at.weight_sync!r} is not one of: {', '.join(TRANSPORTS)}")
     elif at.overlap_weight_sync and at.weight_sync != "collective":
@@ -225,10 +231,6 @@ def async_problems(cfg: DictConfig) -> list[str]:
         "reward.launch_reward_fn_async": (
             cfg.reward.launch_reward_fn_async,
             "the rollouter scores every group as it finishes",
-        ),
-        "actor_rollout_ref.rollout.multi_turn.enable": (
-            arr.rollout.multi_turn.enable,
-            "agent loops are not wired to the rollout pool",
         ),
     }
     for key, (on, why) in refused.items():

@@ -80,13 +80,16 @@ def build_role_worker_mapping(cfg: DictConfig) -> dict:
     from verl.trainer.main_ppo import build_role_worker_mapping as core_mapping
     from verl.trainer.ppo.ray_trainer import Role
 
-    from verl_recipe_fully_async.workers import AsyncActorRolloutWorker
+    if cfg.actor_rollout_ref.rollout.multi_turn.enable:  # agent loops (verl-agent)
+        from verl_recipe_fully_async.agent_worker import AgentAsyncActorRolloutWorker as worker_cls
+    else:
+        from verl_recipe_fully_async.workers import AsyncActorRolloutWorker as worker_cls
 
     mapping = core_mapping(cfg)
     for role in (Role.ActorRollout, Role.ActorRolloutRef):
         if role in mapping:
-            mapping[role] = AsyncActorRolloutWorker
-    mapping[Role.Rollout] = AsyncActorRolloutWorker
+            mapping[role] = worker_cls
+    mapping[Role.Rollout] = worker_cls
     return mapping
 
 

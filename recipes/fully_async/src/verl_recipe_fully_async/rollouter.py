@@ -56,6 +56,13 @@ def wait_refs(coord: Coordinator, refs: list) -> list:
     return ray.get(refs)
 
 
+def sample_data(gen: DataProto, rows: DataProto) -> DataProto:
+    """One prompt's generation as the trainer sees it: the rollout's tensors, the prompt rows' fields,
+    then what the rollout adds (agent loops: ``num_turns``, ``reward_score``, ``tool_rewards``, ...),
+    as core's generate stage merges them."""
+    return DataProto(batch=gen.batch, non_tensor_batch={**rows.non_tensor_batch, **gen.non_tensor_batch})
+
+
 def make_sample(data: DataProto, index: int) -> Sample:
     """A queued sample from one prompt's scored trajectories with ``token_versions``: each trajectory's
     ``param_version_start`` / ``param_version_end`` (non-tensors), the sample's oldest and newest version."""
@@ -248,7 +255,7 @@ class Rollouter:
 
     def _queue(self, gen: DataProto, rows: DataProto, index: int) -> None:
         """Score one prompt's generation (``rows``: its non-tensors, uid included) and queue it."""
-        data = DataProto(batch=gen.batch, non_tensor_batch=dict(rows.non_tensor_batch), meta_info={})
+        data = sample_data(gen, rows)
         if self.scorer is not None:
             self.scorer.submit(data, index)
             return
@@ -291,4 +298,4 @@ class Rollouter:
         self.next_index = self.coord.started
 
 
-__all__ = ["Rollouter", "Wave", "make_sample", "wait_refs"]
+__all__ = ["Rollouter", "Wave", "make_sample", "sample_data", "wait_refs"]

@@ -8,11 +8,17 @@ whose every request has finished, as the contract's tensors plus ``token_version
 version of each response token, -1 on padding); :meth:`pause_generation` / :meth:`resume_generation`
 bracket a weight load (partial rollout: requests in flight are aborted, keep their tokens, and continue
 under the new weights).
+
+With ``multi_turn.enable`` a sample is one run of verl-agent's ``AgentLoopManager`` over its rows (the
+worker is ``agent_worker.AgentAsyncActorRolloutWorker``), on an event loop of the worker's own: each model
+turn is a request on the same engine, so pauses and versions work turn by turn.
 """
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -25,8 +31,8 @@ _PROMPT_TENSORS = ("input_ids", "attention_mask", "position_ids")
 
 @dataclass
 class _InFlight:
-    prompts: dict[str, torch.Tensor]  # the sample's n prompt rows (left-padded tensors)
-    futures: list[concurrent.futures.Future] = field(default_factory=list)
+    prompts: dict[str, torch.Tensor] | None  # the sample's n prompt rows (left-padded); None: agent loops
+    futures: list[concurrent.futures.Future] = field(default_factory=list)  # per row; agents: one, whole
 
     @property
     def done(self) -> bool:
@@ -35,9 +41,17 @@ class _InFlight:
 
 class StreamingRolloutMixin:
     """Methods of ``AsyncActorRolloutWorker`` on a vLLM rollout pool (see the module doc); the worker
-    sets ``self._in_flight = {}`` (sample index -> its requests)."""
+    sets ``self._in_flight = {}`` (sample index -> its requests) and ``self._agent_loop = None``."""
 
     _in_flight: dict[int, _InFlight]
+    _agent_loop: asyncio.AbstractEventLoop | None
+
+    def _agent_event_loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop the agent loops run on (a daemon thread, started on first use)."""
+        if self._agent_loop is None:
+            self._agent_loop = asyncio.new_event_loop()
+            threading.Thread(target=self._agent_loop.run_forever, name="agent-loops", daemon=True).start()
+        return self._agent_loop
 
     @register(dispatch_mode=Dispatch.RANK_ZERO)
     def can_stream(self) -> bool:
@@ -54,6 +68,8 @@ class StreamingRolloutMixin:
         streams = self._in_flight
         if prompts is None or len(prompts) == 0:
             return len(streams)
+        if self.config.rollout.multi_turn.enable:
+            return self._submit_agent_samples(prompts)
         params = sampling_params_for(self.config.rollout, prompts.meta_info)
         keys = [int(k) for k in prompts.non_tensor_batch["sample_index"]]
         rows = translate.prompt_rows(prompts.batch["input_ids"], prompts.batch["attention_mask"])
@@ -63,6 +79,16 @@ class StreamingRolloutMixin:
                 streams[key] = _InFlight({k: prompts.batch[k][mine] for k in _PROMPT_TENSORS})
             streams[key].futures.append(self.rollout.submit(row, params, f"s{key}.{i}"))
         return len(streams)
+
+    def _submit_agent_samples(self, prompts: DataProto) -> int:
+        keys = [int(k) for k in prompts.non_tensor_batch["sample_index"]]
+        for key in dict.fromkeys(keys):
+            rows = prompts.select_idxs([j for j, k in enumerate(keys) if k == key])
+            future = asyncio.run_coroutine_threadsafe(
+                self.agent_manager.agenerate(rows), self._agent_event_loop()
+            )
+            self._in_flight[key] = _InFlight(None, [future])
+        return len(self._in_flight)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def poll_samples(self, timeout_s: float) -> list[tuple[int, DataProto]]:
@@ -80,6 +106,15 @@ class StreamingRolloutMixin:
         out = []
         for key in [k for k, s in streams.items() if s.done]:
             sample = streams.pop(key)
+            if sample.prompts is None:  # agent loops: the manager's batch, token_versions included
+                data = sample.futures[0].result()
+                if "token_versions" not in data.batch.keys():
+                    raise RuntimeError(
+                        "an agent loop did not report the weights version of its tokens "
+                        "(AgentLoopOutput.response_versions): the staleness bound needs them"
+                    )
+                out.append((key, DataProto(batch=data.batch, non_tensor_batch=data.non_tensor_batch)))
+                continue
             outputs = [f.result() for f in sample.futures]  # a failed request raises here
             with_log_probs = outputs[0].log_probs is not None
             p = sample.prompts

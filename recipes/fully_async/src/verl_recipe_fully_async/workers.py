@@ -38,6 +38,7 @@ class AsyncActorRolloutWorker(StreamingRolloutMixin, ActorRolloutRefWorker):
         self._wave_emitted: torch.Tensor | None = None
         self._generator: torch.Generator | None = None
         self._in_flight = {}  # vLLM: sample index -> its requests (stream_worker)
+        self._agent_loop = None  # multi-turn on vLLM: the agent loops' event loop (stream_worker)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
