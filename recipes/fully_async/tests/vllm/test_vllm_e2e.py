@@ -69,3 +69,37 @@ def test_one_step_off_on_vllm_is_exactly_one_step_stale(ray_cluster, tmp_path, a
     assert [r["fully_async/staleness/mean"] for r in log] == [0, 1, 1]
     assert [r["fully_async/stale_samples"] for r in log] == [0, 16, 16]
     assert all(r["fully_async/partial/total_partial_num"] == 0 for r in log)
+
+
+def test_multi_turn_agents_in_the_rollouter_end_to_end(ray_cluster, tmp_path, assets):
+    """tool_agent on the rollout pool (vLLM) and for validation on the trainer pool (the actor's module):
+    every trained row carries the agent's fields and the versions of its model tokens."""
+    from verl_recipe_fully_async.main import train
+
+    tools = tmp_path / "tools.yaml"
+    tools.write_text(
+        "tools:\n  - class_name: verl.agent.tools.code_interpreter.CodeInterpreterTool\n"
+        "    config: {type: native, sandbox: local, timeout: 10}\n"
+    )
+    out = tmp_path / "run"
+    metrics = train(
+        [
+            *assets,
+            *VLLM,
+            "data.return_raw_chat=true",
+            "data.max_response_length=16",
+            "actor_rollout_ref.rollout.multi_turn.enable=true",
+            f"actor_rollout_ref.rollout.multi_turn.tool_config_path={tools}",
+            "actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent",
+            "trainer.total_training_steps=2",
+            "trainer.test_freq=2",
+            "trainer.val_before_train=false",
+            f"trainer.default_local_dir={out}",
+        ]
+    )
+    assert metrics["training/global_step"] == 2
+    log = [r for r in rows(out / "metrics.jsonl") if "fully_async/param_version" in r]
+    assert [r["fully_async/param_version"] for r in log] == [0, 0]
+    assert metrics["perf/total_num_tokens"] > 0
+    summary = json.loads((out / "async_summary.json").read_text())
+    assert summary["samples"] == 32 and "val-core/arithmetic/reward/mean@1" in summary["validation"]
