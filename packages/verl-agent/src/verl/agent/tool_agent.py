@@ -243,6 +243,7 @@ class ToolAgentLoop(AgentLoopBase):
             response_ids=traj.response_ids,
             response_mask=traj.response_mask,
             response_logprobs=traj.response_logprobs,
+            response_versions=traj.response_versions,
             num_turns=assistant_turns + user_turns + 1,  # + the prompt's user turn, as upstream counts
             metrics=metrics,
             turn_metrics=turn_metrics,
