@@ -55,7 +55,8 @@ STRICT_BOX = [
 @pytest.mark.parametrize("response,gt,want,pred", STRICT_BOX)
 def test_dapo_strict_box(response, gt, want, pred):
     out = dapo_math.compute_score(response, gt, strict_box_verify=True)
-    assert out == {"score": want, "acc": want == 1.0, "pred": pred}
+    verdict = "passed" if want == 1.0 else "format" if pred == "[INVALID]" else "wrong_answer"
+    assert out == {"score": want, "acc": want == 1.0, "pred": pred, "verdict": verdict}
 
 
 def test_reasoning_gym_scores_with_its_own_scorer():
