@@ -1,6 +1,6 @@
 """MkDocs hook: the READMEs that live beside the code (packages, recipes, examples, benchmarks, the vLLM-CPU
-environment) become pages of the site at the same relative path, with the images and result tables they
-link to. They stay where a reader of the repository finds them; the site renders them from there, so
+environment) and DEVELOPERS.md become pages of the site at the same relative path, with the images and
+result tables they link to. They stay where a reader of the repository finds them; the site renders them from there, so
 there is one copy of each."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ SOURCES = (
     "benchmarks/grpo_step/README.md",
     "benchmarks/grpo_step/results/*.md",
     "benchmarks/grpo_step/results/*.png",
+    "DEVELOPERS.md",
 )
 
 

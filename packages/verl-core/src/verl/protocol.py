@@ -20,6 +20,8 @@ from verl.protocol_support import (  # _padding_size_key: re-exported, as upstre
     _padding_size_key,  # noqa: F401
 )
 from verl.utils.batch_merge import (
+    DataProtoCheckError,
+    DataProtoTypeError,
     list_of_dict_to_dict_of_list,
     union_numpy_dict,
     union_tensor_dict,
@@ -29,6 +31,8 @@ from verl.utils.tensor_batch import TensorBatch
 
 __all__ = [
     "DataProto",
+    "DataProtoCheckError",
+    "DataProtoTypeError",
     "DataProtoItem",
     "DataProtoFuture",
     "DataProtoConfig",

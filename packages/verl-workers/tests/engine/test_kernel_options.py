@@ -16,7 +16,6 @@ def _engine(model_dir, *extra, **options):
             "actor_rollout_ref.model.enable_gradient_checkpointing=false",
             *extra,
         ],
-        defaults_yaml=None,
     )
     arr = cfg.actor_rollout_ref
     return build_engine(

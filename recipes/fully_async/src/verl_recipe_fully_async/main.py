@@ -80,35 +80,42 @@ def build_role_worker_mapping(cfg: DictConfig) -> dict:
     from verl.trainer.main_ppo import build_role_worker_mapping as core_mapping
     from verl.trainer.ppo.ray_trainer import Role
 
-    from verl_recipe_fully_async.workers import AsyncActorRolloutWorker
+    if cfg.actor_rollout_ref.rollout.multi_turn.enable:  # agent loops (verl-agent)
+        from verl_recipe_fully_async.agent_worker import AgentAsyncActorRolloutWorker as worker_cls
+    else:
+        from verl_recipe_fully_async.workers import AsyncActorRolloutWorker as worker_cls
 
     mapping = core_mapping(cfg)
     for role in (Role.ActorRollout, Role.ActorRolloutRef):
         if role in mapping:
-            mapping[role] = AsyncActorRolloutWorker
-    mapping[Role.Rollout] = AsyncActorRolloutWorker
+            mapping[role] = worker_cls
+    mapping[Role.Rollout] = worker_cls
     return mapping
 
 
 def build_resource_pool_manager(cfg: DictConfig, mapping: dict):
     """Two pools: ``trainer_pool`` (trainer.nnodes x n_gpus_per_node) for every role but the rollout,
-    ``rollout_pool`` (rollout.nnodes x rollout.n_gpus_per_node) for it. CPU workers get an equal share
+    ``rollout_pool`` (rollout.nnodes x rollout.n_gpus_per_node) for it; a third, ``reward_pool``, for a
+    reward model. CPU workers get an equal share
     of the cluster's CPUs (fractional on a small machine)."""
     import ray
     from verl.trainer.config import resolve_device
     from verl.trainer.ppo.ray_trainer import ResourcePoolManager, Role
 
-    t, r = cfg.trainer, cfg.rollout
+    t, r, rm = cfg.trainer, cfg.rollout, cfg.reward.reward_model
     spec = {
         "trainer_pool": [int(t.n_gpus_per_node)] * int(t.nnodes),
         "rollout_pool": [int(r.n_gpus_per_node)] * int(r.nnodes),
     }
+    if rm.enable:  # validated: a pool of its own
+        spec["reward_pool"] = [int(rm.n_gpus_per_node)] * int(rm.nnodes)
     use_gpu = resolve_device(cfg) == "cuda"
     cpus = 1.0
     if not use_gpu:
         workers = sum(sum(v) for v in spec.values())
         cpus = min(1.0, float(ray.cluster_resources().get("CPU", 1)) / workers)
-    pools = {role: "rollout_pool" if role == Role.Rollout else "trainer_pool" for role in mapping}
+    own = {Role.Rollout: "rollout_pool", Role.RewardModel: "reward_pool"}
+    pools = {role: own.get(role, "trainer_pool") for role in mapping}
     return ResourcePoolManager(spec, pools, use_gpu=use_gpu, num_cpus_per_worker=cpus)
 
 
@@ -154,14 +161,24 @@ def _main(defaults: tuple[str, ...], argv: list[str] | None) -> None:
     )
 
 
+def _cli(prog: str, defaults: tuple[str, ...], argv: list[str] | None) -> None:
+    """``--help``, ``--cfg job`` (the resolved default config), training; config errors exit with status 2."""
+    from verl.trainer.config.cli import run_cli
+
+    from verl_recipe_fully_async.config import FullyAsyncPPOConfig
+
+    run_cli(argv, prog=prog, schema=FullyAsyncPPOConfig, main=lambda a: _main(defaults, a),
+            load=lambda a: load_async_config(with_default_config(a, defaults)), about=__doc__)
+
+
 def main(argv: list[str] | None = None) -> None:
     """``verl-fully-async``."""
-    _main((CPU_CONFIG,), argv)
+    _cli("verl-fully-async", (CPU_CONFIG,), argv)
 
 
 def main_one_step_off(argv: list[str] | None = None) -> None:
     """``verl-one-step-off``: the CPU default with the one-step-off settings on top."""
-    _main((CPU_CONFIG, ONE_STEP_OFF_CONFIG), argv)
+    _cli("verl-one-step-off", (CPU_CONFIG, ONE_STEP_OFF_CONFIG), argv)
 
 
 if __name__ == "__main__":

@@ -119,6 +119,16 @@ def train(argv: list[str]) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """The ``verl-prime`` command: ``--help``, ``--cfg job`` (the CPU default's resolved config), training;
+    a config error prints its problems and exits with status 2."""
+    from verl.trainer.config.cli import run_cli
+
+    from verl_recipe_prime.config import PRIMETrainerConfig, load_prime_config
+
+    run_cli(argv, prog="verl-prime", schema=PRIMETrainerConfig, main=_main, load=lambda a: load_prime_config(with_default_config(a)), about=__doc__)
+
+
+def _main(argv: list[str] | None = None) -> None:
     """The ``verl-prime`` console script (returns None: a returned value would become the exit status)."""
     # Under `uv run`, Ray would rebuild the environment for its workers; they share the driver's.
     # Ray reads this when first imported, hence before anything imports it.

@@ -13,7 +13,8 @@ Config order (later wins): core's defaults < ``--config`` files (the CPU default
 ``key=value`` overrides, over core's schema plus ``retool.*`` (`verl_recipe_retool.config`). Training is
 core's ``run_ppo`` with verl-recipe-dapo's ``RayDAPOTrainer`` (dynamic sampling in ``_stage_filter``);
 generation is verl-agent's ``tool_agent`` (the agent worker runs it); the reward is the ``naive`` manager
-with the task's exact-match scorer.
+with upstream's ReTool reward (``retool.reward``) and the data go through upstream's dataset step
+(``retool.answer_format``), both wired by `verl_recipe_retool.config.retool_overrides`.
 
 What the CPU default leaves unset is made before validation, under ``{trainer.default_local_dir}/assets``
 (reused when already there): ``data.*_files`` (`verl_recipe_retool.task`), ``actor_rollout_ref.model.path``
@@ -71,28 +72,40 @@ def asset_overrides(cfg: DictConfig) -> list[str]:
             write_parquet(test_rows, test)
         out += [f"data.train_files={train}", f"data.val_files={test}"]
     if not cfg.actor_rollout_ref.model.path:
+        from verl_recipe_retool.dataset import with_answer_format
+
         kind = "tool" if rt.use_tool else "direct"
-        model_dir = root / f"tiny_qwen2_{kind}_sft{rt.cold_start_steps}_d{rt.task_digits}"
+        prompts = "fmt" if rt.answer_format else "raw"  # the cold start sees the prompts RL will see
+        source = f"_data{_digest(rt.cold_start_data)}" if rt.cold_start_data else ""
+        model_dir = root / f"tiny_qwen2_{kind}_boxed_{prompts}{source}_sft{rt.cold_start_steps}_d{rt.task_digits}"
         if not (model_dir / "config.json").is_file():
             print(f"cold start: building the tiny model in {model_dir}", flush=True)
+            rows = [with_answer_format(r) for r in train_rows] if rt.answer_format else train_rows
             build_cold_start_model(
-                model_dir, train_rows, cfg.actor_rollout_ref.rollout, rt.cold_start_steps, rt.use_tool
+                model_dir, rows, cfg.actor_rollout_ref.rollout, rt.cold_start_steps, rt.use_tool,
+                sft_data=rt.cold_start_data,
             )
         out.append(f"actor_rollout_ref.model.path={model_dir}")
     return out
 
 
+def _digest(path: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]
+
+
 def load_recipe_config(argv: list[str]) -> DictConfig:
     """Load (CPU default when no ``--config``), check everything the user set before making assets, make
     what is unset, validate. The result is read-only."""
-    from verl_recipe_retool.config import load_retool_config, validate_retool_config
+    from verl_recipe_retool.config import load_retool_config, retool_overrides, validate_retool_config
 
     def made(cfg: DictConfig) -> list[str]:
         keys = ["data.train_files", "data.val_files", "actor_rollout_ref.model.path"]
         return [*keys, TOOL_KEY] if cfg.retool.use_tool else keys
 
     def overrides(cfg: DictConfig, _unset: list[str]) -> list[str]:
-        extra = asset_overrides(cfg)
+        extra = asset_overrides(cfg) + retool_overrides(cfg)
         tools = OmegaConf.select(cfg, TOOL_KEY)
         if tools and not Path(tools).is_absolute() and Path(tools).is_file():
             # Ray workers load the file in their own processes, possibly elsewhere: pass it by absolute path.
@@ -119,6 +132,16 @@ def train(argv: list[str]) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """The ``verl-retool`` command: ``--help``, ``--cfg job`` (the CPU default's resolved config), training;
+    a config error prints its problems and exits with status 2."""
+    from verl.trainer.config.cli import run_cli
+
+    from verl_recipe_retool.config import ReToolTrainerConfig, load_retool_config
+
+    run_cli(argv, prog="verl-retool", schema=ReToolTrainerConfig, main=_main, load=lambda a: load_retool_config(with_default_config(a)), about=__doc__)
+
+
+def _main(argv: list[str] | None = None) -> None:
     """The ``verl-retool`` console script (returns None: a returned value would become the exit status)."""
     # Under `uv run`, Ray would rebuild the environment for its workers; they share the driver's.
     os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")

@@ -81,6 +81,16 @@ def train(argv: list[str]) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """The ``verl-spin`` command: ``--help``, ``--cfg job`` (the CPU default's resolved config), training;
+    a config error prints its problems and exits with status 2."""
+    from verl.trainer.config.cli import run_cli
+
+    from verl_recipe_spin.config import SPINTrainerConfig, load_spin_config
+
+    run_cli(argv, prog="verl-spin", schema=SPINTrainerConfig, main=_main, load=lambda a: load_spin_config(with_default_config(a)), about=__doc__)
+
+
+def _main(argv: list[str] | None = None) -> None:
     """The ``verl-spin`` console script (returns None: a returned value would become the exit status)."""
     # Under `uv run`, Ray would rebuild the environment for its workers; they share the driver's.
     # Ray reads this when first imported, hence before anything imports it.

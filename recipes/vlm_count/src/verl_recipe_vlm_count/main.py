@@ -54,6 +54,15 @@ def run(cfg: DictConfig) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """The ``verl-vlm-count`` command: ``--help``, ``--cfg job`` (the CPU default's resolved config), training;
+    a config error prints its problems and exits with status 2."""
+    from verl.trainer.config import PPOTrainerConfig
+    from verl.trainer.config.cli import run_cli
+
+    run_cli(argv, prog="verl-vlm-count", schema=PPOTrainerConfig, main=_main, load=lambda a: load_recipe_config(a, build_assets=False), about=__doc__)
+
+
+def _main(argv: list[str] | None = None) -> None:
     # Under `uv run`, Ray would rebuild the environment for its workers; they share the driver's.
     os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
     run(load_recipe_config(list(sys.argv[1:] if argv is None else argv)))

@@ -12,7 +12,6 @@ never imports those packages or transformers by name; a missing one is an error 
 from __future__ import annotations
 
 import os
-import sys
 
 from verl.trainer.config import ConfigError, config_to_yaml, load_config, validate_config
 from verl.trainer.ppo.run import (
@@ -42,11 +41,17 @@ __all__ = [
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Command-line entry: parse ``key=value`` / ``--config FILE``, validate once, train."""
+    """Command-line entry: ``--help``, ``--cfg job``; parse ``key=value`` / ``--config FILE``, validate once,
+    train. With no arguments: the embedded default (``verl.trainer.demo``)."""
+    from verl.trainer.config.cli import run_cli
+
+    run_cli(argv, prog="verl-ppo", main=_train, about=__doc__)
+
+
+def _train(args: list[str]) -> None:
     _reuse_driver_env_for_workers()
     from verl.trainer.ppo.ray_trainer import NothingToTrainError
 
-    args = sys.argv[1:] if argv is None else list(argv)
     if not args:
         # No arguments: the embedded default (tiny model, built-in task, SFT warm start, then GRPO).
         from verl.trainer.demo import main as demo_main
