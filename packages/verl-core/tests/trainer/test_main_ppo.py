@@ -110,9 +110,38 @@ def test_cpus_per_worker_splits_the_cluster():
     assert main_ppo.cpus_per_worker(2.0, 4) == 0.5  # fewer CPUs than workers: a share each
 
 
-def test_role_mapping_comes_from_the_registry():
-    from verl.registries import WORKER_CLASSES
+class _Actor: ...
 
+
+class _Critic: ...
+
+
+class _MegatronActor: ...
+
+
+class _MegatronCritic: ...
+
+
+@pytest.fixture
+def worker_classes(monkeypatch):
+    """verl-workers' names bound to classes of this test (verl-core's tests run without verl-workers): the
+    mapping is checked against what the registry holds under each name."""
+    from verl.registries import WORKER_CLASSES
+    from verl.utils.registry import load_plugins
+
+    load_plugins()  # now, so no plugin registers into the dict that replaces the registry's below
+    names = {
+        "actor_rollout_ref": _Actor,
+        "critic": _Critic,
+        "megatron_actor_rollout_ref": _MegatronActor,
+        "megatron_critic": _MegatronCritic,
+    }
+    monkeypatch.setattr(WORKER_CLASSES, "_items", dict(names))
+    return WORKER_CLASSES
+
+
+def test_role_mapping_comes_from_the_registry(worker_classes):
+    WORKER_CLASSES = worker_classes
     actor, critic = WORKER_CLASSES.get("actor_rollout_ref"), WORKER_CLASSES.get("critic")
     assert main_ppo.build_role_worker_mapping(_cfg()) == {Role.ActorRollout: actor}
     gae = main_ppo.build_role_worker_mapping(_cfg("algorithm.adv_estimator=gae", "critic.model.path=m"))
@@ -121,9 +150,8 @@ def test_role_mapping_comes_from_the_registry():
     assert kl == {Role.ActorRolloutRef: actor}
 
 
-def test_megatron_strategy_maps_to_the_megatron_worker_classes():
-    from verl.registries import WORKER_CLASSES
-
+def test_megatron_strategy_maps_to_the_megatron_worker_classes(worker_classes):
+    WORKER_CLASSES = worker_classes
     meg = ["actor_rollout_ref.actor.strategy=megatron", "algorithm.adv_estimator=gae", "critic.model.path=m"]
     mapping = main_ppo.build_role_worker_mapping(_cfg(*meg))
     assert mapping == {
@@ -153,6 +181,7 @@ def test_main_end_to_end_with_toy_workers(ray_cluster, tmp_path, monkeypatch, ca
     reward_py.write_text(REWARD_FILE)
     # main_ppo's command line runs verl.trainer.ppo.run, which looks these up in its own module
     monkeypatch.setattr(ppo_run, "load_tokenizer", lambda config: bw.BanditTokenizer())
+    monkeypatch.setattr(ppo_run, "load_processor", lambda config: None)  # the toy model reads text only
     monkeypatch.setattr(
         ppo_run, "build_role_worker_mapping", lambda config: {Role.ActorRollout: bw.BanditActorRolloutRef}
     )
