@@ -329,7 +329,7 @@ def test_lora_adapter_sync_turns_on_vllms_lora_path(rank, vllm_rank):
          "lora_sync=adapter needs vLLM's LoRA path \\(rollout.name=vllm\\); rollout.name='native'"),
         (["actor_rollout_ref.rollout.lora_sync=adapter", "actor_rollout_ref.rollout.name=vllm"],
          "lora_sync=adapter sends LoRA adapters to the rollout, but LoRA is off"),
-        (["actor_rollout_ref.rollout.lora_sync=adapters"], "lora_sync='adapters' must be one of \\['merged', 'adapter'\\]"),
+        (["actor_rollout_ref.rollout.lora_sync=adapters"], "lora_sync='adapters' is not one of: merged, adapter"),
         (["actor_rollout_ref.rollout.lora_sync=adapter", "actor_rollout_ref.rollout.name=vllm",
           "actor_rollout_ref.model.lora_rank=1024"], "vLLM's LoRA path takes ranks up to 512"),
     ],
