@@ -132,8 +132,9 @@ INIT = '''"""{title} as a verl recipe (see README.md)."""
 
 TRAINER = '''"""``Ray{cls}Trainer``: core's PPO-family loop with this recipe's changes as stage overrides.
 
-Override only the stages the paper changes (``_stage_generate``, ``_stage_reward``, ``_stage_filter``,
-``_stage_advantage``, ...; see ``verl.trainer.ppo.ray_trainer``). New losses and estimators go through
+Override only the stages the paper changes (``stage_gen``, ``stage_reward``, ``stage_filter``,
+``stage_adv``, ...; see ``verl.trainer.ppo.stages``), or insert, replace and wrap stages by name in
+``build_pipeline`` (``verl.trainer.ppo.pipeline``). New losses and estimators go through
 ``verl.trainer.ppo.core_algos.register_policy_loss`` / ``register_adv_est`` and are chosen in config.
 If a change needs a hook core lacks, add the hook to core (small, documented), not a copy of the loop.
 """
@@ -145,7 +146,7 @@ from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
 
 class Ray{cls}Trainer(RayPPOTrainer):
-    def _stage_filter(self, batch: DataProto, metrics: dict) -> DataProto | None:
+    def stage_filter(self, batch: DataProto, metrics: dict) -> DataProto | None:
         # TODO: the recipe's change; the template keeps every trajectory.
         return batch
 '''
@@ -226,7 +227,7 @@ def test_trainer_is_a_core_trainer_with_the_hook():
     assert issubclass(Ray{cls}Trainer, RayPPOTrainer)
     trainer = Ray{cls}Trainer.__new__(Ray{cls}Trainer)  # no workers needed to call one stage
     batch = DataProto.from_dict(tensors={{"responses": torch.arange(6).reshape(3, 2)}})
-    out = trainer._stage_filter(batch, {{}})
+    out = trainer.stage_filter(batch, {{}})
     assert out is not None and out.batch["responses"].tolist() == [[0, 1], [2, 3], [4, 5]]
 '''
 

@@ -1,4 +1,4 @@
-"""RaySPINTrainer's stages driven through core's ``_train_step`` without Ray: a scripted worker group stands
+"""RaySPINTrainer's stages driven through core's ``train_step`` without Ray: a scripted worker group stands
 in for the workers and records what the trainer asks of them."""
 
 import numpy as np
@@ -89,7 +89,7 @@ def _trainer(script, *overrides) -> tuple[RaySPINTrainer, ScriptedWorkers]:
             ["data.train_batch_size=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2", *overrides]
         )
     )
-    t.global_steps = 1
+    t.global_steps, t.total_training_steps, t.val_reward_fn, t.group_accumulator = 1, 10, None, None
     t.tokenizer = CharTokens()
     t._stop_ids = {9}  # the scripted model's end of turn (read from the model's files in a real run)
     t.reward_fn = _reward_fn
@@ -125,7 +125,7 @@ def test_reward_mode_step_trains_best_against_worst_with_the_reference_as_anchor
         "trainer.balance_batch=false",
     )
     metrics: dict = {}
-    out = t._train_step(_prompts([[12], [13]]), metrics, {})
+    out = t.train_step(_prompts([[12], [13]]), metrics, {})
     assert wg.calls == ["generate"]  # step 1 is not a multiple of ref_update_freq=2
     assert out.batch["responses"][:, 0].tolist() == [12, 11, 12, 12]  # best, worst (a tie: first, last row)
     assert out.batch["advantages"][:, 0].tolist() == [1.0, -1.0, 0.0, 0.0]
@@ -138,7 +138,7 @@ def test_reward_mode_step_trains_best_against_worst_with_the_reference_as_anchor
     # one token each: log pi margin -1 - (-1) = 0; vs the reference beta * ((-1 + 2) - (-1 + 2)) = 0
     assert metrics["spin/logp_margin"] == 0.0 and metrics["spin/reward_margin"] == 0.0
     t.global_steps = 2
-    t._train_step(_prompts([[12], [13]]), {}, {})
+    t.train_step(_prompts([[12], [13]]), {}, {})
     assert wg.calls == ["generate", "refresh", "generate"]  # refreshed before step 2 generates
 
 
@@ -158,7 +158,7 @@ def test_sft_mode_step_pairs_the_target_with_the_models_answer():
     batch.non_tensor_batch["reward_model"] = np.array(
         [{"ground_truth": "13"}, {"ground_truth": "1"}], dtype=object
     )
-    out = t._train_step(batch, metrics, {})
+    out = t.train_step(batch, metrics, {})
     assert wg.calls == ["refresh", "generate"]
     assert out.batch["responses"].tolist() == [[11, 13, 9], [11, 9, 0], [11, 9, 0], [11, 9, 0]]
     assert out.batch["advantages"][:, 0].tolist() == [1.0, -1.0, 1.0, -1.0]  # the target always wins

@@ -44,13 +44,11 @@ def build_reward_fn(cfg: DictConfig, tokenizer: Any, num_examine: int) -> Any:
     return load_reward_manager(cfg, tokenizer, num_examine)
 
 
-def run_dapo(cfg: DictConfig, trainer_cls: type | None = None) -> dict[str, float]:
+def run_dapo(cfg: DictConfig) -> dict[str, float]:
     """Train with a validated config through core's ``main_ppo.run_ppo`` (Ray start, datasets, registry
-    workers, pools, config.yaml, output summary) with `RayDAPOTrainer` and the DAPO reward managers.
-    Returns the last step's metrics."""
+    workers, pools, config.yaml, output summary; dynamic sampling is core's filter stage) with the DAPO
+    reward managers. Returns the last step's metrics."""
     from verl.trainer.main_ppo import load_tokenizer, run_ppo
-
-    from verl_recipe_dapo.dapo_ray_trainer import RayDAPOTrainer
 
     tokenizer = load_tokenizer(cfg)
     return run_ppo(
@@ -58,7 +56,6 @@ def run_dapo(cfg: DictConfig, trainer_cls: type | None = None) -> dict[str, floa
         tokenizer=tokenizer,
         reward_fn=build_reward_fn(cfg, tokenizer, int(cfg.reward.num_examine)),
         val_reward_fn=build_reward_fn(cfg, tokenizer, 1) if cfg.data.val_files else None,
-        trainer_cls=trainer_cls or RayDAPOTrainer,
     )
 
 
@@ -88,7 +85,7 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
     cfg = load_dapo_config(list(sys.argv[1:] if argv is None else argv))
     metrics = run_dapo(cfg)  # core prints where the config, metrics and plot went
-    key = f"dapo/all_{cfg.algorithm.filter_groups.metric}/mean"
+    key = f"dynamic_sampling/all_{cfg.algorithm.filter_groups.metric}/mean"
     if key in metrics:
         print(
             f"DAPO finished at step {metrics['training/global_step']}: {key} = {metrics[key]:.4f}", flush=True

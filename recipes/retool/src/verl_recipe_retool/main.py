@@ -11,7 +11,7 @@
 
 Config order (later wins): core's defaults < ``--config`` files (the CPU default when none is given) <
 ``key=value`` overrides, over core's schema plus ``retool.*`` (`verl_recipe_retool.config`). Training is
-core's ``run_ppo`` with verl-recipe-dapo's ``RayDAPOTrainer`` (dynamic sampling in ``_stage_filter``);
+core's ``run_ppo`` (DAPO's dynamic sampling is core's ``filter`` stage, ``algorithm.filter_groups``);
 generation is verl-agent's ``tool_agent`` (the agent worker runs it); the reward is the ``naive`` manager
 with the task's exact-match scorer.
 
@@ -105,13 +105,12 @@ def load_recipe_config(argv: list[str]) -> DictConfig:
 
 
 def run_retool(cfg: DictConfig) -> dict[str, float]:
-    """Train with a validated config through core's ``run_ppo`` and DAPO's trainer; the last step's metrics."""
+    """Train with a validated config through core's ``run_ppo``; the last step's metrics."""
     from verl.trainer.main_ppo import run_ppo
-    from verl_recipe_dapo.dapo_ray_trainer import RayDAPOTrainer
 
     import verl_recipe_retool.plugin  # noqa: F401  (the scorer, in the driver where the reward runs)
 
-    return run_ppo(cfg, trainer_cls=RayDAPOTrainer)
+    return run_ppo(cfg)
 
 
 def train(argv: list[str]) -> dict[str, float]:

@@ -109,9 +109,9 @@ def test_ppo_gae_reward_rises(ray_cluster, tmp_path):
 class OverlapProbe(BanditTrainer):
     """Opens ``log_prob_started`` when the old-log-prob stage begins (on the driver's main thread)."""
 
-    def _stage_old_log_prob(self, batch, metrics):
+    def stage_old_log_prob(self, batch, metrics):
         self.log_prob_started.set()
-        return super()._stage_old_log_prob(batch, metrics)
+        return super().stage_old_log_prob(batch, metrics)
 
 
 def test_async_reward_overlaps_the_log_prob_passes(ray_cluster, tmp_path):
