@@ -36,15 +36,10 @@ VAL_KEY = "val-core/arithmetic/reward/mean@1"
 
 
 def assets(out: Path) -> dict[str, str]:
-    from verl.trainer.demo import write_data
-    from verl_recipe_fully_async.cpu_assets import warm_start_model
+    from verl.trainer.demo import warm_started_assets
+    from verl_recipe_fully_async.main import SFT_STEPS, SFT_WORKERS
 
-    root = out / "assets"
-    data = write_data(root / "data")
-    marker = root / "model_path.txt"
-    if not marker.is_file():
-        marker.write_text(warm_start_model(root))
-    return {"train": data["train"], "test": data["test"], "model": marker.read_text().strip()}
+    return warm_started_assets(out / "assets", SFT_STEPS, SFT_WORKERS)
 
 
 def rows(path: Path) -> list[dict]:
@@ -97,15 +92,14 @@ def run_sync(a: dict, out: Path, steps: int, *extra: str) -> dict:
 def run_recipe(a: dict, out: Path, steps: int, mode: str) -> dict:
     from verl.trainer.main_ppo import build_trainer
     from verl_recipe_fully_async.main import (
-        CPU_CONFIG,
-        ONE_STEP_OFF_CONFIG,
+        ONE_STEP_OFF,
+        RECIPE,
         build_resource_pool_manager,
         build_role_worker_mapping,
-        load_recipe_config,
     )
     from verl_recipe_fully_async.trainer import SUMMARY_FILE, FullyAsyncRayTrainer
 
-    defaults = (CPU_CONFIG, ONE_STEP_OFF_CONFIG) if mode == "one_step_off" else (CPU_CONFIG,)
+    recipe = ONE_STEP_OFF if mode == "one_step_off" else RECIPE
     extra = []
     if mode == "sync_2pools":
         extra = [
@@ -114,7 +108,7 @@ def run_recipe(a: dict, out: Path, steps: int, mode: str) -> dict:
             "async_training.partial_rollout=false",
             "data.gen_batch_size=16",
         ]
-    cfg = load_recipe_config(
+    cfg = recipe.load_config(
         [
             f"data.train_files={a['train']}",
             f"data.val_files={a['test']}",
@@ -124,8 +118,7 @@ def run_recipe(a: dict, out: Path, steps: int, mode: str) -> dict:
             "trainer.logger=[jsonl]",
             "trainer.val_before_train=false",
             *extra,
-        ],
-        defaults,
+        ]
     )
     mapping = build_role_worker_mapping(cfg)
     trainer = build_trainer(

@@ -9,19 +9,13 @@ from verl_recipe_fully_async.config import (
     total_training_steps,
     validate_async_config,
 )
-from verl_recipe_fully_async.main import (
-    CPU_CONFIG,
-    ONE_STEP_OFF_CONFIG,
-    PAPER_CONFIG,
-    configs_dir,
-    with_default_config,
-)
+from verl_recipe_fully_async.main import CPU_CONFIG, ONE_STEP_OFF, ONE_STEP_OFF_CONFIG, PAPER_CONFIG, RECIPE
 
 DATA = ["data.train_files=x.parquet", "actor_rollout_ref.model.path=m"]
 
 
 def _load(*files, overrides=()):
-    argv = [a for f in files for a in ("--config", str(configs_dir() / f))]
+    argv = [a for f in files for a in ("--config", str(RECIPE.configs_dir / f))]
     return load_async_config([*argv, *overrides])
 
 
@@ -54,12 +48,12 @@ def test_cpu_defaults_validate():
         validate_async_config(c)
     assert (c.async_training.staleness_threshold, c.async_training.trigger_parameter_sync_step) == (1.0, 1)
     assert c.data.gen_batch_size == c.data.train_batch_size and not c.async_training.partial_rollout
-    argv = with_default_config([], (CPU_CONFIG, ONE_STEP_OFF_CONFIG))
+    argv = ONE_STEP_OFF.with_default_config([])
     assert argv == [
         "--config",
-        str(configs_dir() / CPU_CONFIG),
+        str(RECIPE.configs_dir / CPU_CONFIG),
         "--config",
-        str(configs_dir() / ONE_STEP_OFF_CONFIG),
+        str(RECIPE.configs_dir / ONE_STEP_OFF_CONFIG),
     ]
 
 

@@ -26,8 +26,8 @@ import os, sys
 os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 import ray
 ray.init(address=sys.argv[1])
-from verl_recipe_fully_async.main import train
-train(sys.argv[2:])
+from verl_recipe_fully_async.main import RECIPE
+RECIPE.train(sys.argv[2:])
 """
 
 
@@ -88,11 +88,7 @@ def test_resume_after_kill_loses_nothing_it_keeps(ray_cluster, tmp_path, assets)
     import torch
     from verl.utils.checkpoint import load_trainer_state
     from verl.utils.dataset import create_rl_dataloader
-    from verl_recipe_fully_async.main import (
-        build_resource_pool_manager,
-        build_role_worker_mapping,
-        load_recipe_config,
-    )
+    from verl_recipe_fully_async.main import RECIPE, build_resource_pool_manager, build_role_worker_mapping
     from verl_recipe_fully_async.trainer import FullyAsyncRayTrainer
 
     out = tmp_path / "run"
@@ -137,7 +133,7 @@ def test_resume_after_kill_loses_nothing_it_keeps(ray_cluster, tmp_path, assets)
 
     from verl.trainer.main_ppo import build_trainer
 
-    cfg = load_recipe_config(args)
+    cfg = RECIPE.load_config(args)
     mapping = build_role_worker_mapping(cfg)
     trainer = build_trainer(
         cfg,

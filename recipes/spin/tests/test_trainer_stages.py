@@ -6,7 +6,7 @@ import pytest
 import torch
 from verl.protocol import DataProto
 from verl_recipe_spin.config import load_spin_config
-from verl_recipe_spin.main_spin import with_default_config
+from verl_recipe_spin.main_spin import RECIPE
 from verl_recipe_spin.spin_ray_trainer import RaySPINTrainer
 
 P, R = 2, 2  # prompt and response widths of the scripted batches
@@ -85,7 +85,7 @@ def _reward_fn(data: DataProto, return_dict=True):
 def _trainer(script, *overrides) -> tuple[RaySPINTrainer, ScriptedWorkers]:
     t = RaySPINTrainer.__new__(RaySPINTrainer)  # no workers, no data loaders: only what a step needs
     t.config = load_spin_config(
-        with_default_config(  # the CPU default, sized for two prompts
+        RECIPE.with_default_config(  # the CPU default, sized for two prompts
             ["data.train_batch_size=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2", *overrides]
         )
     )

@@ -1,8 +1,8 @@
 """What the CPU default needs and a fresh clone does not have: the task data and a warm-started tiny model.
 
-When the config leaves ``data.train_files`` or ``actor_rollout_ref.model.path`` unset, `asset_overrides`
-writes them under ``{trainer.default_local_dir}/assets`` (reused when already there) and returns the
-``key=value`` overrides that point the config at them:
+When the config leaves ``data.train_files`` or ``actor_rollout_ref.model.path`` unset, `built_in` writes
+them under ``{trainer.default_local_dir}/assets`` (reused when already there; core's
+``recipe_assets.task_and_model``) and returns the ``key=value`` overrides that point the config at them:
 
 - data: the built-in arithmetic task (single-digit ``+`` and ``-``; ``data_source="arithmetic"``,
   exact-match scorer from verl-rewards), train and test splits from ``verl.utils.dataset.tasks``;
@@ -18,6 +18,7 @@ import random
 from pathlib import Path
 
 from omegaconf import DictConfig
+from verl.trainer.recipe_assets import BuiltIn, task_and_model
 
 OPS = ("+", "-")
 TRAIN_PER_OP = 40
@@ -88,23 +89,6 @@ def warm_start_tiny_model(out_dir: Path, train_file: Path) -> Path:
     return out_dir
 
 
-def asset_overrides(cfg: DictConfig) -> list[str]:
+def built_in(cfg: DictConfig, built: BuiltIn) -> list[str]:
     """``key=value`` overrides for the unset data files / model path, creating the assets on first use."""
-    need_data = not cfg.data.train_files
-    need_model = not cfg.actor_rollout_ref.model.path
-    if not (need_data or need_model):
-        return []
-    root = Path(cfg.trainer.default_local_dir).resolve() / "assets"
-    train, test = root / "data" / "train.parquet", root / "data" / "test.parquet"
-    if not (train.is_file() and test.is_file()):
-        train, test = write_task(root / "data")
-    out: list[str] = []
-    if need_data:
-        out += [f"data.train_files={train}", f"data.val_files={test}"]
-    if need_model:
-        model_dir = root / "tiny_qwen2_warm"
-        if not (model_dir / "config.json").is_file():
-            print(f"building the tiny model and its warm start in {model_dir}", flush=True)
-            warm_start_tiny_model(model_dir, train)
-        out.append(f"actor_rollout_ref.model.path={model_dir}")
-    return out
+    return task_and_model(cfg, built.root, write_task, warm_start_tiny_model)

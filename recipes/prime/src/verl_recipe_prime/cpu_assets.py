@@ -11,9 +11,9 @@ tokenizer) briefly fine-tuned in process (plain torch) on the train split's answ
 fully right answer about one time in ten: RL from a random model never sees a reward, and a model that
 already knows the task has nothing to learn. The same weights start the policy and the PRM.
 
-When the config leaves ``data.train_files`` or ``actor_rollout_ref.model.path`` unset, `asset_overrides`
-writes them under ``{trainer.default_local_dir}/assets`` (reused when there) and returns the ``key=value``
-overrides that point the config at them.
+When the config leaves ``data.train_files`` or ``actor_rollout_ref.model.path`` unset, `built_in` writes
+them under ``{trainer.default_local_dir}/assets`` (reused when there; core's ``recipe_assets``) and
+returns the ``key=value`` overrides that point the config at them.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import zlib
 from pathlib import Path
 
 from omegaconf import DictConfig
+from verl.trainer.recipe_assets import BuiltIn, task_and_model
 
 NUMBERS = 3  # operands per problem: NUMBERS - 1 steps
 TEST_BUCKETS = 10  # one problem in TEST_BUCKETS (by a fixed hash) is held out
@@ -130,23 +131,7 @@ def warm_start_tiny_model(out_dir: Path, train_file: Path, steps: int | None = N
     return out_dir
 
 
-def asset_overrides(cfg: DictConfig) -> list[str]:
-    """``key=value`` overrides for the unset data files / model path, creating the assets on first use."""
-    need_data = not cfg.data.train_files
-    need_model = not cfg.actor_rollout_ref.model.path
-    if not (need_data or need_model):
-        return []
-    root = Path(cfg.trainer.default_local_dir).resolve() / "assets"
-    train, test = root / "data" / "train.parquet", root / "data" / "test.parquet"
-    if not (train.is_file() and test.is_file()):
-        train, test = write_task(root / "data")
-    out: list[str] = []
-    if need_data:
-        out += [f"data.train_files={train}", f"data.val_files={test}"]
-    if need_model:
-        model_dir = root / "tiny_qwen2_warm"
-        if not (model_dir / WARM_START_MARKER).is_file():  # written last: a cut-short build is redone
-            print(f"building the tiny model and its warm start in {model_dir}", flush=True)
-            warm_start_tiny_model(model_dir, train)
-        out.append(f"actor_rollout_ref.model.path={model_dir}")
-    return out
+def built_in(cfg: DictConfig, built: BuiltIn) -> list[str]:
+    """``key=value`` overrides for the unset data files / model path, creating the assets on first use
+    (the warm start's record is written last: a cut-short build is redone)."""
+    return task_and_model(cfg, built.root, write_task, warm_start_tiny_model, done=WARM_START_MARKER)

@@ -3,8 +3,8 @@
 key, both values and the checkpoint file; growing the run is allowed."""
 
 import pytest
-from verl.trainer.ppo.ray_trainer import NothingToTrainError, ResourcePoolManager, Role
 from verl.trainer.ppo.checkpointing import RESUME_FIXED_KEYS
+from verl.trainer.ppo.ray_trainer import NothingToTrainError, ResourcePoolManager, Role
 from verl.utils.checkpoint import atomic_checkpoint, save_trainer_state
 
 from . import bandit_workers as bw

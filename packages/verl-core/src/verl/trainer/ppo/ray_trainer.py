@@ -41,6 +41,7 @@ from verl.trainer.ppo.roles import Role, naming_step
 from verl.trainer.ppo.stages import StagesMixin
 from verl.trainer.ppo.trainer_data import TrainerDataMixin
 from verl.trainer.ppo.validation import ValidationMixin
+from verl.trainer.ppo.worker_groups import ActorRolloutRefGroup, CriticGroup, RewardModelGroup
 from verl.utils.device import seed_everything
 
 __all__ = ["NothingToTrainError", "RayPPOTrainer", "ResourcePoolManager", "Role"]
@@ -77,6 +78,12 @@ class RayPPOTrainer(TrainerDataMixin, ValidationMixin, CheckpointMixin, Progress
     #: A subclass that runs the rollout on a resource pool of its own (its own ``init_workers`` and
     #: loop, e.g. recipes/fully_async) sets this, so ``actor_rollout_ref.hybrid_engine=false`` is accepted.
     separate_rollout_pool: bool = False
+
+    # The role worker groups (built by init_workers); their methods are the workers' (ppo.worker_groups).
+    actor_rollout_wg: ActorRolloutRefGroup
+    ref_policy_wg: ActorRolloutRefGroup
+    critic_wg: CriticGroup
+    rm_wg: RewardModelGroup
 
     def __init_subclass__(cls, **kwargs: Any):
         super().__init_subclass__(**kwargs)

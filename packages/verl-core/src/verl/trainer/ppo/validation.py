@@ -15,7 +15,13 @@ import numpy as np
 import torch
 
 from verl.protocol import DataProto
-from verl.trainer.ppo.dumps import decode_texts, generation_records, ground_truths, pick_samples, write_generations
+from verl.trainer.ppo.dumps import (
+    decode_texts,
+    generation_records,
+    ground_truths,
+    pick_samples,
+    write_generations,
+)
 from verl.trainer.ppo.metric_utils import val_metrics_dict
 from verl.trainer.ppo.reward import compute_reward
 
