@@ -6,6 +6,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from verl.utils.json_http import send_json
 
 
 class _Scripted(BaseHTTPRequestHandler):
@@ -22,12 +23,7 @@ class _Scripted(BaseHTTPRequestHandler):
             k = len(cls.prompts)
             cls.prompts.append(body["messages"][-1]["content"])
             reply = cls.replies[min(k, len(cls.replies) - 1)]
-        data = json.dumps({"choices": [{"message": {"role": "assistant", "content": reply}}]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send_json(self, 200, {"choices": [{"message": {"role": "assistant", "content": reply}}]})
 
     def log_message(self, *a):
         pass

@@ -91,13 +91,8 @@ def run_sync(a: dict, out: Path, steps: int, *extra: str) -> dict:
 
 def run_recipe(a: dict, out: Path, steps: int, mode: str) -> dict:
     from verl.trainer.main_ppo import build_trainer
-    from verl_recipe_fully_async.main import (
-        ONE_STEP_OFF,
-        RECIPE,
-        build_resource_pool_manager,
-        build_role_worker_mapping,
-    )
-    from verl_recipe_fully_async.trainer import SUMMARY_FILE, FullyAsyncRayTrainer
+    from verl_recipe_fully_async.main import ONE_STEP_OFF, RECIPE
+    from verl_recipe_fully_async.trainer import SUMMARY_FILE
 
     recipe = ONE_STEP_OFF if mode == "one_step_off" else RECIPE
     extra = []
@@ -120,13 +115,7 @@ def run_recipe(a: dict, out: Path, steps: int, mode: str) -> dict:
             *extra,
         ]
     )
-    mapping = build_role_worker_mapping(cfg)
-    trainer = build_trainer(
-        cfg,
-        trainer_cls=FullyAsyncRayTrainer,
-        role_worker_mapping=mapping,
-        resource_pool_manager=build_resource_pool_manager(cfg, mapping),
-    )
+    trainer = build_trainer(cfg, **recipe.trainer_kwargs(cfg))
     trainer.init_workers()
     try:
         t0 = time.perf_counter()

@@ -88,7 +88,7 @@ def test_resume_after_kill_loses_nothing_it_keeps(ray_cluster, tmp_path, assets)
     import torch
     from verl.utils.checkpoint import load_trainer_state
     from verl.utils.dataset import create_rl_dataloader
-    from verl_recipe_fully_async.main import RECIPE, build_resource_pool_manager, build_role_worker_mapping
+    from verl_recipe_fully_async.main import RECIPE
     from verl_recipe_fully_async.trainer import FullyAsyncRayTrainer
 
     out = tmp_path / "run"
@@ -134,13 +134,7 @@ def test_resume_after_kill_loses_nothing_it_keeps(ray_cluster, tmp_path, assets)
     from verl.trainer.main_ppo import build_trainer
 
     cfg = RECIPE.load_config(args)
-    mapping = build_role_worker_mapping(cfg)
-    trainer = build_trainer(
-        cfg,
-        trainer_cls=Recording,
-        role_worker_mapping=mapping,
-        resource_pool_manager=build_resource_pool_manager(cfg, mapping),
-    )
+    trainer = build_trainer(cfg, **{**RECIPE.trainer_kwargs(cfg), "trainer_cls": Recording})
     assert trainer.check_steps_remaining() == 6 - step
     trainer.init_workers()
     try:

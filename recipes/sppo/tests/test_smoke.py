@@ -11,22 +11,18 @@ import pytest
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
+# two steps of 4 prompts x 8 answers, validated at the end only
+SHORT_RUN = ("trainer.total_training_steps=2", "trainer.test_freq=2", "trainer.val_before_train=false",
+             "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+             "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16")  # fmt: skip
+
+
 def test_cpu_default_runs_end_to_end(ray_cluster, tmp_path, monkeypatch):
     from verl_recipe_sppo import main_sppo
 
-    monkeypatch.setattr(main_sppo, "WARM_START_STEPS", 4)
+    monkeypatch.setattr(main_sppo, "WARM_START_STEPS", 4)  # the warm start only needs to exist
     out = tmp_path / "run"
-    metrics = main_sppo.RECIPE.train(
-        [
-            "trainer.total_training_steps=2",
-            f"trainer.default_local_dir={out}",
-            "trainer.test_freq=2",
-            "trainer.val_before_train=false",
-            "data.train_batch_size=4",
-            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
-        ]
-    )
+    metrics = main_sppo.RECIPE.train([*SHORT_RUN, f"trainer.default_local_dir={out}"])
     assert metrics["training/global_step"] == 2
     # the SPPO loss ran in the workers (its metrics) on the win-rate targets of 4 prompts x 8 answers
     assert {"actor/log_ratio_mean", "actor/preference_mean", "actor/pg_loss"} <= metrics.keys()

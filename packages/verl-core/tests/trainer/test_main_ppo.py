@@ -13,7 +13,6 @@ from verl.trainer.ppo.ray_trainer import Role
 from .ppo import bandit_workers as bw
 
 cloudpickle.register_pickle_by_value(bw)
-os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 
 REWARD_FILE = """
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
@@ -144,16 +143,21 @@ def test_unknown_worker_class_names_the_package(monkeypatch):
         main_ppo.build_role_worker_mapping(_cfg())
 
 
-def test_main_end_to_end_with_toy_workers(ray_cluster, tmp_path, monkeypatch, capsys):
+def _toy_run_files(tmp_path, monkeypatch, reward_file: str, val_rows: int = 0):
+    """Bandit rows as jsonl (16 train, ``val_rows`` validation), a reward file, and main_ppo pointed at the
+    toy tokenizer and workers. Returns ``(train, val, reward_py)``."""
     train, val = tmp_path / "train.jsonl", tmp_path / "val.jsonl"
     train.write_text("".join(json.dumps(r) + "\n" for r in bw.bandit_rows(16, seed=1)))
-    val.write_text("".join(json.dumps(r) + "\n" for r in bw.bandit_rows(8, seed=2)))
+    val.write_text("".join(json.dumps(r) + "\n" for r in bw.bandit_rows(val_rows, seed=2)))
     reward_py = tmp_path / "my_reward.py"
-    reward_py.write_text(REWARD_FILE)
+    reward_py.write_text(reward_file)
     monkeypatch.setattr(main_ppo, "load_tokenizer", lambda config: bw.BanditTokenizer())
-    monkeypatch.setattr(
-        main_ppo, "build_role_worker_mapping", lambda config: {Role.ActorRollout: bw.BanditActorRolloutRef}
-    )
+    monkeypatch.setattr(main_ppo, "build_role_worker_mapping", lambda config: {Role.ActorRollout: bw.BanditActorRolloutRef})
+    return train, val, reward_py
+
+
+def test_main_end_to_end_with_toy_workers(ray_cluster, tmp_path, monkeypatch, capsys):
+    train, val, reward_py = _toy_run_files(tmp_path, monkeypatch, REWARD_FILE, val_rows=8)
     out = tmp_path / "run"
     argv = [
         f"data.train_files={train}",
@@ -236,14 +240,7 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kw
 
 
 def _dynamic_sampling_argv(tmp_path, monkeypatch, *extra):
-    train = tmp_path / "train.jsonl"
-    train.write_text("".join(json.dumps(r) + "\n" for r in bw.bandit_rows(16, seed=1)))
-    reward_py = tmp_path / "counting_reward.py"
-    reward_py.write_text(COUNTING_REWARD_FILE)
-    monkeypatch.setattr(main_ppo, "load_tokenizer", lambda config: bw.BanditTokenizer())
-    monkeypatch.setattr(
-        main_ppo, "build_role_worker_mapping", lambda config: {Role.ActorRollout: bw.BanditActorRolloutRef}
-    )
+    train, _, reward_py = _toy_run_files(tmp_path, monkeypatch, COUNTING_REWARD_FILE)
     return [
         f"data.train_files={train}", "actor_rollout_ref.model.path=unused", "data.shuffle=false",
         "data.max_prompt_length=4", "data.max_response_length=3",

@@ -9,6 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from verl.rewards.models.chat_client import ChatClient, ChatClientError
+from verl.utils.json_http import send_json
 
 
 class _Flaky(BaseHTTPRequestHandler):
@@ -43,14 +44,7 @@ class _Flaky(BaseHTTPRequestHandler):
                 status, payload = 200, _completion(f"ok {k}")
             else:
                 status, payload = int(step), {"error": {"message": f"failing on purpose with {step}"}}
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            for key, value in headers.items():
-                self.send_header(key, value)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            send_json(self, status, payload, headers)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client gave up (time-out) before we answered
         finally:

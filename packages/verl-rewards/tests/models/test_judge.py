@@ -6,6 +6,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 from verl.rewards.models.judge import GenerativeJudge, build_judge_scorer, parse_judge_score
+from verl.utils.json_http import send_json
 
 
 class _Chat(BaseHTTPRequestHandler):
@@ -19,12 +20,7 @@ class _Chat(BaseHTTPRequestHandler):
         ref = prompt.split("Reference answer:\n")[1].split("\n")[0]
         cand = prompt.split("Candidate response:\n")[1].split("\n\nRate")[0]
         reply = "Looks right.\nScore: 8" if ref in cand else "Wrong.\nScore: 2"
-        data = json.dumps({"choices": [{"message": {"role": "assistant", "content": reply}}]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send_json(self, 200, {"choices": [{"message": {"role": "assistant", "content": reply}}]})
 
     def log_message(self, *a):
         pass

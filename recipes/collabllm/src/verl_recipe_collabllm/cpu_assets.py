@@ -70,6 +70,7 @@ def warm_start(model: Any, examples: list[tuple[list[int], list[int]]], steps: i
                batch: int = 32, seed: int = SEED) -> float:  # fmt: skip
     """Masked next-token cross-entropy (AdamW) on random batches of ``examples``; returns the last loss."""
     import torch
+    from verl.workers.tiny import masked_next_token_loss, pad_masked_rows
 
     gen = random.Random(seed)
     torch.manual_seed(seed)
@@ -77,21 +78,8 @@ def warm_start(model: Any, examples: list[tuple[list[int], list[int]]], steps: i
     model.train()
     loss = torch.tensor(float("nan"))
     for _ in range(steps):
-        picked = gen.sample(examples, k=min(batch, len(examples)))
-        width = max(len(i) for i, _ in picked)
-        ids = torch.zeros((len(picked), width), dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        attn = torch.zeros_like(ids)
-        for r, (i, m) in enumerate(picked):
-            ids[r, : len(i)] = torch.tensor(i)
-            mask[r, : len(m)] = torch.tensor(m)
-            attn[r, : len(i)] = 1
-        logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()
-        nll = torch.nn.functional.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="none"
-        )
-        m = mask[:, 1:].reshape(-1).float()
-        loss = (nll * m).sum() / m.sum()
+        ids, attn, mask = pad_masked_rows(gen.sample(examples, k=min(batch, len(examples))))
+        loss = masked_next_token_loss(model, ids, attn, mask)
         opt.zero_grad()
         loss.backward()
         opt.step()

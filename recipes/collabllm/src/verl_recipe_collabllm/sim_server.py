@@ -19,6 +19,8 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from verl.utils.json_http import send_json
+
 from verl_recipe_collabllm import task
 from verl_recipe_collabllm.interaction import CHAT_END, CHAT_START, GOAL_END, GOAL_START
 
@@ -54,12 +56,7 @@ class _Handler(BaseHTTPRequestHandler):
     server: _Server
 
     def _send(self, status: int, payload: dict[str, Any]) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send_json(self, status, payload)
 
     def do_GET(self):  # noqa: N802
         if self.path.rstrip("/") == "/v1/models":

@@ -50,41 +50,13 @@ def warm_start_tiny_model(out_dir: Path, train_file: Path) -> Path:
     as the RL dataset renders them. Saves model + tokenizer to ``out_dir`` with ``save_pretrained``.
     """
     import pyarrow.parquet as pq
-    import torch
-    from verl.workers.tiny import build_tiny_qwen2
+    from verl.workers.tiny import answer_examples, build_tiny_qwen2, fine_tune_on_answers
     from verl.workers.tokenizer import hf_tokenizer
 
     model = build_tiny_qwen2(out_dir, size="xs", seed=SEED)
     tok = hf_tokenizer(str(out_dir))
-    rows = pq.read_table(train_file).to_pylist()[:WARM_START_EXAMPLES]
-    examples = []
-    for row in rows:
-        prompt = tok.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False)
-        p_ids = tok(prompt, add_special_tokens=False)["input_ids"]
-        a_ids = tok(row["reward_model"]["ground_truth"], add_special_tokens=False)["input_ids"] + [
-            tok.eos_token_id
-        ]
-        examples.append((p_ids, a_ids))
-    torch.manual_seed(SEED)
-    model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    gen = random.Random(SEED)
-    for _ in range(WARM_START_STEPS):
-        batch = gen.sample(examples, k=min(16, len(examples)))
-        width = max(len(p) + len(a) for p, a in batch)
-        ids = torch.full((len(batch), width), tok.pad_token_id)
-        labels = torch.full((len(batch), width), -100)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for i, (p, a) in enumerate(batch):
-            seq = p + a
-            ids[i, : len(seq)] = torch.tensor(seq)
-            labels[i, len(p) : len(seq)] = torch.tensor(a)
-            mask[i, : len(seq)] = 1
-        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    model.eval()
+    examples = answer_examples(tok, pq.read_table(train_file).to_pylist()[:WARM_START_EXAMPLES])
+    fine_tune_on_answers(model, examples, WARM_START_STEPS, 16, 3e-3, tok.pad_token_id, seed=SEED)
     model.save_pretrained(str(out_dir))
     return out_dir
 

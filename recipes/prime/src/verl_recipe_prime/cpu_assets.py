@@ -19,7 +19,6 @@ returns the ``key=value`` overrides that point the config at them.
 from __future__ import annotations
 
 import json
-import random
 import zlib
 from pathlib import Path
 
@@ -90,44 +89,18 @@ def warm_start_tiny_model(out_dir: Path, train_file: Path, steps: int | None = N
     import torch
     from transformers import AutoModelForCausalLM
     from verl.trainer.demo import build_model
+    from verl.workers.tiny import answer_examples, fine_tune_on_answers
     from verl.workers.tokenizer import hf_tokenizer
 
     steps = WARM_START_STEPS if steps is None else int(steps)
     build_model(out_dir)
     tok = hf_tokenizer(str(out_dir))
-    torch.manual_seed(SEED)
     model = AutoModelForCausalLM.from_pretrained(str(out_dir), dtype=torch.float32)
-    examples = []
-    for row in pq.read_table(train_file).to_pylist():
-        prompt = tok.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False)
-        p_ids = tok(prompt, add_special_tokens=False)["input_ids"]
-        a_ids = tok(row["reward_model"]["ground_truth"], add_special_tokens=False)["input_ids"] + [
-            tok.eos_token_id
-        ]
-        examples.append((p_ids, a_ids))
-    model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=WARM_START_LR, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 10))
-    gen = random.Random(SEED)
-    for _ in range(steps):
-        batch = gen.sample(examples, k=min(WARM_START_BATCH, len(examples)))
-        width = max(len(p) + len(a) for p, a in batch)
-        ids = torch.full((len(batch), width), tok.pad_token_id)
-        labels = torch.full((len(batch), width), -100)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for i, (p, a) in enumerate(batch):
-            seq = p + a
-            ids[i, : len(seq)] = torch.tensor(seq)
-            labels[i, len(p) : len(seq)] = torch.tensor(a)
-            mask[i, : len(seq)] = 1
-        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        sched.step()
-    model.eval()
+    examples = answer_examples(tok, pq.read_table(train_file).to_pylist())
+    loss = fine_tune_on_answers(model, examples, steps, WARM_START_BATCH, WARM_START_LR, tok.pad_token_id,
+                                seed=SEED, weight_decay=0.0, warmup_steps=10)  # fmt: skip
     model.save_pretrained(str(out_dir))
-    (out_dir / WARM_START_MARKER).write_text(json.dumps({"steps": steps, "final_loss": float(loss)}))
+    (out_dir / WARM_START_MARKER).write_text(json.dumps({"steps": steps, "final_loss": loss}))
     return out_dir
 
 

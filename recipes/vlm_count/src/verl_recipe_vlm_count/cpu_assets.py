@@ -112,24 +112,27 @@ def warm_start(out_dir: Path, rows: list[dict], steps: int | None = None) -> Pat
     gen = torch.Generator().manual_seed(0)
     model.train()
     for _ in range(steps):
-        idx = torch.randperm(len(rows), generator=gen)[:WARM_START_BATCH]
-        ids = full["input_ids"][idx]
-        labels = torch.full_like(ids, -100)
-        labels[:, -2:] = ids[:, -2:]  # the digit and EOS
-        loss = model(
-            input_ids=ids,
-            attention_mask=full["attention_mask"][idx],
-            mm_token_type_ids=full["mm_token_type_ids"][idx],
-            pixel_values=pixels[idx].flatten(0, 1),
-            image_grid_thw=full["image_grid_thw"][idx],
-            labels=labels,
-        ).loss
+        loss = answer_loss(model, full, pixels, torch.randperm(len(rows), generator=gen)[:WARM_START_BATCH])
         loss.backward()
         opt.step()
         opt.zero_grad()
     model.save_pretrained(str(out_dir))
     (out_dir / MARKER).write_text(json.dumps({"steps": steps, "final_loss": float(loss.detach())}))
     return out_dir
+
+
+def answer_loss(model, full, pixels, idx):
+    """The warm start's loss on examples ``idx`` of the processor's batch ``full`` (``pixels``: its pixel
+    values, one block per image): cross-entropy on the digit and EOS, the last two tokens."""
+    import torch
+
+    ids = full["input_ids"][idx]
+    labels = torch.full_like(ids, -100)
+    labels[:, -2:] = ids[:, -2:]
+    return model(
+        input_ids=ids, attention_mask=full["attention_mask"][idx], mm_token_type_ids=full["mm_token_type_ids"][idx],
+        pixel_values=pixels[idx].flatten(0, 1), image_grid_thw=full["image_grid_thw"][idx], labels=labels,
+    ).loss  # fmt: skip
 
 
 def built_in(cfg: DictConfig, built: BuiltIn) -> list[str]:

@@ -171,29 +171,16 @@ def build_trainer(
     if val_reward_fn is None and config.data.val_files:
         val_reward_fn = load_reward_manager(config, tokenizer, num_examine=1)
     processor = load_processor(config)
-    train_dataset = create_rl_dataset(
-        config.data.train_files, config.data, tokenizer, processor, is_train=True
-    )
-    val_dataset = None
+    data = {"train_dataset": create_rl_dataset(config.data.train_files, config.data, tokenizer, processor, is_train=True)}
     if config.data.val_files:
-        val_dataset = create_rl_dataset(
-            config.data.val_files, config.data, tokenizer, processor, is_train=False
-        )
+        data["val_dataset"] = create_rl_dataset(config.data.val_files, config.data, tokenizer, processor, is_train=False)
     mapping = role_worker_mapping if role_worker_mapping is not None else build_role_worker_mapping(config)
     if resource_pool_manager is None:
         resource_pool_manager = (pool_builder or build_resource_pool_manager)(config, mapping)
     return (trainer_cls or RayPPOTrainer)(
-        config,
-        tokenizer,
-        mapping,
-        resource_pool_manager,
-        reward_fn=reward_fn,
-        val_reward_fn=val_reward_fn,
-        train_dataset=train_dataset,
-        val_dataset=val_dataset,
-        collate_fn=collate_fn,
-        processor=processor,
-    )
+        config, tokenizer, mapping, resource_pool_manager, reward_fn=reward_fn, val_reward_fn=val_reward_fn,
+        collate_fn=collate_fn, processor=processor, **data,
+    )  # fmt: skip
 
 
 def run_ppo(config: DictConfig, **build_kwargs: Any) -> dict[str, float]:

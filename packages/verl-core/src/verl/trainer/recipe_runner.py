@@ -135,11 +135,18 @@ class Recipe:
     # --------------------------------------------------------------------------------------- run
     def run(self, cfg: DictConfig) -> dict[str, float]:
         """Train with a validated config through core's ``run_ppo``; returns the last step's metrics."""
-        from verl.trainer.main_ppo import build_role_worker_mapping, run_ppo
+        from verl.trainer.main_ppo import run_ppo
 
         reuse_driver_env_for_workers()
         self._import_plugins()
         self._start_ray(cfg)
+        return run_ppo(cfg, **self.trainer_kwargs(cfg))
+
+    def trainer_kwargs(self, cfg: DictConfig) -> dict[str, Any]:
+        """What ``main_ppo.build_trainer`` / ``run_ppo`` get for this recipe: its trainer class, roles and
+        pools (a test or benchmark builds the recipe's trainer with them, and its own overrides)."""
+        from verl.trainer.main_ppo import build_role_worker_mapping
+
         kwargs: dict[str, Any] = {}
         if self.trainer_cls is not None:
             kwargs["trainer_cls"] = _resolve(self.trainer_cls)
@@ -147,7 +154,7 @@ class Recipe:
             kwargs["role_worker_mapping"] = self.roles(cfg, build_role_worker_mapping(cfg))
         if self.pools is not None:
             kwargs["pool_builder"] = self.pools
-        return run_ppo(cfg, **kwargs)
+        return kwargs
 
     def train(self, argv: list[str]) -> dict[str, float]:
         """Load (with the built-in assets) and train; services the assets started stop afterwards."""

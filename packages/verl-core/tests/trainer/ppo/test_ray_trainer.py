@@ -11,8 +11,6 @@ from verl.trainer.ppo.ray_trainer import RayPPOTrainer, ResourcePoolManager, Rol
 from . import bandit_workers as bw
 
 cloudpickle.register_pickle_by_value(bw)
-# Under `uv run`, Ray would rebuild the uv environment for every worker process; reuse the driver's.
-os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 
 
 class BanditTrainer(RayPPOTrainer):

@@ -11,16 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from verl.utils.checkpoint import (
-    TRAINER_STATE_FILE,
-    atomic_checkpoint,
-    find_latest_ckpt_path,
-    get_rng_state,
-    load_trainer_state,
-    prune_checkpoints,
-    save_trainer_state,
-    set_rng_state,
-)
+from verl.utils import checkpoint as ckpt
 
 __all__ = ["RESUME_FIXED_KEYS", "CheckpointMixin", "NothingToTrainError", "check_resume_identity", "resume_identity"]
 
@@ -86,7 +77,7 @@ class CheckpointMixin:
             "epoch": self.epoch,
             "batches_consumed": self._batches_consumed,
             "dataloader": self.train_dataloader.state_dict(),
-            "rng": get_rng_state(),
+            "rng": ckpt.get_rng_state(),
             "kl_ctrl": self.kl_ctrl_in_reward.state_dict() if self.kl_ctrl_in_reward is not None else None,
             "total_training_steps": self.total_training_steps,
             "resume_identity": resume_identity(self.config),
@@ -97,12 +88,12 @@ class CheckpointMixin:
         ``trainer_state.pt``; then prune to ``max_actor_ckpt_to_keep`` / ``max_critic_ckpt_to_keep``."""
         t = self.config.trainer
         root = t.default_local_dir
-        with atomic_checkpoint(root, self.global_steps) as tmp:
+        with ckpt.atomic_checkpoint(root, self.global_steps) as tmp:
             self.save_worker_checkpoints(tmp)
-            save_trainer_state(tmp, self.trainer_state())
+            ckpt.save_trainer_state(tmp, self.trainer_state())
         limits = [x for x in (t.max_actor_ckpt_to_keep, t.max_critic_ckpt_to_keep) if x is not None and x > 0]
         keep = max(limits) if limits else None
-        prune_checkpoints(root, keep, {"actor": t.max_actor_ckpt_to_keep, "critic": t.max_critic_ckpt_to_keep})
+        ckpt.prune_checkpoints(root, keep, {"actor": t.max_actor_ckpt_to_keep, "critic": t.max_critic_ckpt_to_keep})
         return os.path.join(root, f"global_step_{self.global_steps}")
 
     def save_worker_checkpoints(self, ckpt_dir: str) -> None:
@@ -127,7 +118,7 @@ class CheckpointMixin:
         if t.resume_mode == "disable":
             return None
         if t.resume_mode == "auto":
-            return find_latest_ckpt_path(t.default_local_dir)
+            return ckpt.find_latest_ckpt_path(t.default_local_dir)
         if t.resume_mode == "resume_path":
             path = str(t.resume_from_path)
             if not os.path.basename(os.path.normpath(path)).startswith("global_step_"):
@@ -143,8 +134,8 @@ class CheckpointMixin:
         path = self.resume_path()
         done = 0
         if path is not None:
-            state = load_trainer_state(path)
-            check_resume_identity(state.get("resume_identity"), self.config, os.path.join(path, TRAINER_STATE_FILE))
+            state = ckpt.load_trainer_state(path)
+            check_resume_identity(state.get("resume_identity"), self.config, os.path.join(path, ckpt.TRAINER_STATE_FILE))
             done = int(state["global_step"])
         total = self.total_training_steps
         if done >= total:
@@ -164,14 +155,14 @@ class CheckpointMixin:
         path = self.resume_path()
         if path is None:
             return 0
-        state = load_trainer_state(path)
+        state = ckpt.load_trainer_state(path)
         self.global_steps = int(state["global_step"])
         self.epoch = int(state["epoch"])
         self._batches_consumed = int(state["batches_consumed"])
         self.load_worker_checkpoints(path)
         self.train_dataloader.load_state_dict(state["dataloader"])
         self._train_iter = None
-        set_rng_state(state["rng"])
+        ckpt.set_rng_state(state["rng"])
         if self.kl_ctrl_in_reward is not None and state["kl_ctrl"] is not None:
             self.kl_ctrl_in_reward.load_state_dict(state["kl_ctrl"])
         self._resumed_from = path

@@ -28,6 +28,7 @@ from typing import Any
 
 from verl.rewards.sandbox import base
 from verl.rewards.sandbox.local import LocalSandbox
+from verl.utils.json_http import send_json
 
 _FIELDS = {"code", "language", "stdin", "run_timeout", "compile_timeout", "memory_limit_MB", "files",
            "fetch_files", "args"}  # fmt: skip
@@ -107,12 +108,7 @@ class FusionServer:
                     return self._send(422, {"detail": str(e)})
 
             def _send(self, code: int, payload: dict) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, code, payload)
 
             def log_message(self, *args: Any) -> None:  # requests are not worth a log line each
                 pass
