@@ -57,7 +57,6 @@ def child(model_dir: str, rank: int, steps: int, rows: int = 64, response_len: i
             "trainer.n_gpus_per_node=1",
             "actor_rollout_ref.actor.optim.lr=1e-4",
         ],
-        defaults_yaml=None,
     )
     validate_config(cfg)
     arr = cfg.actor_rollout_ref

@@ -64,7 +64,6 @@ cfg = load_config(
         "actor_rollout_ref.actor.use_rollout_log_probs=true",
         "actor_rollout_ref.actor.optim.lr_scheduler_type=constant",
     ],
-    defaults_yaml=None,
 )
 arr = cfg.actor_rollout_ref
 

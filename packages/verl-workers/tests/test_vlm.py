@@ -150,7 +150,6 @@ def _actor(vlm_dir, *extra):
             "actor_rollout_ref.actor.ppo_mini_batch_size=4",
             *extra,
         ],
-        defaults_yaml=None,
     )
     arr = cfg.actor_rollout_ref
     engine = actor_engine(arr, 10, grad_clip=arr.actor.grad_clip, freeze_vision=bool(arr.actor.freeze_vision_tower))
@@ -199,7 +198,6 @@ def test_hf_rollout_with_pixels_matches_model_generate(vlm_dir, dataset, process
             "actor_rollout_ref.rollout.do_sample=false",
             "actor_rollout_ref.rollout.micro_batch_size=2",
         ],
-        defaults_yaml=None,
     )
     rollout = HFRollout(model, cfg.actor_rollout_ref.rollout, processor.tokenizer, device="cpu", rank=0)
     batch = collate_fn([dataset[i] for i in range(len(ROWS))])
@@ -270,8 +268,7 @@ def test_hf_rollout_never_samples_image_placeholders(vlm_dir, dataset, processor
     from verl.utils.dataset.rl_dataset import collate_fn
     from verl.workers.rollout.hf_rollout import HFRollout
 
-    cfg = load_config(["actor_rollout_ref.rollout.response_length=4", "actor_rollout_ref.rollout.temperature=1.0"],
-                      defaults_yaml=None)
+    cfg = load_config(["actor_rollout_ref.rollout.response_length=4", "actor_rollout_ref.rollout.temperature=1.0"])
     model = AutoModelForImageTextToText.from_pretrained(vlm_dir).eval()  # its own copy: edited below
     rollout = HFRollout(model, cfg.actor_rollout_ref.rollout, processor.tokenizer, device="cpu", rank=0)
     assert rollout.suppress_ids == [model.config.image_token_id, model.config.video_token_id]

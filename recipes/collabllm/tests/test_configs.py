@@ -109,7 +109,8 @@ def test_what_collabllm_needs_is_checked_up_front():
         "num_repeat_rollouts=0",
         "max_assistant_turns=1",
         "interaction_config_path is unset",
-        "['interactivity'], judged by an LLM: set reward.reward_kwargs.llm_judge_kwargs",
+        "['interactivity'], which ask an LLM judge (accuracy_scorer=rule, completion_extraction=last_message): "
+        "set reward.reward_kwargs.llm_judge_kwargs",
     ):
         assert expected in problems
     with pytest.raises(ConfigError, match="unknown"):  # the schema's typo check still holds

@@ -56,3 +56,8 @@ def test_one_step_off_is_exactly_one_step_stale(ray_cluster, tmp_path, assets):
     assert [r["fully_async/staleness/max"] for r in log] == [0, 1, 1]
     assert [r["fully_async/staleness/mean"] for r in log] == [0, 1, 1]  # every sample, not just some
     assert [r["fully_async/stale_samples"] for r in log] == [0, 16, 16]
+    # old log-probs recomputed by the trainer (upstream's one-step-off): the step's one update starts at
+    # ratio exactly 1 even on one-step-stale samples (with use_rollout_log_probs=true this run logs
+    # actor/ppo_kl of -7e-9, -1e-8, -6e-10: another engine's numbers, then stale weights)
+    assert all(r["actor/ppo_kl"] == 0.0 and r["actor/pg_clipfrac"] == 0.0 for r in log)
+    assert all("timing_s/old_log_prob" in r for r in log)

@@ -26,7 +26,7 @@ def test_paper_config_holds_upstreams_setting():
     assert (a.clip_ratio_low, a.clip_ratio_high, a.loss_agg_mode) == (0.2, 0.28, "token-mean")
     assert (r.name, r.mode, r.agent.default_agent_loop) == ("vllm", "async", "tool_agent")
     assert r.multi_turn.enable and r.multi_turn.max_assistant_turns == 16
-    assert c.algorithm.filter_groups.enable and c.algorithm.filter_groups.metric == "acc"
+    assert not c.algorithm.filter_groups.enable and c.algorithm.filter_groups.metric == "acc"  # upstream's script
     tools = RECIPE.configs_dir / "tool_config" / "sandbox_fusion.yaml"
     assert r.multi_turn.tool_config_path.endswith("tool_config/sandbox_fusion.yaml") and tools.is_file()
 
@@ -86,3 +86,48 @@ def test_retool_problems_name_the_keys():
 def test_unknown_retool_key_is_an_error():
     with pytest.raises(ConfigError, match="retool.use_tools"):
         _cpu("retool.use_tools=false")
+
+
+def test_upstreams_reward_and_dataset_step_are_the_default():
+    from verl_recipe_retool.config import recipe_files, retool_overrides
+
+    ours = recipe_files()
+    reward = [f"reward.custom_reward_function.path={ours['reward']}", "reward.custom_reward_function.name=compute_score"]
+    dataset = [f"data.custom_cls.path={ours['dataset']}", "data.custom_cls.name=ReToolDataset"]
+    c = _paper()
+    assert (c.retool.reward, c.retool.answer_format) == ("upstream", True)
+    assert retool_overrides(c) == reward + dataset
+    assert retool_overrides(load_retool_config([])) == reward + dataset  # the schema's defaults
+    # the CPU task keeps its prompts (the tiny model cannot read digits past the instruction: README)
+    assert (_cpu().retool.reward, _cpu().retool.answer_format) == ("upstream", False)
+    assert retool_overrides(_cpu()) == reward
+    assert retool_overrides(_cpu("retool.answer_format=true")) == reward + dataset
+    assert retool_overrides(_cpu("retool.reward=final_answer")) == []
+
+
+def test_the_variants_are_refused_when_they_would_be_ignored():
+    text = "\n".join(
+        retool_problems(
+            _cpu(
+                "reward.custom_reward_function.path=mine.py",
+                "data.custom_cls.path=mine_ds.py",
+                "retool.answer_format=true",
+                "retool.cold_start_data=missing.parquet",
+                "retool.use_tool=false",
+                "retool.reward=exact",
+            )
+        )
+    )
+    assert any("format='gpt-oss': the built-in cold start writes Hermes tool calls" in p for p in retool_problems(
+        load_retool_config(RECIPE.with_default_config(["actor_rollout_ref.rollout.multi_turn.format=gpt-oss"]))))  # fmt: skip
+    for needle in (
+        "retool.reward='exact': must be one of upstream, final_answer",
+        "retool.answer_format=true reads the data with the recipe's ReToolDataset, but data.custom_cls.path='mine_ds.py'",
+        "retool.cold_start_data is ReTool-SFT data (tool-using traces) but retool.use_tool=false",
+        "retool.cold_start_data='missing.parquet': no such file",
+    ):
+        assert needle in text, text
+    # the user's own reward function is refused with upstream's reward, accepted with final_answer
+    own = "reward.custom_reward_function.path=mine.py"
+    assert any("retool.reward=upstream scores with the recipe's reward" in p for p in retool_problems(_cpu(own)))
+    assert not retool_problems(_cpu(own, "retool.reward=final_answer"))

@@ -114,13 +114,25 @@ def _prompts(truths: list[list[int]]) -> DataProto:
     )
 
 
+def test_a_tied_pair_trains_with_its_first_answer_chosen_by_default():
+    # upstream's argmax over a tied pair picks the first answer; n=2 answers [12], [11] to a prompt that
+    # wants [13]: both wrong, a tie
+    t, wg = _trainer([[12], [11]], "actor_rollout_ref.rollout.n=2", "algorithm.spin_mode=reward")
+    out = t.train_step(_prompts([[13]]), {}, {})
+    assert out.batch["responses"][:, 0].tolist() == [12, 11]
+    assert out.batch["advantages"][:, 0].tolist() == [1.0, -1.0]  # trained: the first row chosen
+    (update,) = wg.updates
+    assert update.batch["advantages"][:, 0].tolist() == [1.0, -1.0]
+
+
 def test_reward_mode_step_trains_best_against_worst_with_the_reference_as_anchor():
     # n=3 answers per prompt: script cycles [12], [11], [12]; prompt 0 wants [12] (2 right, 1 wrong),
-    # prompt 1 wants [13] (all wrong: no preference)
+    # prompt 1 wants [13] (all wrong: no preference, dropped with spin_ties=drop)
     t, wg = _trainer(
         [[12], [11], [12]],
         "actor_rollout_ref.rollout.n=3",
         "algorithm.spin_mode=reward",
+        "algorithm.spin_ties=drop",
         "trainer.ref_update_freq=2",
         "trainer.balance_batch=false",
     )

@@ -43,6 +43,8 @@ from verl.protocol_support import (  # _padding_size_key: re-exported, as upstre
     make_row_iterator,
 )
 from verl.utils.batch_merge import (
+    DataProtoCheckError,
+    DataProtoTypeError,
     as_object_array,
     list_of_dict_to_dict_of_list,
     merge_meta_info,
@@ -55,6 +57,8 @@ from verl.utils.tensor_batch import TensorBatch, normalize_row_index
 
 __all__ = [
     "DataProto",
+    "DataProtoCheckError",
+    "DataProtoTypeError",
     "DataProtoItem",
     "DataProtoFuture",
     "DataProtoConfig",
@@ -110,24 +114,26 @@ class DataProto:
         """Build from a dict of tensors (sharing their first num_batch_dims dims), a dict of numpy
         arrays or lists (converted to object arrays) and meta_info."""
         if num_batch_dims <= 0:
-            raise ValueError(f"num_batch_dims must be positive, got {num_batch_dims}")
+            raise DataProtoCheckError(f"num_batch_dims must be positive, got {num_batch_dims}")
         tensors = tensors or {}
         non_tensors = non_tensors or {}
         meta_info = {} if meta_info is None else meta_info
         if non_tensors and num_batch_dims != 1:
-            raise ValueError(f"non_tensors need num_batch_dims=1, got {num_batch_dims}")
+            raise DataProtoCheckError(f"non_tensors need num_batch_dims=1, got {num_batch_dims}")
         batch_size = pivot = None
         for key, tensor in tensors.items():
             if not isinstance(tensor, torch.Tensor):
-                raise TypeError(f"tensors[{key!r}] must be a torch.Tensor, got {type(tensor).__name__}")
+                raise DataProtoTypeError(
+                    f"tensors[{key!r}] must be a torch.Tensor, got {type(tensor).__name__}"
+                )
             if tensor.dim() < num_batch_dims:
-                raise ValueError(
+                raise DataProtoCheckError(
                     f"tensors[{key!r}] has {tensor.dim()} dims, fewer than num_batch_dims={num_batch_dims}"
                 )
             if batch_size is None:
                 batch_size, pivot = tensor.shape[:num_batch_dims], key
             elif tensor.shape[:num_batch_dims] != batch_size:
-                raise ValueError(
+                raise DataProtoCheckError(
                     f"tensors disagree on the batch size: {pivot!r} has {tuple(batch_size)}, "
                     f"{key!r} has {tuple(tensor.shape[:num_batch_dims])} (num_batch_dims={num_batch_dims})"
                 )
@@ -336,7 +342,7 @@ class DataProto:
         """Merge other's keys into self (in place, returned). Shared keys must hold equal values."""
         has_rows = [d.batch is not None or bool(d.non_tensor_batch) for d in (self, other)]
         if all(has_rows) and len(self) != len(other):
-            raise ValueError(f"union: the DataProtos have {len(self)} and {len(other)} rows")
+            raise DataProtoCheckError(f"union: the DataProtos have {len(self)} and {len(other)} rows")
         if self.batch is None:
             self.batch = other.batch
         elif other.batch is not None and not self.batch._add_disjoint(other.batch):
@@ -363,10 +369,10 @@ class DataProto:
         need not divide: pieces then have ceil(n / chunks) rows (torch.chunk sizes), the trailing
         ones fewer (possibly zero), so there are always exactly `chunks` pieces."""
         if chunks <= 0:
-            raise ValueError(f"chunk: chunks must be positive, got {chunks}")
+            raise DataProtoCheckError(f"chunk: chunks must be positive, got {chunks}")
         n = len(self)
         if n % chunks and not self.is_padding_enabled():
-            raise ValueError(
+            raise DataProtoCheckError(
                 f"only support equal chunk: {n} rows do not split into {chunks} chunks; "
                 f"pad first (pad_dataproto_to_divisor) or enable DataProtoConfig.auto_padding"
             )
@@ -403,10 +409,10 @@ class DataProto:
         lists (dict name -> list), different values under one key are an error naming the key."""
         data = list(data)
         if not data:
-            raise ValueError("DataProto.concat needs at least one DataProto")
+            raise DataProtoCheckError("DataProto.concat needs at least one DataProto")
         has_batch = [d.batch is not None for d in data]
         if any(has_batch) and not all(has_batch):
-            raise ValueError(
+            raise DataProtoCheckError(
                 f"DataProto.concat: batches {[i for i, h in enumerate(has_batch) if not h]} have no tensors, others do"
             )
         batch = TensorBatch.cat([d.batch for d in data]) if has_batch[0] else None

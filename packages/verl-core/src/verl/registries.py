@@ -29,5 +29,7 @@ REWARD_MANAGERS = Registry(
     "reward manager", {n: "verl-rewards" for n in ("naive", "batch", "dapo", "prime")}
 )
 AGENT_LOOPS = Registry("agent loop", {"single_turn_agent": "verl-agent", "tool_agent": "verl-agent"})
+# rollout.multi_turn.format: how the model writes tool calls (upstream's names)
+TOOL_CALL_FORMATS = Registry("tool-call format", {"hermes": "verl-agent", "gpt-oss": "verl-agent"})
 TOOLS = Registry("tool")
 INTERACTIONS = Registry("interaction")

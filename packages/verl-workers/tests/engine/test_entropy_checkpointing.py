@@ -51,7 +51,6 @@ def _grads(model_dir, data, **options):
             f"actor_rollout_ref.model.path={model_dir}",
             "actor_rollout_ref.model.enable_gradient_checkpointing=false",
         ],
-        defaults_yaml=None,
     )
     arr = cfg.actor_rollout_ref
     engine = actor_engine(arr, 2, **options)

@@ -102,7 +102,6 @@ def test_engine_with_triton_backend_gives_the_torch_gradients(dist_world1, tiny_
                 "actor_rollout_ref.model.use_fused_kernels=true",
                 f"actor_rollout_ref.model.fused_kernel_options.impl_backend={backend}",
             ],
-            defaults_yaml=None,
         ).actor_rollout_ref
         engine = actor_engine(arr, 2)
 

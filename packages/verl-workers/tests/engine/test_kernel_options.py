@@ -15,7 +15,6 @@ def _engine(model_dir, *extra, **options):
             "actor_rollout_ref.model.enable_gradient_checkpointing=false",
             *extra,
         ],
-        defaults_yaml=None,
     )
     arr = cfg.actor_rollout_ref
     return actor_engine(arr, 2, **options)

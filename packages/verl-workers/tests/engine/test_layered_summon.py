@@ -80,7 +80,6 @@ def _two_rank_job(rank, world, model_dir, out_dir, lora):
             "actor_rollout_ref.model.enable_gradient_checkpointing=false",
         ]
         + extra,
-        defaults_yaml=None,
     ).actor_rollout_ref
     torch.manual_seed(0)  # peft's lora_A init: the same on both ranks
     engine = actor_engine(arr, 2, grad_clip=1.0)

@@ -33,7 +33,6 @@ def _actor(model_dir, mini):
             "actor_rollout_ref.actor.entropy_coeff=0.0",
             "actor_rollout_ref.actor.ppo_epochs=1",
         ],
-        defaults_yaml=None,
     )
     arr = cfg.actor_rollout_ref
     torch.manual_seed(0)  # the adapters' A init (rank 0's is broadcast on 2 ranks)

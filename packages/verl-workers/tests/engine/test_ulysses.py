@@ -23,7 +23,6 @@ def _actor(model_dir, sp, *extra, gc=False):
 
     cfg = load_config(
         [f"actor_rollout_ref.model.path={model_dir}", *(k.format(gc=gc) for k in _MODEL), *extra],
-        defaults_yaml=None,
     )
     arr = cfg.actor_rollout_ref
     options = {"ulysses_sequence_parallel_size": sp} if sp > 1 else {}
@@ -43,7 +42,6 @@ def _critic(model_dir, sp):
             "critic.model.enable_gradient_checkpointing=false",
             "critic.ppo_micro_batch_size_per_gpu=4",
         ],
-        defaults_yaml=None,
     )
     options = {"ulysses_sequence_parallel_size": sp} if sp > 1 else {}
     engine = build_engine(

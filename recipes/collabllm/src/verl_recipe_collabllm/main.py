@@ -24,7 +24,11 @@ from omegaconf import DictConfig
 from verl.trainer.recipe_runner import BuiltIn, Recipe
 
 from verl_recipe_collabllm import cpu_assets
-from verl_recipe_collabllm.config import load_collabllm_config, validate_collabllm_config
+from verl_recipe_collabllm.config import (
+    CollabLLMTrainerConfig,
+    load_collabllm_config,
+    validate_collabllm_config,
+)
 
 CPU_CONFIG = "collabllm_cpu.yaml"
 PAPER_CONFIG = "collabllm_qwen2.5_7b_math_hard.yaml"
@@ -68,4 +72,5 @@ RECIPE = Recipe(
     made=("data.train_files", "actor_rollout_ref.model.path", INTERACTION_KEY), absolute_paths=(INTERACTION_KEY,),
     plugins=("verl_recipe_collabllm.plugin",),  # the loop, the interaction, the manager, in the driver
     summary=("reward_extra/score/mean", "reward_extra/accuracy/mean", "reward_extra/first_turn_question/mean"),
+    schema=CollabLLMTrainerConfig, about=__doc__,
 )

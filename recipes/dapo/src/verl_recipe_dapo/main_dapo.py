@@ -19,4 +19,5 @@ from verl_recipe_dapo import cpu_assets
 CPU_CONFIG = "dapo_cpu.yaml"
 PAPER_CONFIG = "dapo_qwen2.5_32b.yaml"
 
-RECIPE = Recipe("dapo", __file__, built_in=cpu_assets.built_in, summary=("dynamic_sampling/all_*/mean", "val/*/reward"))
+RECIPE = Recipe("dapo", __file__, built_in=cpu_assets.built_in, summary=("dynamic_sampling/all_*/mean", "val/*/reward"),
+                about=__doc__)

@@ -17,7 +17,12 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from verl.trainer.recipe_runner import BuiltIn, Recipe
 
-from verl_recipe_fully_async.config import load_async_config, rollout_world_size, validate_async_config
+from verl_recipe_fully_async.config import (
+    FullyAsyncPPOConfig,
+    load_async_config,
+    rollout_world_size,
+    validate_async_config,
+)
 
 CPU_CONFIG = "fully_async_cpu.yaml"
 ONE_STEP_OFF_CONFIG = "one_step_off_cpu.yaml"
@@ -55,35 +60,42 @@ def build_role_worker_mapping(cfg: DictConfig, core_mapping: dict | None = None)
     from verl.trainer.main_ppo import build_role_worker_mapping as core_roles
     from verl.trainer.ppo.ray_trainer import Role
 
-    from verl_recipe_fully_async.workers import AsyncActorRolloutWorker
+    if cfg.actor_rollout_ref.rollout.multi_turn.enable:  # agent loops (verl-agent)
+        from verl_recipe_fully_async.agent_worker import AgentAsyncActorRolloutWorker as worker_cls
+    else:
+        from verl_recipe_fully_async.workers import AsyncActorRolloutWorker as worker_cls
 
     mapping = dict(core_roles(cfg) if core_mapping is None else core_mapping)
     for role in (Role.ActorRollout, Role.ActorRolloutRef):
         if role in mapping:
-            mapping[role] = AsyncActorRolloutWorker
-    mapping[Role.Rollout] = AsyncActorRolloutWorker
+            mapping[role] = worker_cls
+    mapping[Role.Rollout] = worker_cls
     return mapping
 
 
 def build_resource_pool_manager(cfg: DictConfig, mapping: dict):
     """Two pools: ``trainer_pool`` (trainer.nnodes x n_gpus_per_node) for every role but the rollout,
-    ``rollout_pool`` (rollout.nnodes x rollout.n_gpus_per_node) for it. CPU workers get an equal share
+    ``rollout_pool`` (rollout.nnodes x rollout.n_gpus_per_node) for it; a third, ``reward_pool``, for a
+    reward model. CPU workers get an equal share
     of the cluster's CPUs (fractional on a small machine)."""
     import ray
     from verl.trainer.config import resolve_device
     from verl.trainer.ppo.ray_trainer import ResourcePoolManager, Role
 
-    t, r = cfg.trainer, cfg.rollout
+    t, r, rm = cfg.trainer, cfg.rollout, cfg.reward.reward_model
     spec = {
         "trainer_pool": [int(t.n_gpus_per_node)] * int(t.nnodes),
         "rollout_pool": [int(r.n_gpus_per_node)] * int(r.nnodes),
     }
+    if rm.enable:  # validated: a pool of its own
+        spec["reward_pool"] = [int(rm.n_gpus_per_node)] * int(rm.nnodes)
     use_gpu = resolve_device(cfg) == "cuda"
     cpus = 1.0
     if not use_gpu:
         workers = sum(sum(v) for v in spec.values())
         cpus = min(1.0, float(ray.cluster_resources().get("CPU", 1)) / workers)
-    pools = {role: "rollout_pool" if role == Role.Rollout else "trainer_pool" for role in mapping}
+    own = {Role.Rollout: "rollout_pool", Role.RewardModel: "reward_pool"}
+    pools = {role: own.get(role, "trainer_pool") for role in mapping}
     return ResourcePoolManager(spec, pools, use_gpu=use_gpu, num_cpus_per_worker=cpus)
 
 
@@ -92,6 +104,7 @@ RECIPE = Recipe(
     roles=build_role_worker_mapping, pools=build_resource_pool_manager, ray_init=ray_init_kwargs,
     trainer_cls="verl_recipe_fully_async.trainer:FullyAsyncRayTrainer",
     summary=("fully_async/wall_s", "trainer/idle_ratio", "rollouter/idle_ratio", "val-core/*"),
+    schema=FullyAsyncPPOConfig, about=__doc__,
 )
 #: ``verl-one-step-off``: the CPU default with the one-step-off settings on top.
 ONE_STEP_OFF = replace(RECIPE, name="one_step_off", cpu_configs=(CPU_CONFIG, ONE_STEP_OFF_CONFIG))

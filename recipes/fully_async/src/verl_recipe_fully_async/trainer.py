@@ -31,7 +31,6 @@ import numpy as np
 import ray
 from verl.protocol import DataProto
 from verl.single_controller.ray import RayClassWithInitArgs
-from verl.trainer.ppo.dynamic_sampling import concat_rounds
 from verl.trainer.ppo.metric_utils import (
     compute_data_metrics,
     compute_throughout_metrics,
@@ -42,9 +41,14 @@ from verl.trainer.ppo.pipeline import Pipeline, Stage
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer, Role
 from verl.utils.checkpoint import get_rng_state, load_trainer_state
 
-from verl_recipe_fully_async.config import samples_per_version, total_training_steps
-from verl_recipe_fully_async.message_queue import Coordinator, Sample, SyncRequest
+from verl_recipe_fully_async.config import (
+    samples_per_version,
+    total_training_steps,
+    trainer_pool_actor_config,
+)
+from verl_recipe_fully_async.message_queue import Coordinator, Sample, SyncRequest, concat_samples
 from verl_recipe_fully_async.rollouter import Rollouter, wait_refs
+from verl_recipe_fully_async.streaming import StreamingRollouter
 
 SUMMARY_FILE = "async_summary.json"
 
@@ -65,8 +69,13 @@ class FullyAsyncRayTrainer(RayPPOTrainer):
     def spawn_worker_groups(self, roles: dict) -> dict[str, Any]:
         """Core's trainer-side groups, then the rollout pool's group, whose ``init_model`` starts at once
         so the two pools load their models concurrently."""
-        all_wg = super().spawn_worker_groups(roles)
         cfg = self.config
+        actor_cfg = trainer_pool_actor_config(cfg)  # the trainer pool validates with the native engine
+        roles = {
+            r: {**kw, "config": actor_cfg} if kw.get("config") is cfg.actor_rollout_ref else kw
+            for r, kw in roles.items()
+        }
+        all_wg = super().spawn_worker_groups(roles)
         cls = RayClassWithInitArgs(
             cls=self.role_worker_mapping[Role.Rollout],
             config=cfg.actor_rollout_ref,
@@ -87,7 +96,10 @@ class FullyAsyncRayTrainer(RayPPOTrainer):
         super().init_workers()
         ray.get(self._rollout_init)
         cfg = self.config
-        if cfg.async_training.partial_rollout and not self.rollout_wg.can_pause():
+        self.streaming = self.rollout_wg.can_stream()
+        # the native rollout copies the trainer module's own names; vLLM loads HF names
+        self._hf_names = cfg.actor_rollout_ref.rollout.name == "vllm"
+        if cfg.async_training.partial_rollout and not (self.streaming or self.rollout_wg.can_pause()):
             raise RuntimeError(
                 "async_training.partial_rollout=true but the rollout engine cannot pause this model "
                 "(the native loop does not support its architecture); set partial_rollout=false"
@@ -104,9 +116,9 @@ class FullyAsyncRayTrainer(RayPPOTrainer):
     def _transfer_weights(self) -> None:
         """Push the trainer's weights to the idle rollout pool (before the loops start)."""
         if self.config.async_training.weight_sync == "collective":
-            ray.get(self.actor_rollout_wg.send_weights() + self.rollout_wg.receive_weights())
+            ray.get(self.actor_rollout_wg.send_weights(self._hf_names) + self.rollout_wg.receive_weights())
         else:
-            self.rollout_wg.load_weights(self.actor_rollout_wg.put_weights()[0])
+            self.rollout_wg.load_weights(self.actor_rollout_wg.put_weights(self._hf_names)[0])
 
     def _publish_weights(self, snapshot: bool) -> dict | None:
         """Give the rollouter the next version; returns its state when ``snapshot`` (for a checkpoint)."""
@@ -115,11 +127,13 @@ class FullyAsyncRayTrainer(RayPPOTrainer):
         if self.config.async_training.weight_sync == "collective":
             request = SyncRequest(version, snapshot=snapshot)
             self.coord.post_sync(request)
-            wait_refs(self.coord, self.actor_rollout_wg.send_weights())  # once the rollout pool received them
+            # returns once the rollout pool received them
+            wait_refs(self.coord, self.actor_rollout_wg.send_weights(self._hf_names))
             # the trainer waited for the rollouter's safe point until it took the request
             self._sync_wait_s += max(0.0, request.started - t0)
         else:
-            request = SyncRequest(version, payload=self.actor_rollout_wg.put_weights()[0], snapshot=snapshot)
+            payload = self.actor_rollout_wg.put_weights(self._hf_names)[0]
+            request = SyncRequest(version, payload=payload, snapshot=snapshot)
             t_post = time.perf_counter()
             self.coord.post_sync(request)  # waits only if the previous version is not loaded yet
             self._sync_wait_s += time.perf_counter() - t_post
@@ -137,7 +151,8 @@ class FullyAsyncRayTrainer(RayPPOTrainer):
         self.coord = Coordinator(
             samples_per_version(cfg), float(cfg.async_training.staleness_threshold), total_samples=total * tbs
         )
-        self.rollouter = Rollouter(self, self.coord, self.rollout_wg)
+        rollouter_cls = StreamingRollouter if self.streaming else Rollouter
+        self.rollouter = rollouter_cls(self, self.coord, self.rollout_wg)
         self._sync_s = self._sync_wait_s = 0.0
         self._async_state: dict | None = None
         self.load_checkpoint()
@@ -194,7 +209,7 @@ class FullyAsyncRayTrainer(RayPPOTrainer):
             with marked_timer("wait_samples", timing):
                 samples = self.coord.get(int(cfg.data.train_batch_size))
             version = self.coord.trainer_version
-            batch = concat_rounds([s.data for s in samples], self.rollouter_pad_id, fill={"token_segments": -1})
+            batch = concat_samples([s.data for s in samples], self.rollouter_pad_id)
             metrics.update(self._sample_metrics(samples, version))
             batch = self.train_step(batch, metrics, timing)
         metrics["training/global_step"] = self.global_steps

@@ -19,7 +19,7 @@ from omegaconf import DictConfig
 from verl.trainer.recipe_runner import Recipe
 
 from verl_recipe_prime import cpu_assets
-from verl_recipe_prime.config import load_prime_config, validate_prime_config
+from verl_recipe_prime.config import PRIMETrainerConfig, load_prime_config, validate_prime_config
 
 CPU_CONFIG = "prime_cpu.yaml"
 PAPER_CONFIG = "prime_eurus2_7b_sft.yaml"
@@ -40,5 +40,5 @@ def role_worker_mapping(cfg: DictConfig, core_mapping: dict) -> dict:
 RECIPE = Recipe(
     "prime", __file__, load=load_prime_config, validate=validate_prime_config, built_in=cpu_assets.built_in,
     roles=role_worker_mapping, trainer_cls="verl_recipe_prime.prime_ray_trainer:RayPRIMETrainer",
-    summary=("val/*", "val-prm/*", "prime/all_acc/mean"),
+    summary=("val/*", "val-prm/*", "prime/all_acc/mean"), schema=PRIMETrainerConfig, about=__doc__,
 )

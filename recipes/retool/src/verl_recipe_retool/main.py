@@ -11,8 +11,9 @@
 
 The config is core's schema plus ``retool.*`` (`verl_recipe_retool.config`). Training is core's recipe
 runner (DAPO's dynamic sampling is core's ``filter`` stage, ``algorithm.filter_groups``); generation is
-verl-agent's ``tool_agent`` (the agent worker runs it); the reward is the ``naive`` manager with the
-task's exact-match scorer.
+verl-agent's ``tool_agent`` (the agent worker runs it); the reward is the ``naive`` manager with upstream's
+ReTool reward (``retool.reward``) and the data go through upstream's dataset step (``retool.answer_format``),
+both wired by `verl_recipe_retool.config.retool_overrides`.
 
 What the CPU default leaves unset is made before validation, under ``{trainer.default_local_dir}/assets``
 (reused when already there): ``data.*_files`` (`verl_recipe_retool.task`), ``actor_rollout_ref.model.path``
@@ -22,10 +23,17 @@ What the CPU default leaves unset is made before validation, under ``{trainer.de
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from omegaconf import DictConfig, OmegaConf
 from verl.trainer.recipe_runner import BuiltIn, Recipe
 
-from verl_recipe_retool.config import load_retool_config, validate_retool_config
+from verl_recipe_retool.config import (
+    ReToolTrainerConfig,
+    load_retool_config,
+    retool_overrides,
+    validate_retool_config,
+)
 
 CPU_CONFIG = "retool_cpu.yaml"
 PAPER_CONFIG = "retool_qwen2.5_7b.yaml"
@@ -34,7 +42,8 @@ TOOL_KEY = "actor_rollout_ref.rollout.multi_turn.tool_config_path"
 
 
 def built_in(cfg: DictConfig, built: BuiltIn) -> list[str]:
-    """``key=value`` overrides for what the config leaves unset, making the assets on first use."""
+    """``key=value`` overrides for what the config leaves unset, making the assets on first use, and the
+    keys that wire ``retool.reward`` / ``retool.answer_format`` (`retool_overrides`)."""
     from verl.utils.dataset import write_parquet
 
     from verl_recipe_retool import task
@@ -56,15 +65,27 @@ def built_in(cfg: DictConfig, built: BuiltIn) -> list[str]:
             write_parquet(test_rows, test)
         out += [f"data.train_files={train}", f"data.val_files={test}"]
     if not cfg.actor_rollout_ref.model.path:
+        from verl_recipe_retool.dataset import with_answer_format
+
         kind = "tool" if rt.use_tool else "direct"
-        model_dir = built.root / f"tiny_qwen2_{kind}_sft{rt.cold_start_steps}_d{rt.task_digits}"
+        prompts = "fmt" if rt.answer_format else "raw"  # the cold start sees the prompts RL will see
+        source = f"_data{_digest(rt.cold_start_data)}" if rt.cold_start_data else ""
+        model_dir = built.root / f"tiny_qwen2_{kind}_boxed_{prompts}{source}_sft{rt.cold_start_steps}_d{rt.task_digits}"
         if not (model_dir / "config.json").is_file():
             print(f"cold start: building the tiny model in {model_dir}", flush=True)
+            rows = [with_answer_format(r) for r in train_rows] if rt.answer_format else train_rows
             build_cold_start_model(
-                model_dir, train_rows, cfg.actor_rollout_ref.rollout, rt.cold_start_steps, rt.use_tool
+                model_dir, rows, cfg.actor_rollout_ref.rollout, rt.cold_start_steps, rt.use_tool,
+                sft_data=rt.cold_start_data,
             )
         out.append(f"actor_rollout_ref.model.path={model_dir}")
-    return out
+    return out + retool_overrides(cfg)
+
+
+def _digest(path: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]
 
 
 def made(cfg: DictConfig) -> list[str]:
@@ -76,5 +97,5 @@ def made(cfg: DictConfig) -> list[str]:
 RECIPE = Recipe(
     "retool", __file__, load=load_retool_config, validate=validate_retool_config, built_in=built_in, made=made,
     absolute_paths=(TOOL_KEY,), plugins=("verl_recipe_retool.plugin",),  # the scorer, in the driver
-    summary=("val-*/acc/*", "val-*tool_correct*"),
+    summary=("val-*/acc/*", "val-*tool_correct*"), schema=ReToolTrainerConfig, about=__doc__,
 )

@@ -15,7 +15,7 @@ from __future__ import annotations
 from omegaconf import DictConfig
 from verl.trainer.recipe_runner import BuiltIn, Recipe
 
-from verl_recipe_spin.config import load_spin_config, validate_spin_config
+from verl_recipe_spin.config import SPINTrainerConfig, load_spin_config, validate_spin_config
 
 CPU_CONFIG = "spin_cpu.yaml"
 PAPER_CONFIG = "spin_qwen2.5_7b_gsm8k.yaml"
@@ -42,5 +42,5 @@ def role_worker_mapping(cfg: DictConfig, core_mapping: dict) -> dict:
 RECIPE = Recipe(
     "spin", __file__, load=load_spin_config, validate=validate_spin_config, built_in=built_in, roles=role_worker_mapping,
     plugins=("verl_recipe_spin.algos",), trainer_cls="verl_recipe_spin.spin_ray_trainer:RaySPINTrainer",
-    summary=("val/*/reward",),
+    summary=("val/*/reward",), schema=SPINTrainerConfig, about=__doc__,
 )  # plugins: registers the spin estimator and the dpo loss in the driver

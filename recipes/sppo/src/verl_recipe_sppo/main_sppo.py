@@ -16,7 +16,7 @@ from __future__ import annotations
 from omegaconf import DictConfig
 from verl.trainer.recipe_runner import BuiltIn, Recipe
 
-from verl_recipe_sppo.config import load_sppo_config, validate_sppo_config
+from verl_recipe_sppo.config import SPPOTrainerConfig, load_sppo_config, validate_sppo_config
 
 CPU_CONFIG = "sppo_cpu.yaml"
 PAPER_CONFIG = "sppo_qwen2.5_7b_math.yaml"
@@ -33,4 +33,5 @@ def built_in(cfg: DictConfig, built: BuiltIn) -> list[str]:
 
 
 RECIPE = Recipe("sppo", __file__, load=load_sppo_config, validate=validate_sppo_config, built_in=built_in,
-                plugins=("verl_recipe_sppo.algos",), summary=("val/*/reward",))  # plugins: sppo estimator, loss
+                plugins=("verl_recipe_sppo.algos",), summary=("val/*/reward",),  # plugins: sppo estimator, loss
+                schema=SPPOTrainerConfig, about=__doc__)

@@ -20,4 +20,4 @@ from verl_recipe_vlm_count import cpu_assets
 CPU_CONFIG = "vlm_count_cpu.yaml"
 PAPER_CONFIG = "geo3k_qwen2_5_vl_7b.yaml"
 
-RECIPE = Recipe("vlm_count", __file__, built_in=cpu_assets.built_in, summary=("val-core/*",))
+RECIPE = Recipe("vlm_count", __file__, built_in=cpu_assets.built_in, summary=("val-core/*",), about=__doc__)

@@ -95,8 +95,6 @@ def build_resource_pool_manager(config: DictConfig, mapping: dict):
     """One pool of ``nnodes x n_gpus_per_node`` workers shared by every role (colocated); with
     ``reward.reward_model.enable_resource_pool`` the reward model gets a pool of its own
     (``reward.reward_model.nnodes x n_gpus_per_node``)."""
-    import ray
-
     from verl.trainer.ppo.ray_trainer import ResourcePoolManager, Role
 
     t = config.trainer
@@ -112,6 +110,8 @@ def build_resource_pool_manager(config: DictConfig, mapping: dict):
         # many torch threads (the driver runs one); fractional so a 2-core machine hosts 2+ workers.
         # The share is of the CPUs free now, so worker groups already holding CPUs (another run in the
         # same Ray session) are not waited for.
+        import ray
+
         free = float(ray.available_resources().get("CPU", 0.0))
         cpus = cpus_per_worker(free if free > 0 else float(ray.cluster_resources().get("CPU", 1)), n_workers)
     spec = {"global_pool": [int(t.n_gpus_per_node)] * int(t.nnodes)}
@@ -186,21 +186,13 @@ def build_trainer(
 def run_ppo(config: DictConfig, **build_kwargs: Any) -> dict[str, float]:
     """Start Ray (unless running), record the config next to the outputs, train, say where things went."""
     reuse_driver_env_for_workers()
-    import ray
-
     from verl.utils.checkpoint import atomic_write_text
-    from verl.utils.ray_start import init_ray
 
     if config.trainer.worker_backend == "local":
+        # no Ray: the worker runs in this process, which need not have Ray installed at all
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # what ray_init_kwargs gives Ray workers
-    elif not ray.is_initialized():
-        init_ray(**ray_init_kwargs(config))
-        if not ray_init_kwargs(config).get("address"):
-            # this process owns the cluster it just started: if it is SIGKILLed, the reaper ends Ray's
-            # processes (agents otherwise outlive it, reparented to init)
-            from verl.utils.reaper import start_reaper
-
-            start_reaper()
+    else:
+        _start_ray(config)
     out_dir = config.trainer.default_local_dir
     os.makedirs(out_dir, exist_ok=True)
     atomic_write_text(os.path.join(out_dir, "config.yaml"), config_to_yaml(config))
@@ -210,11 +202,29 @@ def run_ppo(config: DictConfig, **build_kwargs: Any) -> dict[str, float]:
     try:
         metrics = trainer.fit()
     finally:
-        if config.ray_kwargs.timeline_json_file and ray.is_initialized():
+        ray = sys.modules.get("ray")  # imported by the Ray backend only
+        if config.ray_kwargs.timeline_json_file and ray is not None and ray.is_initialized():
             ray.timeline(filename=config.ray_kwargs.timeline_json_file)  # Chrome trace of the Ray tasks
         trainer.shutdown()
     _print_outputs(config, metrics)
     return metrics
+
+
+def _start_ray(config: DictConfig) -> None:
+    """Start Ray with `ray_init_kwargs` unless it is running already."""
+    import ray
+
+    from verl.utils.ray_start import init_ray
+
+    if ray.is_initialized():
+        return
+    init_ray(**ray_init_kwargs(config))
+    if not ray_init_kwargs(config).get("address"):
+        # this process owns the cluster it just started: if it is SIGKILLed, the reaper ends Ray's
+        # processes (agents otherwise outlive it, reparented to init)
+        from verl.utils.reaper import start_reaper
+
+        start_reaper()
 
 
 def _print_outputs(config: DictConfig, metrics: dict[str, float]) -> None:
@@ -236,11 +246,17 @@ def _print_outputs(config: DictConfig, metrics: dict[str, float]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Command-line entry: parse ``key=value`` / ``--config FILE``, validate once, train."""
+    """Command-line entry: ``--help``, ``--cfg job``; parse ``key=value`` / ``--config FILE``, validate once,
+    train. With no arguments: the embedded default (``verl.trainer.demo``)."""
+    from verl.trainer.config.cli import run_cli
+
+    run_cli(argv, prog="verl-ppo", main=_train, about=__doc__)
+
+
+def _train(args: list[str]) -> None:
     reuse_driver_env_for_workers()
     from verl.trainer.ppo.ray_trainer import NothingToTrainError
 
-    args = sys.argv[1:] if argv is None else list(argv)
     if not args:
         # No arguments: the embedded default (tiny model, built-in task, SFT warm start, then GRPO).
         from verl.trainer.demo import main as demo_main

@@ -16,13 +16,16 @@
    the role -> worker mapping (``roles``), the resource pools (core's, with the reward model's own pool;
    ``pools`` for a recipe with pools of its own), the trainer class, training (``main_ppo.run_ppo``);
 5. the summary: core's list of outputs, then the metrics named by ``summary`` (``fnmatch`` patterns).
+
+``RECIPE.main`` is the console script: core's command line (`verl.trainer.config.cli.run_cli`) around
+``train``: ``--help`` / ``--help-all`` over the recipe's ``schema``, ``--cfg job`` (the CPU default's resolved
+config, no assets made), and a config error as its problems with exit status 2.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import importlib
-import sys
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -80,6 +83,10 @@ class Recipe:
         pools: ``(config, mapping) -> ResourcePoolManager``; default core's (shared pool, reward model's own).
         ray_init: ``config -> ray.init kwargs``: start Ray with these before the assets are built.
         summary: ``fnmatch`` patterns of the metrics printed when training ends.
+        schema: the config's root dataclass, for ``--help`` (default: core's ``PPOTrainerConfig``); a
+            recipe with keys of its own names the schema its ``load`` reads.
+        about: the command's description for ``--help`` (the recipe's main module's ``__doc__``).
+        prog: the command's name (default ``verl-<name>``, underscores as dashes).
     """
 
     name: str
@@ -96,6 +103,9 @@ class Recipe:
     pools: Callable[[DictConfig, dict], Any] | None = None
     ray_init: Callable[[DictConfig], dict[str, Any]] | None = None
     summary: tuple[str, ...] = ()
+    schema: type | None = None
+    about: str = ""
+    prog: str | None = None
 
     # ------------------------------------------------------------------------------------- config
     @property
@@ -164,8 +174,22 @@ class Recipe:
             return self.run(self.load_config(argv, stack))
 
     def main(self, argv: list[str] | None = None) -> None:
-        """The console script ``verl-<name>`` (returns None: a returned value would become the exit status)."""
-        metrics = self.train(list(sys.argv[1:] if argv is None else argv))
+        """The console script ``verl-<name>``: ``--help``, ``--cfg job``, training; a config error prints its
+        problems and exits with status 2 (returns None: a returned value would become the exit status)."""
+        from verl.trainer.config import PPOTrainerConfig
+        from verl.trainer.config.cli import run_cli
+
+        run_cli(
+            argv, prog=self.command, schema=self.schema or PPOTrainerConfig, main=self._train_and_summarize,
+            load=lambda args: self.load(self.with_default_config(args)), about=self.about,
+        )  # fmt: skip
+
+    @property
+    def command(self) -> str:
+        return self.prog or f"verl-{self.name.replace('_', '-')}"
+
+    def _train_and_summarize(self, argv: list[str]) -> None:
+        metrics = self.train(argv)
         print(self.summary_line(metrics), flush=True)
 
     def summary_line(self, metrics: dict[str, float]) -> str:

@@ -12,7 +12,6 @@ folder is printed at the end; RL starts from it with ``actor_rollout_ref.model.p
 from __future__ import annotations
 
 import os
-import sys
 from typing import Any
 
 # Under `uv run`, Ray would rebuild the project environment for its workers (minutes); they share ours.
@@ -65,7 +64,8 @@ def run_sft(config: DictConfig, worker_cls: Any = None) -> dict[str, Any]:
     tokenizer = load_tokenizer(m.tokenizer_path or m.path, trust_remote_code=bool(m.trust_remote_code))
     train = SFTDataset(d.train_files, tokenizer, d, max_samples=int(d.train_max_samples))
     val = SFTDataset(d.val_files, tokenizer, d, max_samples=int(d.val_max_samples)) if d.val_files else None
-    init_ray(config)
+    if config.trainer.worker_backend == "ray":
+        init_ray(config)
     trainer = SFTTrainer(config, train, val, worker_cls=worker_cls)
     try:
         return trainer.fit()
@@ -74,7 +74,15 @@ def run_sft(config: DictConfig, worker_cls: Any = None) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    config = load_sft_config(sys.argv[1:] if argv is None else argv)
+    """The ``verl-sft`` command: ``--help``, ``--cfg job``; load, validate, train."""
+    from verl.trainer.config.cli import run_cli
+    from verl.trainer.sft import SFTConfig
+
+    return run_cli(argv, prog="verl-sft", main=_train, schema=SFTConfig, load=load_sft_config, about=__doc__)
+
+
+def _train(argv: list[str]) -> dict[str, Any]:
+    config = load_sft_config(argv)
     validate_sft_config(config)
     result = run_sft(config)
     out = config.trainer.default_local_dir

@@ -6,8 +6,9 @@ step in ``{output_dir}/metrics.jsonl``), ``tensorboard`` (event files in ``{outp
 log dir unless ``SWANLAB_MODE`` says otherwise) and ``mlflow`` (a ``file:`` store under ``output_dir``
 unless ``MLFLOW_TRACKING_URI`` is set). The heavy ones are imported only when chosen.
 
-``Tracking`` also keeps the history of the reward and validation scores, so ``finish()`` (and
-``plot()``) can write a PNG of the reward curve next to the run.
+``Tracking`` also keeps the history of the reward and validation scores, and of the verdict shares
+reward managers report (``reward/verdict/<kind>``: why samples got their score), so ``finish()`` (and
+``plot()``) can write a PNG of the reward curve, with the shares in a panel below, next to the run.
 
 ``log_generations(samples, step)`` records validation samples ``(input, output, score)``
 (``trainer.log_val_generations``) as each backend can: a text table on the console, rows in
@@ -33,6 +34,7 @@ Sample = tuple[str, str, float]
 TRAIN_REWARD_KEYS = ("critic/score/mean", "critic/rewards/mean", "reward/mean")
 VAL_REWARD_PREFIX = "val/"
 VAL_REWARD_SUFFIX = "/reward"
+SHARE_PREFIX = "reward/verdict/"  # the share of scored samples per verdict (verl-rewards' managers)
 
 
 def _to_number(v: Any) -> float | None:
@@ -309,6 +311,7 @@ class Tracking:
         # History for the plot: step -> train reward, and per validation key step -> value.
         self.reward_history: list[tuple[int, float]] = []
         self.val_history: dict[str, list[tuple[int, float]]] = {}
+        self.share_history: dict[str, list[tuple[int, float]]] = {}
         self._finished = False
 
     def _make(self, backend: str, config: dict | None):
@@ -342,6 +345,10 @@ class Tracking:
                 if x is not None:
                     self.val_history.setdefault(k, []).append((step, x))
                     new_val = True
+            elif k.startswith(SHARE_PREFIX):
+                x = _to_number(v)
+                if x is not None:
+                    self.share_history.setdefault(k, []).append((step, x))
         for logger in self.loggers.values():
             logger.log(data, step)
         if new_val and self.reward_history:
@@ -354,12 +361,13 @@ class Tracking:
 
     def plot(self, path: str | None = None) -> str | None:
         """Write the reward curve (and validation scores) as a PNG; returns its path, or None if no data."""
-        if not self.reward_history and not self.val_history:
+        if not self.reward_history and not self.val_history and not self.share_history:
             return None
         from verl.utils.plotting import plot_reward_curve
 
         path = path or os.path.join(self.output_dir, "reward_curve.png")
-        plot_reward_curve(self.reward_history, self.val_history, path, title=f"{self.project_name}/{self.experiment_name}")
+        plot_reward_curve(self.reward_history, self.val_history, path,
+                          title=f"{self.project_name}/{self.experiment_name}", shares=self.share_history)
         return path
 
     def finish(self) -> None:

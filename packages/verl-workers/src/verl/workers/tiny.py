@@ -68,11 +68,14 @@ def tiny_config(vocab_size: int, size: str = "xxs", **overrides) -> dict:
     return {"vocab_size": vocab_size, **SIZES[size], **overrides}
 
 
-def build_char_tokenizer(out_dir: str | os.PathLike | None = None):
+def build_char_tokenizer(out_dir: str | os.PathLike | None = None, vocab_size: int | None = None):
     """Build a character-level ``PreTrainedTokenizerFast`` (pad/eos set, Qwen-style chat template).
 
     Saves it with ``save_pretrained(out_dir)`` when ``out_dir`` is given; returns the tokenizer.
     Special tokens take ids 0..4 (pad=0, eos=1, im_start=2, im_end=3, unk=4); characters follow.
+    ``vocab_size``: pad the vocabulary with filler tokens ``<|unused_N|>`` up to this size, so that a
+    random-init model of a real model's vocabulary (Qwen2.5's 151936 rows) samples only ids this
+    tokenizer decodes. Text still tokenizes one character a token (no merges reach the fillers).
     """
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
@@ -84,6 +87,10 @@ def build_char_tokenizer(out_dir: str | os.PathLike | None = None):
     vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}
     for ch in CHARS:
         vocab[_byte_level(ch)] = len(vocab)
+    if vocab_size is not None:
+        if vocab_size < len(vocab):
+            raise ValueError(f"vocab_size={vocab_size} is below the {len(vocab)} special and character tokens")
+        vocab.update({f"<|unused_{i}|>": i for i in range(len(vocab), vocab_size)})
     core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=None, continuing_subword_prefix="",
                                 end_of_word_suffix="", fuse_unk=False, byte_fallback=False))
     core.decoder = decoders.ByteLevel()

@@ -19,12 +19,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from verl.protocol import DataProto
-from verl.single_controller.ray import (
-    RayClassWithInitArgs,
-    RayWorkerGroup,
-    ResourcePoolManager,
-    create_colocated_worker_cls,
-)
+from verl.single_controller.base.resource_pool_manager import ResourcePoolManager
 from verl.trainer.config import resolve_device, use_critic, use_reference_policy
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.checkpointing import CheckpointMixin, NothingToTrainError
@@ -71,6 +66,9 @@ class RayPPOTrainer(TrainerDataMixin, ValidationMixin, CheckpointMixin, Progress
         tokenizer: passed to the dataset and reward managers; the loop itself does not use it.
         role_worker_mapping: ``{Role: worker class}`` (plain or ``@ray.remote``).
         resource_pool_manager: which role runs on which resource pool.
+        ray_worker_group_cls: the Ray backend's worker-group class (default ``RayWorkerGroup``; Ray is
+            imported only when that backend starts workers, so ``trainer.worker_backend=local`` runs
+            without Ray installed).
         reward_fn / val_reward_fn: ``fn(data, return_dict=True) -> {"reward_tensor", "reward_extra_info"}``.
         train_dataset / val_dataset / collate_fn / train_sampler: the prompt data.
     """
@@ -100,7 +98,7 @@ class RayPPOTrainer(TrainerDataMixin, ValidationMixin, CheckpointMixin, Progress
         tokenizer: Any,
         role_worker_mapping: dict[Role, Any],
         resource_pool_manager: ResourcePoolManager,
-        ray_worker_group_cls: type = RayWorkerGroup,
+        ray_worker_group_cls: type | None = None,
         processor: Any = None,
         reward_fn: Any = None,
         val_reward_fn: Any = None,
@@ -114,7 +112,7 @@ class RayPPOTrainer(TrainerDataMixin, ValidationMixin, CheckpointMixin, Progress
         self.processor = processor
         self.role_worker_mapping = dict(role_worker_mapping)
         self.resource_pool_manager = resource_pool_manager
-        self.ray_worker_group_cls = ray_worker_group_cls
+        self._ray_worker_group_cls = ray_worker_group_cls
         self.reward_fn = reward_fn
         self.val_reward_fn = val_reward_fn
         # resolved once here; every worker gets it (and trainer.seed, which it offsets by its rank)
@@ -213,9 +211,11 @@ class RayPPOTrainer(TrainerDataMixin, ValidationMixin, CheckpointMixin, Progress
 
     def spawn_worker_groups(self, roles: dict[Role, dict[str, Any]]) -> dict[str, Any]:
         """The resource pools, then one Ray worker group per pool holding its roles (colocated)."""
+        from verl.single_controller.ray import RayClassWithInitArgs, create_colocated_worker_cls
+
         rpm = self.resource_pool_manager
         rpm.create_resource_pool()
-        pool_to_classes: dict[Any, dict[str, RayClassWithInitArgs]] = {}
+        pool_to_classes: dict[Any, dict[str, Any]] = {}
         for role, kwargs in roles.items():
             cia = RayClassWithInitArgs(cls=self.role_worker_mapping[role], **kwargs)
             pool_to_classes.setdefault(rpm.get_resource_pool(role), {})[str(role)] = cia
@@ -225,6 +225,15 @@ class RayPPOTrainer(TrainerDataMixin, ValidationMixin, CheckpointMixin, Progress
             wg_dict = self.ray_worker_group_cls(resource_pool=pool, ray_cls_with_init=worker_dict_cls)
             all_wg.update(wg_dict.spawn(prefix_set=class_dict.keys()))
         return all_wg
+
+    @property
+    def ray_worker_group_cls(self) -> type:
+        """The Ray backend's worker-group class (imports Ray: only that backend asks for it)."""
+        if self._ray_worker_group_cls is None:
+            from verl.single_controller.ray import RayWorkerGroup
+
+            return RayWorkerGroup
+        return self._ray_worker_group_cls
 
     @property
     def n_workers(self) -> int:

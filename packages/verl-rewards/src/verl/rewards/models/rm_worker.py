@@ -66,10 +66,10 @@ def _fsdp_config(cfg: Any) -> Any:
     import dataclasses
 
     from omegaconf import OmegaConf
-    from verl.trainer.config.schema import FSDPConfig
+    from verl.trainer.config import FSDPEngineConfig
 
     given = _get(cfg, "model.fsdp_config", {}) or {}
-    return OmegaConf.merge(OmegaConf.create(dataclasses.asdict(FSDPConfig())), given)
+    return OmegaConf.merge(OmegaConf.create(dataclasses.asdict(FSDPEngineConfig())), given)
 
 
 def _init_distributed(device: str | None) -> None:

@@ -1,11 +1,24 @@
 """The port tool: shell-script parsing, key-by-key classification, and the committed sample report."""
 
+import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
-from verl.trainer.config.port import commands_from_script, main, render_markdown, reports_for
 
-ROOT = Path(__file__).resolve().parents[5]
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+port = _script("config_port")
+commands_from_script, main, render_markdown, reports_for = port.commands_from_script, port.main, port.render_markdown, port.reports_for
 
 SCRIPT = """#!/usr/bin/env bash
 set -xeuo pipefail
@@ -41,7 +54,7 @@ def test_script_variables_arithmetic_and_quotes_are_expanded_as_bash_does():
         "actor_rollout_ref.actor.fsdp_config.param_offload=false",
         "actor_rollout_ref.rollout.name=vllm",
         "trainer.nnodes=1",
-        "trainer.default_local_dir=~/ckpts/x",
+        "trainer.default_local_dir=/home/user/ckpts/x",
         "data.return_raw_chat=",
     ]
 
@@ -91,6 +104,17 @@ def test_committed_sample_report_is_current():
     sample = ROOT / "docs" / "upstream-examples"
     reps = reports_for([str(sample / "commands.json")])
     assert render_markdown(reps) == (sample / "report.md").read_text(), (
-        "regenerate: uv run python -m verl.trainer.config.port --markdown -- "
+        "regenerate: uv run python scripts/config_port.py --markdown -- "
         "docs/upstream-examples/commands.json > docs/upstream-examples/report.md"
     )
+
+
+def test_port_tool_reports_hydra_arguments():
+    required = ["data.train_files=x", "actor_rollout_ref.model.path=m"]
+    reps = {k.arg: k for k in port.classify([*required, "hydra.run.dir=/tmp/r", "hydra.job.chdir=true"])}
+    assert reps["hydra.run.dir=/tmp/r"].status == "supported"
+    assert reps["hydra.job.chdir=true"].status == "refused"
+
+
+def test_generated_config_files_are_current(capsys):
+    assert _script("config_reference").main(["--check"]) == 0, capsys.readouterr().err

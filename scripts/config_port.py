@@ -1,9 +1,9 @@
 """Port an upstream verl command line: key by key, what is supported, aliased or refused here, and why.
 
-    python -m verl.trainer.config.port -- data.train_files=... actor_rollout_ref.rollout.name=vllm ...
-    python -m verl.trainer.config.port -- examples/grpo_trainer/run_qwen2-7b.sh [more.sh ...]
-    python -m verl.trainer.config.port --markdown [--env NAME=VALUE] -- a.sh b.sh > report.md
-    python -m verl.trainer.config.port --markdown -- docs/upstream-examples/commands.json   # the sample
+    uv run python scripts/config_port.py -- data.train_files=... actor_rollout_ref.rollout.name=vllm ...
+    uv run python scripts/config_port.py -- examples/grpo_trainer/run_qwen2-7b.sh [more.sh ...]
+    uv run python scripts/config_port.py --markdown [--env NAME=VALUE] -- a.sh b.sh > report.md
+    uv run python scripts/config_port.py --markdown -- docs/upstream-examples/commands.json   # the sample
 
 For a ``.sh`` file the ``python3 -m verl.trainer.main_ppo ...`` command is taken out of the script (line
 continuations joined, the script's ``NAME=value`` / ``${NAME:-default}`` variables expanded, ``$@`` dropped).
@@ -23,11 +23,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from unittest import mock
 
-from verl.trainer.config import upstream
+from verl.trainer.config import (
+    ConfigError,
+    PPOTrainerConfig,
+    load_config,
+    schema_fields,
+    upstream,
+    validate_config,
+)
 from verl.trainer.config.hydra_run import is_hydra_arg, split_hydra
-from verl.trainer.config.keys import ConfigError, is_upstream_key, known
-from verl.trainer.config.loader import _parse_argv, _parse_value, full_defaults, load_config
-from verl.trainer.config.not_implemented import flatten
+from verl.trainer.config.loader import _is_ours, parse_settings
 
 _ENTRY = re.compile(r"(?:python3?|uv run(?: python3?)?)\s+-m\s+verl\.trainer\.main_ppo\b")
 _ASSIGN = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
@@ -102,9 +107,9 @@ def commands_from_script(text: str, env: dict[str, str] | None = None) -> list[l
     """Every ``main_ppo`` command of a shell script, as argv lists (after ``-m verl.trainer.main_ppo``).
 
     ``env``: values of variables the script takes from its environment (``SLURM_JOB_NUM_NODES``); unset
-    ones expand to "" as in bash, except ``HOME``."""
+    ones expand to "" as in bash, except ``HOME`` (``/home/user``: Hydra's grammar refuses a value starting with ``~``)."""
     text = re.sub(r"\\\r?\n", " ", text)
-    env = {"HOME": "~", **(env or {})}
+    env = {"HOME": "/home/user", **(env or {})}
     out = []
     for line in text.splitlines():
         code = _strip_comment(line)
@@ -174,53 +179,37 @@ def classify(argv: list[str]) -> list[KeyReport]:
     for arg in (a for a in argv if is_hydra_arg(a)):
         why = [p for p in hydra_problems if p.startswith(arg + ":")]
         out.append(KeyReport(arg, "refused", why[0]) if why else KeyReport(arg, "supported", "Hydra's run directory"))
-    args = _parse_argv(rest)
-    name = "ppo_trainer"
-    if args.config_name and args.config_name.strip("'\"").removesuffix(".yaml") in upstream.CONFIG_NAMES:
-        name = args.config_name.strip("'\"").removesuffix(".yaml")
-    cfg = full_defaults(config_name=name)
-    out += [KeyReport(p, "form", p) for p in args.problems]
-    for op, key, raw in args.overrides:
-        arg = f"{op}{key}" + ("" if raw is None else f"={raw}")
-        if op == "+" and upstream.is_upstream_key(key):
+    settings, problems, base = parse_settings(rest)
+    out += [KeyReport(p, "form", p) for p in problems]
+    fields = schema_fields(PPOTrainerConfig)
+    for s in (s for s in settings if s.where == "on the command line"):
+        key, arg = s.key, s.text
+        if s.op == "+" and upstream.is_upstream_key(key):
             out.append(KeyReport(arg, "stale", "upstream 0.9.1 has this key: Hydra refuses '+' on it too"))
         elif upstream.alias_of(key):
             out.append(KeyReport(arg, "alias", f"upstream's spelling of {upstream.alias_of(key)}"))
-        elif not known(cfg, key) and not _in_open_dict(cfg, key):
-            if upstream.is_upstream_key(key):  # under a plain value of ours (reward.reward_manager.source)
-                default = upstream.upstream_default(key)
-                accepted = raw is not None and _parse_value(raw) == default
-                reason = upstream.refusal(key, in_schema=False)
-                out.append(
-                    KeyReport(arg, "default" if accepted else "refused", f"{reason} (default {default!r})")
-                )
-            else:
-                now = next((ours for prefix, ours in OLDER_SPELLINGS if key.startswith(prefix)), None)
-                why = "not a key of upstream verl 0.9.1 either (an older spelling"
-                out.append(KeyReport(arg, "stale", f"{why}; 0.9.1: {now})" if now else f"{why})"))
-        elif known(cfg, key) and is_upstream_key(cfg, key) or upstream.refusal(key, in_schema=True):
-            from_upstream = is_upstream_key(cfg, key)
-            reason = upstream.refusal(key, in_schema=not from_upstream)
-            default = flatten(cfg).get(key, (None,))[0]
-            value = None if raw is None else _parse_value(raw)
-            if value == default or (isinstance(default, str) and "${" in default):
-                out.append(KeyReport(arg, "default", f"accepted at its default; {reason}"))
-            else:
-                out.append(KeyReport(arg, "refused", f"{reason} (default {default!r})"))
+        elif not _is_ours(PPOTrainerConfig, key) and upstream.is_upstream_key(key):
+            default = upstream.upstream_default(key, base)
+            accepted = s.value == default or (isinstance(default, str) and "${" in default)
+            reason = f"{upstream.refusal(key)} (default {default!r})"
+            out.append(KeyReport(arg, "default" if accepted else "refused", reason))
+        elif not _is_ours(PPOTrainerConfig, key):
+            now = next((ours for prefix, ours in OLDER_SPELLINGS if key.startswith(prefix)), None)
+            why = "not a key of upstream verl 0.9.1 either (an older spelling"
+            out.append(KeyReport(arg, "stale", f"{why}; 0.9.1: {now})" if now else f"{why})"))
+        elif key in fields and (fields[key].refused or fields[key].engines):
+            info = fields[key]
+            reason = info.refused or f"read by the {' / '.join(info.engines)} rollout only"
+            status = "default" if s.value == info.default else "refused" if info.refused else "supported"
+            out.append(KeyReport(arg, status, f"{reason} (default {info.default!r})"))
         else:
             out.append(KeyReport(arg, "supported", ""))
     return out
 
 
-def _in_open_dict(cfg, key: str) -> bool:
-    from verl.trainer.config.loader import _inside_open_dict
-
-    return _inside_open_dict(cfg, key)
-
-
 def report_command(source: str, argv: list[str]) -> CommandReport:
-    from verl.trainer.config.validation import validate_config
-
+    # bash expands ``key=~/x`` before Hydra sees it (Hydra's grammar refuses a value starting with ~)
+    argv = [re.sub(r"^([^=]*=)~(?=/|$)", r"\1/home/user", a) for a in argv]
     rep = CommandReport(source, argv, classify(argv))
     try:
         cfg = load_config(argv)
