@@ -190,6 +190,8 @@ RECIPE = Recipe(
     built_in=built_in,
     trainer_cls="{module}.trainer:Ray{cls}Trainer",
     summary=("val/*/reward",),
+    prog="{script}",
+    about=__doc__,
 )
 
 if __name__ == "__main__":
@@ -223,6 +225,17 @@ def test_cpu_config_loads_and_validates(tmp_path):
     ])
     assert cfg.trainer.device == "cpu" and cfg.trainer.total_training_steps == 1
     assert cfg.trainer.project_name == "{name}"
+
+
+def test_the_command_line_has_help_and_exits_2_on_a_config_error(capsys):
+    import pytest
+
+    with pytest.raises(SystemExit) as ei:
+        RECIPE.main(["--help"])
+    assert ei.value.code == 0 and capsys.readouterr().out.startswith("usage: {script} ")
+    with pytest.raises(SystemExit) as ei:
+        RECIPE.main(["trainer.no_such_key=1"])
+    assert ei.value.code == 2 and "unknown key 'trainer.no_such_key'" in capsys.readouterr().err
 
 
 def test_the_recipes_stage_runs_before_the_advantage():

@@ -61,7 +61,7 @@ def test_generated_recipe_passes_its_own_smoke_test(tmp_path):
         timeout=300,
     )
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "2 passed" in out.stdout
+    assert "3 passed" in out.stdout
 
 
 @pytest.mark.slow
