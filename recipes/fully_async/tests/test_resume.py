@@ -86,7 +86,7 @@ def test_rollouter_checkpoint_mid_wave_drops_counts_and_regenerates(tmp_path):
 def test_resume_after_kill_loses_nothing_it_keeps(ray_cluster, tmp_path, assets):
     import ray
     import torch
-    from verl.utils.checkpoint import load_trainer_state
+    from verl.utils.checkpoint import load_trainer_state, read_latest_step
     from verl.utils.dataset import create_rl_dataloader
     from verl_recipe_fully_async.main import RECIPE
     from verl_recipe_fully_async.trainer import FullyAsyncRayTrainer
@@ -110,7 +110,8 @@ def test_resume_after_kill_loses_nothing_it_keeps(ray_cluster, tmp_path, assets)
     )
     try:
         deadline = time.time() + 900
-        while not (out / "global_step_2").is_dir():
+        # the tracker is written after global_step_2 is renamed into place: the checkpoint is complete
+        while read_latest_step(str(out)) is None:
             assert proc.poll() is None, (tmp_path / "killed_run.log").read_text()[-3000:]
             assert time.time() < deadline, "no checkpoint within 15 minutes"
             time.sleep(0.05)
