@@ -30,7 +30,7 @@ def test_generated_recipe_passes_its_own_smoke_test(tmp_path):
     root = nr.create("my-paper", tmp_path, title="My Paper")
     meta = tomllib.loads((root / "pyproject.toml").read_text())
     assert meta["project"]["name"] == "verl-recipe-my-paper"
-    assert meta["project"]["scripts"] == {"verl-my-paper": "verl_recipe_my_paper.main:main"}
+    assert meta["project"]["scripts"] == {"verl-my-paper": "verl_recipe_my_paper.main:RECIPE.main"}
     assert {re.match(r"[a-z-]+", d).group(0) for d in meta["project"]["dependencies"]} == {
         "verl-core",
         "verl-workers",
@@ -64,7 +64,7 @@ def test_generated_recipe_passes_its_own_smoke_test(tmp_path):
         timeout=300,
     )
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "2 passed" in out.stdout
+    assert "3 passed" in out.stdout
 
 
 @pytest.mark.slow
@@ -77,14 +77,12 @@ def test_generated_entry_point_loads_the_cpu_config(tmp_path):
 
     train = write_parquet(make_arithmetic_rows(16, seed=0, digits=1), tmp_path / "train.parquet")
     build_tiny_qwen2(tmp_path / "model", size="xs")
+    load = (
+        "import sys; from verl_recipe_abc.main import RECIPE; cfg = RECIPE.load_config(sys.argv[1:]); "
+        "print(f'config OK: {cfg.trainer.project_name}/{cfg.trainer.experiment_name}')"
+    )
     out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "verl_recipe_abc.main",
-            f"data.train_files={train}",
-            f"actor_rollout_ref.model.path={tmp_path / 'model'}",
-        ],
+        [sys.executable, "-c", load, f"data.train_files={train}", f"actor_rollout_ref.model.path={tmp_path / 'model'}"],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -125,6 +123,7 @@ def test_names_are_derived_consistently():
         "module": "verl_recipe_one_two",
         "cls": "OneTwo",
         "script": "verl-one-two",
+        "stage": "one_two",
     }
 
 

@@ -139,7 +139,7 @@ def _rl_batch(dataset, response_len=5, seed=0):
 def _actor(vlm_dir, *extra):
     from verl.trainer.config import load_config
     from verl.workers.actor import DataParallelPPOActor
-    from verl.workers.engine import build_engine
+    from verl.workers.engine.testing import actor_engine
 
     cfg = load_config(
         [
@@ -152,15 +152,7 @@ def _actor(vlm_dir, *extra):
         ],
     )
     arr = cfg.actor_rollout_ref
-    engine = build_engine(
-        "fsdp2",
-        model_config=arr.model,
-        engine_config=arr.actor.fsdp_config,
-        optim_config=arr.actor.optim,
-        grad_clip=arr.actor.grad_clip,
-        total_training_steps=10,
-        freeze_vision=bool(arr.actor.freeze_vision_tower),
-    )
+    engine = actor_engine(arr, 10, grad_clip=arr.actor.grad_clip, freeze_vision=bool(arr.actor.freeze_vision_tower))
     return DataParallelPPOActor(arr.actor, engine, ppo_mini_batch_size_per_rank=4)
 
 

@@ -96,20 +96,17 @@ def task_overrides(task: str) -> list[str]:
 
 def assets(out: Path, task: str, sft_steps: int) -> dict[str, str]:
     root = out / "assets"
+    if task == "addition":  # the recipe's CPU default: core's demo task and warm start
+        from verl.trainer.demo import warm_started_assets
+        from verl_recipe_fully_async.main import SFT_STEPS, SFT_WORKERS
+
+        return warm_started_assets(root, SFT_STEPS, SFT_WORKERS)
+    from count_task import warm_start, write_count_task
+
     marker = root / "model_path.txt"
-    if task == "addition":
-        from verl.trainer.demo import write_data
-        from verl_recipe_fully_async.cpu_assets import warm_start_model
-
-        data = write_data(root / "data")
-        if not marker.is_file():
-            marker.write_text(warm_start_model(root))
-    else:
-        from count_task import warm_start, write_count_task
-
-        data = write_count_task(root / "data")
-        if not marker.is_file():
-            marker.write_text(warm_start(root, data, steps=sft_steps))
+    data = write_count_task(root / "data")
+    if not marker.is_file():
+        marker.write_text(warm_start(root, data, steps=sft_steps))
     return {"train": data["train"], "test": data["test"], "model": marker.read_text().strip()}
 
 
@@ -176,20 +173,14 @@ def run_sync(a: dict, out: Path, steps: int, engine: str, task: str, *extra: str
 
 def run_recipe(a: dict, out: Path, steps: int, mode: str, engine: str, task: str) -> dict:
     from verl.trainer.main_ppo import build_trainer
-    from verl_recipe_fully_async.main import (
-        CPU_CONFIG,
-        ONE_STEP_OFF_CONFIG,
-        build_resource_pool_manager,
-        build_role_worker_mapping,
-        load_recipe_config,
-    )
-    from verl_recipe_fully_async.trainer import SUMMARY_FILE, FullyAsyncRayTrainer
+    from verl_recipe_fully_async.main import ONE_STEP_OFF, RECIPE
+    from verl_recipe_fully_async.trainer import SUMMARY_FILE
 
     one_step_off, extra = mode_overrides(mode)
-    defaults = (CPU_CONFIG, ONE_STEP_OFF_CONFIG) if one_step_off else (CPU_CONFIG,)
+    recipe = ONE_STEP_OFF if one_step_off else RECIPE
     if engine == "vllm":
         extra += ["actor_rollout_ref.rollout.mode=async", *engine_overrides(engine)]
-    cfg = load_recipe_config(
+    cfg = recipe.load_config(
         [
             f"data.train_files={a['train']}",
             f"data.val_files={a['test']}",
@@ -200,16 +191,9 @@ def run_recipe(a: dict, out: Path, steps: int, mode: str, engine: str, task: str
             "trainer.val_before_train=false",
             *task_overrides(task),
             *extra,
-        ],
-        defaults,
+        ]
     )
-    mapping = build_role_worker_mapping(cfg)
-    trainer = build_trainer(
-        cfg,
-        trainer_cls=FullyAsyncRayTrainer,
-        role_worker_mapping=mapping,
-        resource_pool_manager=build_resource_pool_manager(cfg, mapping),
-    )
+    trainer = build_trainer(cfg, **recipe.trainer_kwargs(cfg))
     trainer.init_workers()
     try:
         t0 = time.perf_counter()

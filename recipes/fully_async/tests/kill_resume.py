@@ -29,14 +29,13 @@ os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 import ray
 ray.init(address=sys.argv[1])
 from verl.trainer.main_ppo import build_trainer
-from verl_recipe_fully_async.main import build_resource_pool_manager, build_role_worker_mapping, load_recipe_config
+from verl_recipe_fully_async.main import RECIPE
 sys.path.insert(0, sys.argv[2])
 from kill_resume import recording_trainer_cls
 out = sys.argv[3]
-cfg = load_recipe_config(sys.argv[4:])
-mapping = build_role_worker_mapping(cfg)
-trainer = build_trainer(cfg, trainer_cls=recording_trainer_cls(os.path.join(out, "consumed.jsonl")),
-                        role_worker_mapping=mapping, resource_pool_manager=build_resource_pool_manager(cfg, mapping))
+cfg = RECIPE.load_config(sys.argv[4:])
+trainer = build_trainer(cfg, **{**RECIPE.trainer_kwargs(cfg),
+                                "trainer_cls": recording_trainer_cls(os.path.join(out, "consumed.jsonl"))})
 trainer.init_workers()
 pids = {"rollout": [i["pid"] for i in trainer.rollout_wg.process_info()],
         "trainer": [i["pid"] for i in trainer.actor_rollout_wg.process_info()]}
@@ -112,11 +111,7 @@ def resume_and_check(
     """Resume the killed run in this process; check the claims of the module doc. Returns the last metrics."""
     from verl.trainer.main_ppo import build_trainer
     from verl.utils.checkpoint import load_trainer_state
-    from verl_recipe_fully_async.main import (
-        build_resource_pool_manager,
-        build_role_worker_mapping,
-        load_recipe_config,
-    )
+    from verl_recipe_fully_async.main import RECIPE
 
     saved_steps = sorted(int(p.name.split("_")[-1]) for p in out.glob("global_step_*"))
     step = saved_steps[-1]
@@ -125,14 +120,8 @@ def resume_and_check(
     queue = saved["coordinator"]["queue"]
     before = [r for r in records(out / "consumed.jsonl") if r["step"] <= step]
     after_path = out / "resumed.jsonl"
-    cfg = load_recipe_config(args)
-    mapping = build_role_worker_mapping(cfg)
-    trainer = build_trainer(
-        cfg,
-        trainer_cls=recording_trainer_cls(str(after_path)),
-        role_worker_mapping=mapping,
-        resource_pool_manager=build_resource_pool_manager(cfg, mapping),
-    )
+    cfg = RECIPE.load_config(args)
+    trainer = build_trainer(cfg, **{**RECIPE.trainer_kwargs(cfg), "trainer_cls": recording_trainer_cls(str(after_path))})
     assert trainer.check_steps_remaining() == total_steps - step
     trainer.init_workers()
     try:

@@ -24,11 +24,7 @@ def build_reward_model(path, tokenizer_dir) -> str:
 def run_with_reward_model(tmp_path, assets: list[str], extra: list[str]) -> tuple[list, dict]:
     """Two steps of the CPU default with the RM on its own pool; returns (trained samples, last metrics)."""
     from verl.trainer.main_ppo import run_ppo
-    from verl_recipe_fully_async.main import (
-        build_resource_pool_manager,
-        build_role_worker_mapping,
-        load_recipe_config,
-    )
+    from verl_recipe_fully_async.main import RECIPE
     from verl_recipe_fully_async.trainer import FullyAsyncRayTrainer
 
     policy = next(a.split("=", 1)[1] for a in assets if a.startswith("actor_rollout_ref.model.path="))
@@ -46,7 +42,7 @@ def run_with_reward_model(tmp_path, assets: list[str], extra: list[str]) -> tupl
             trained.append(self.scorer_calls)
             return out
 
-    cfg = load_recipe_config(
+    cfg = RECIPE.load_config(
         [
             *assets,
             *extra,
@@ -61,13 +57,7 @@ def run_with_reward_model(tmp_path, assets: list[str], extra: list[str]) -> tupl
             f"trainer.default_local_dir={tmp_path / 'run'}",
         ]
     )
-    mapping = build_role_worker_mapping(cfg)
-    last = run_ppo(
-        cfg,
-        trainer_cls=Recording,
-        role_worker_mapping=mapping,
-        resource_pool_manager=build_resource_pool_manager(cfg, mapping),
-    )
+    last = run_ppo(cfg, **{**RECIPE.trainer_kwargs(cfg), "trainer_cls": Recording})
     calls = trained.pop()
     check_scores(trained, rm)
     assert len(trained) == 2 * int(cfg.data.train_batch_size)

@@ -90,7 +90,7 @@ class FakeTrainer:
     def state_dict(self):
         return {"drawn": self.drawn}
 
-    def _next_batch(self):
+    def next_batch(self):
         ids = torch.arange(self.drawn, self.drawn + 4).unsqueeze(1)
         self.drawn += 4
         return {
@@ -100,10 +100,10 @@ class FakeTrainer:
             "prompt_id": np.arange(self.drawn - 4, self.drawn).astype(object),
         }
 
-    def _gen_input(self, batch, do_sample, validate):
+    def rollout_input(self, batch, do_sample, validate):
         return DataProto(batch=batch.batch, non_tensor_batch=dict(batch.non_tensor_batch), meta_info={})
 
-    def _stage_reward(self, data, metrics):
+    def stage_reward(self, data, metrics):
         return data
 
 

@@ -9,19 +9,13 @@ from verl_recipe_fully_async.config import (
     total_training_steps,
     validate_async_config,
 )
-from verl_recipe_fully_async.main import (
-    CPU_CONFIG,
-    ONE_STEP_OFF_CONFIG,
-    PAPER_CONFIG,
-    configs_dir,
-    with_default_config,
-)
+from verl_recipe_fully_async.main import CPU_CONFIG, ONE_STEP_OFF, ONE_STEP_OFF_CONFIG, PAPER_CONFIG, RECIPE
 
 DATA = ["data.train_files=x.parquet", "actor_rollout_ref.model.path=m"]
 
 
 def _load(*files, overrides=()):
-    argv = [a for f in files for a in ("--config", str(configs_dir() / f))]
+    argv = [a for f in files for a in ("--config", str(RECIPE.configs_dir / f))]
     return load_async_config([*argv, *overrides])
 
 
@@ -59,12 +53,12 @@ def test_cpu_defaults_validate():
     assert _load(CPU_CONFIG, overrides=DATA).actor_rollout_ref.actor.use_rollout_log_probs is True  # fully async
     opt = _load(CPU_CONFIG, ONE_STEP_OFF_CONFIG, overrides=[*DATA, "actor_rollout_ref.actor.use_rollout_log_probs=true"])
     validate_async_config(opt)
-    argv = with_default_config([], (CPU_CONFIG, ONE_STEP_OFF_CONFIG))
+    argv = ONE_STEP_OFF.with_default_config([])
     assert argv == [
         "--config",
-        str(configs_dir() / CPU_CONFIG),
+        str(RECIPE.configs_dir / CPU_CONFIG),
         "--config",
-        str(configs_dir() / ONE_STEP_OFF_CONFIG),
+        str(RECIPE.configs_dir / ONE_STEP_OFF_CONFIG),
     ]
 
 

@@ -46,11 +46,7 @@ def test_a_generative_judge_scores_samples_as_they_arrive(ray_cluster, tmp_path,
     import ray
     from transformers import AutoTokenizer
     from verl.trainer.main_ppo import run_ppo
-    from verl_recipe_fully_async.main import (
-        build_resource_pool_manager,
-        build_role_worker_mapping,
-        load_recipe_config,
-    )
+    from verl_recipe_fully_async.main import RECIPE
     from verl_recipe_fully_async.trainer import FullyAsyncRayTrainer
 
     policy = next(a.split("=", 1)[1] for a in assets if a.startswith("actor_rollout_ref.model.path="))
@@ -68,7 +64,7 @@ def test_a_generative_judge_scores_samples_as_they_arrive(ray_cluster, tmp_path,
             calls.extend(self.rollouter.scorer.call_sizes)
             return out
 
-    cfg = load_recipe_config(
+    cfg = RECIPE.load_config(
         [
             *assets,
             "+reward.reward_kwargs.judge.enable=true",
@@ -82,9 +78,7 @@ def test_a_generative_judge_scores_samples_as_they_arrive(ray_cluster, tmp_path,
             f"trainer.default_local_dir={tmp_path / 'run'}",
         ]
     )
-    mapping = build_role_worker_mapping(cfg)
-    run_ppo(cfg, trainer_cls=Recording, role_worker_mapping=mapping,
-            resource_pool_manager=build_resource_pool_manager(cfg, mapping))  # fmt: skip
+    run_ppo(cfg, **{**RECIPE.trainer_kwargs(cfg), "trainer_cls": Recording})
     assert len(trained) == 32 and len(calls) > 1 and sum(calls) >= 32
     tok = AutoTokenizer.from_pretrained(policy)
     for s in trained:

@@ -7,6 +7,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, Qwen2Config
 from verl.workers.rollout.weight_group import WeightSyncGroup, host_store
+from verl.workers.tiny import tiny_config
 from verl_recipe_fully_async.weight_transfer import (
     buckets_of,
     load_full_weights,
@@ -15,15 +16,7 @@ from verl_recipe_fully_async.weight_transfer import (
 
 
 def tiny(seed):
-    cfg = Qwen2Config(
-        vocab_size=40,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        tie_word_embeddings=False,
-    )
+    cfg = Qwen2Config(**tiny_config(40, "xxxs", tie_word_embeddings=False))
     torch.manual_seed(seed)
     return AutoModelForCausalLM.from_config(cfg)
 

@@ -10,17 +10,17 @@ from verl_recipe_prime.config import (
     prm_world_size,
     validate_prime_config,
 )
-from verl_recipe_prime.main_prime import CPU_CONFIG, PAPER_CONFIG, configs_dir, with_default_config
+from verl_recipe_prime.main_prime import CPU_CONFIG, PAPER_CONFIG, RECIPE
 
 FILES = ["data.train_files=/data/train.parquet", "actor_rollout_ref.model.path=/models/sft"]
 
 
 def _paper(*overrides):
-    return load_prime_config(["--config", str(configs_dir() / PAPER_CONFIG), *overrides])
+    return load_prime_config(["--config", str(RECIPE.configs_dir / PAPER_CONFIG), *overrides])
 
 
 def _cpu(*overrides):
-    return load_prime_config(with_default_config([*FILES, *overrides]))
+    return load_prime_config(RECIPE.with_default_config([*FILES, *overrides]))
 
 
 def test_paper_config_holds_upstreams_setting():
@@ -70,9 +70,9 @@ def test_paper_config_validates_apart_from_the_missing_gpu(monkeypatch):
 
 
 def test_cpu_default_loads_validates_and_leaves_assets_to_the_recipe():
-    argv = with_default_config(["trainer.total_training_steps=2"])
-    assert argv[:2] == ["--config", str(configs_dir() / CPU_CONFIG)]
-    assert with_default_config(["--config", "x.yaml"]) == ["--config", "x.yaml"]
+    argv = RECIPE.with_default_config(["trainer.total_training_steps=2"])
+    assert argv[:2] == ["--config", str(RECIPE.configs_dir / CPU_CONFIG)]
+    assert RECIPE.with_default_config(["--config", "x.yaml"]) == ["--config", "x.yaml"]
     bare = load_prime_config(argv)
     assert bare.actor_rollout_ref.model.path is None and bare.data.train_files is None  # built by cpu_assets
     c = _cpu()

@@ -4,18 +4,18 @@ complete once the recipe fills in its assets, and ReTool's own checks name what 
 import pytest
 from verl.trainer.config import ConfigError
 from verl_recipe_retool.config import BUILT_IN, load_retool_config, retool_problems, validate_retool_config
-from verl_recipe_retool.main import CPU_CONFIG, PAPER_CONFIG, TOOL_KEY, configs_dir, with_default_config
+from verl_recipe_retool.main import CPU_CONFIG, PAPER_CONFIG, RECIPE, TOOL_KEY
 
 
 def _paper(*overrides):
-    return load_retool_config(["--config", str(configs_dir() / PAPER_CONFIG), *overrides])
+    return load_retool_config(["--config", str(RECIPE.configs_dir / PAPER_CONFIG), *overrides])
 
 
 def _cpu(*overrides):
     built_in = [
         f"{k}={BUILT_IN}" for k in ("data.train_files", "data.val_files", "actor_rollout_ref.model.path")
     ]
-    return load_retool_config(with_default_config([*built_in, *overrides]))
+    return load_retool_config(RECIPE.with_default_config([*built_in, *overrides]))
 
 
 def test_paper_config_holds_upstreams_setting():
@@ -27,12 +27,12 @@ def test_paper_config_holds_upstreams_setting():
     assert (r.name, r.mode, r.agent.default_agent_loop) == ("vllm", "async", "tool_agent")
     assert r.multi_turn.enable and r.multi_turn.max_assistant_turns == 16
     assert not c.algorithm.filter_groups.enable and c.algorithm.filter_groups.metric == "acc"  # upstream's script
-    tools = configs_dir() / "tool_config" / "sandbox_fusion.yaml"
+    tools = RECIPE.configs_dir / "tool_config" / "sandbox_fusion.yaml"
     assert r.multi_turn.tool_config_path.endswith("tool_config/sandbox_fusion.yaml") and tools.is_file()
 
 
 def test_paper_config_validates_apart_from_the_missing_gpu():
-    tools = configs_dir() / "tool_config" / "sandbox_fusion.yaml"
+    tools = RECIPE.configs_dir / "tool_config" / "sandbox_fusion.yaml"
     with pytest.raises(ConfigError) as ei:
         validate_retool_config(_paper("trainer.device=cpu", f"{TOOL_KEY}={tools}"))
     problems = ei.value.problems
@@ -45,14 +45,14 @@ def test_paper_tool_config_builds_the_sandbox_fusion_interpreter():
     from verl.rewards.sandbox.fusion import SandboxFusionSandbox
     from verl.tools.tool_registry import initialize_tools_from_config
 
-    (tool,) = initialize_tools_from_config(configs_dir() / "tool_config" / "sandbox_fusion.yaml")
+    (tool,) = initialize_tools_from_config(RECIPE.configs_dir / "tool_config" / "sandbox_fusion.yaml")
     assert tool.name == "code_interpreter" and isinstance(tool.sandbox, SandboxFusionSandbox)
     assert tool.timeout == 30 and tool.memory_mb == 1024
 
 
 def test_cpu_default_is_valid_with_its_assets():
-    argv = with_default_config(["trainer.total_training_steps=2"])
-    assert argv[:2] == ["--config", str(configs_dir() / CPU_CONFIG)]
+    argv = RECIPE.with_default_config(["trainer.total_training_steps=2"])
+    assert argv[:2] == ["--config", str(RECIPE.configs_dir / CPU_CONFIG)]
     c = _cpu(f"{TOOL_KEY}={BUILT_IN}")
     validate_retool_config(c)
     assert c.retool.use_tool and c.trainer.device == "cpu" and c.actor_rollout_ref.rollout.val_kwargs.n == 1
@@ -119,7 +119,7 @@ def test_the_variants_are_refused_when_they_would_be_ignored():
         )
     )
     assert any("format='gpt-oss': the built-in cold start writes Hermes tool calls" in p for p in retool_problems(
-        load_retool_config(with_default_config(["actor_rollout_ref.rollout.multi_turn.format=gpt-oss"]))))  # fmt: skip
+        load_retool_config(RECIPE.with_default_config(["actor_rollout_ref.rollout.multi_turn.format=gpt-oss"]))))  # fmt: skip
     for needle in (
         "retool.reward='exact': must be one of upstream, final_answer",
         "retool.answer_format=true reads the data with the recipe's ReToolDataset, but data.custom_cls.path='mine_ds.py'",

@@ -13,10 +13,10 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 def test_cpu_default_runs_end_to_end(ray_cluster, tmp_path):
-    from verl_recipe_retool.main import train
+    from verl_recipe_retool.main import RECIPE
 
     out = tmp_path / "run"
-    metrics = train(
+    metrics = RECIPE.train(
         [
             f"trainer.default_local_dir={out}",
             "trainer.total_training_steps=1",

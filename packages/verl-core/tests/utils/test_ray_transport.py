@@ -1,11 +1,9 @@
 """Tensors through Ray's object store with the verl tensor transport: exact, writable, private."""
 
-import os
 
 import pytest
 import torch
 
-os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 ray = pytest.importorskip("ray")
 
 from verl.utils.ray_transport import install_tensor_transport  # noqa: E402

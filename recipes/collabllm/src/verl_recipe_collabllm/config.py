@@ -19,14 +19,13 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 from verl.trainer.config import (
     ActorRolloutRefConfig,
-    ConfigError,
     MultiTurnConfig,
     PPOTrainerConfig,
     RolloutConfig,
     load_config,
-    validate_config,
 )
 from verl.trainer.config.recipes import BUILT_IN
+from verl.trainer.recipe_runner import validate_with
 
 from verl_recipe_collabllm.metrics import MetricOptions
 from verl_recipe_collabllm.reward_manager import check_reward_kwargs
@@ -109,12 +108,5 @@ def collabllm_problems(cfg: DictConfig) -> list[str]:
     return problems
 
 
-def validate_collabllm_config(cfg: DictConfig) -> None:
-    """Core's validation plus `collabllm_problems`, in one `ConfigError`; the config is read-only after."""
-    problems = collabllm_problems(cfg)
-    try:
-        validate_config(cfg)
-    except ConfigError as e:
-        problems = e.problems + problems
-    if problems:
-        raise ConfigError(problems)
+#: Core's validation plus `collabllm_problems`, in one `ConfigError`; the config is read-only after.
+validate_collabllm_config = validate_with(collabllm_problems)

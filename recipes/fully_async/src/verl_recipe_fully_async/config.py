@@ -40,7 +40,8 @@ import math
 from dataclasses import dataclass, field
 
 from omegaconf import DictConfig, OmegaConf
-from verl.trainer.config import ConfigError, PPOTrainerConfig, load_config, validate_config
+from verl.trainer.config import PPOTrainerConfig, load_config
+from verl.trainer.recipe_runner import validate_with
 
 from verl_recipe_fully_async.weight_transfer import TRANSPORTS
 
@@ -243,15 +244,8 @@ def async_problems(cfg: DictConfig) -> list[str]:
     return p
 
 
-def validate_async_config(cfg: DictConfig) -> None:
-    """Core's validation and this recipe's, as one `ConfigError`; then ``cfg`` is read-only."""
-    problems = async_problems(cfg)
-    try:
-        validate_config(cfg)
-    except ConfigError as e:
-        problems = list(e.problems) + problems
-    if problems:
-        raise ConfigError(problems)
+#: Core's validation and this recipe's, as one `ConfigError`; then ``cfg`` is read-only.
+validate_async_config = validate_with(async_problems)
 
 
 __all__ = [

@@ -316,4 +316,17 @@ class Coordinator:
                 setattr(self.queue, key, int(value))
 
 
-__all__ = ["Coordinator", "MessageQueue", "Sample", "Stopped", "SyncRequest", "sample_limit"]
+#: Padding of the per-token bookkeeping past a sample's own responses: no decode segment, no weights version.
+RESPONSE_FILL = {"token_segments": -1, "token_versions": -1}
+
+
+def concat_samples(datas: list[Any], pad_token_id: int) -> Any:
+    """Samples' DataProtos as one batch, rows in the given order: generations finished at different times
+    have different response widths, so core's ``concat_rounds`` right-pads them to the widest first."""
+    from verl.trainer.ppo.dynamic_sampling import concat_rounds
+
+    return concat_rounds(datas, pad_token_id, fill=RESPONSE_FILL)
+
+
+__all__ = ["RESPONSE_FILL", "Coordinator", "MessageQueue", "Sample", "Stopped", "SyncRequest", "concat_samples",
+           "sample_limit"]

@@ -3,7 +3,7 @@
 Loop: load new weights when the trainer published some (at a safe point, see below); otherwise start a
 *wave* of up to ``data.gen_batch_size`` prompts when the staleness bound admits samples (the
 `Coordinator` decides), or advance the running wave by ``async_training.partial_rollout_step_tokens``
-tokens; every prompt group that finished is scored (the trainer's ``_stage_reward``) and queued as a
+tokens; every prompt group that finished is scored (the trainer's ``stage_reward``) and queued as a
 `Sample` at once (streaming), tagged with the versions of the weights that generated it.
 
 Safe points. With ``partial_rollout`` a wave is paused between two steps, the weights are loaded, and it
@@ -122,7 +122,7 @@ class Rollouter:
         self.scorer = None
         if scores_off_thread(cfg):
             pad = trainer.rollouter_pad_id
-            self.scorer = ScoringPipeline(lambda b: trainer._stage_reward(b, {}), make_sample, coord, pad)
+            self.scorer = ScoringPipeline(lambda b: trainer.stage_reward(b, {}), make_sample, coord, pad)
 
     # ------------------------------------------------------------------ thread body
     def run(self) -> None:
@@ -209,7 +209,7 @@ class Rollouter:
                 rows.append(self.pending.popleft())
                 continue
             if not self.buffer:
-                drawn = DataProto.from_single_dict(self.trainer._next_batch())
+                drawn = DataProto.from_single_dict(self.trainer.next_batch())
                 self.buffer.extend(drawn.slice(i, i + 1) for i in range(len(drawn)))
             rows.append(self.buffer.popleft())
         return DataProto.concat(rows)
@@ -219,7 +219,7 @@ class Rollouter:
         batch = DataProto(batch=prompts.batch, non_tensor_batch=dict(prompts.non_tensor_batch), meta_info={})
         batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(k)], dtype=object)
         batch = batch.repeat(repeat_times=self.n, interleave=True)
-        gen = self.trainer._gen_input(batch, do_sample=self.do_sample, validate=False)
+        gen = self.trainer.rollout_input(batch, do_sample=self.do_sample, validate=False)
         gen.meta_info["temperature"] = self.temperature
         self._call(self.wg.start_wave, gen)
         batch.pop(batch_keys=list(_PROMPT_TENSORS))
@@ -259,7 +259,7 @@ class Rollouter:
         if self.scorer is not None:
             self.scorer.submit(data, index)
             return
-        data = self.trainer._stage_reward(data, {})  # the trainer's metrics come from its whole batch
+        data = self.trainer.stage_reward(data, {})  # the trainer's metrics come from its whole batch
         if not self.coord.put(make_sample(data, index)):
             raise RuntimeError(
                 f"the sample queue (capacity {self.coord.queue.capacity}) is full while a weight sync waits; "

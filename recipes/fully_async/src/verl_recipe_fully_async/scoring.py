@@ -18,14 +18,13 @@ from typing import Any
 
 from verl import DataProto
 
-from verl_recipe_fully_async.batching import concat_samples
-from verl_recipe_fully_async.message_queue import Coordinator, Stopped
+from verl_recipe_fully_async.message_queue import Coordinator, Stopped, concat_samples
 
 _STOP = object()
 
 
 class ScoringPipeline:
-    """``score(batch) -> batch`` (the trainer's ``_stage_reward``) on a thread of its own; each sample's
+    """``score(batch) -> batch`` (the trainer's ``stage_reward``) on a thread of its own; each sample's
     rows stay together and come back as ``make_sample(rows, index)`` into ``coord``."""
 
     def __init__(self, score, make_sample, coord: Coordinator, pad_token_id: int):

@@ -104,7 +104,7 @@ class StreamingRollouter(Rollouter):
         batch = DataProto(batch=prompts.batch, non_tensor_batch=dict(prompts.non_tensor_batch), meta_info={})
         batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(k)], dtype=object)
         batch = batch.repeat(repeat_times=self.n, interleave=True)
-        gen = self.trainer._gen_input(batch, do_sample=self.do_sample, validate=False)
+        gen = self.trainer.rollout_input(batch, do_sample=self.do_sample, validate=False)
         gen.meta_info["temperature"] = self.temperature
         gen.non_tensor_batch["sample_index"] = np.repeat(np.array(indices, dtype=np.int64), self.n)
         row_rank = np.repeat(np.array(ranks), self.n)

@@ -23,10 +23,10 @@ def rows(path):
 
 
 def test_fully_async_on_vllm_streams_and_bounds_staleness(ray_cluster, tmp_path, assets):
-    from verl_recipe_fully_async.main import train
+    from verl_recipe_fully_async.main import RECIPE
 
     out = tmp_path / "run"
-    metrics = train(
+    metrics = RECIPE.train(
         [
             *assets,
             *VLLM,
@@ -50,10 +50,10 @@ def test_fully_async_on_vllm_streams_and_bounds_staleness(ray_cluster, tmp_path,
 
 
 def test_one_step_off_on_vllm_is_exactly_one_step_stale(ray_cluster, tmp_path, assets):
-    from verl_recipe_fully_async.main import CPU_CONFIG, ONE_STEP_OFF_CONFIG, train
+    from verl_recipe_fully_async.main import ONE_STEP_OFF
 
     out = tmp_path / "run"
-    train(
+    ONE_STEP_OFF.train(
         [
             *assets,
             *VLLM,
@@ -61,8 +61,7 @@ def test_one_step_off_on_vllm_is_exactly_one_step_stale(ray_cluster, tmp_path, a
             "trainer.test_freq=-1",
             "trainer.val_before_train=false",
             f"trainer.default_local_dir={out}",
-        ],
-        defaults=(CPU_CONFIG, ONE_STEP_OFF_CONFIG),
+        ]
     )
     log = [r for r in rows(out / "metrics.jsonl") if "fully_async/param_version" in r]
     assert [r["fully_async/param_version"] for r in log] == [0, 1, 2]
@@ -74,7 +73,7 @@ def test_one_step_off_on_vllm_is_exactly_one_step_stale(ray_cluster, tmp_path, a
 def test_multi_turn_agents_in_the_rollouter_end_to_end(ray_cluster, tmp_path, assets):
     """tool_agent on the rollout pool (vLLM) and for validation on the trainer pool (the actor's module):
     every trained row carries the agent's fields and the versions of its model tokens."""
-    from verl_recipe_fully_async.main import train
+    from verl_recipe_fully_async.main import RECIPE
 
     tools = tmp_path / "tools.yaml"
     tools.write_text(
@@ -82,7 +81,7 @@ def test_multi_turn_agents_in_the_rollouter_end_to_end(ray_cluster, tmp_path, as
         "    config: {type: native, sandbox: local, timeout: 10}\n"
     )
     out = tmp_path / "run"
-    metrics = train(
+    metrics = RECIPE.train(
         [
             *assets,
             *VLLM,

@@ -30,7 +30,6 @@ from typing import Any
 from omegaconf import DictConfig
 from verl.trainer.config import (
     AlgoConfig,
-    ConfigError,
     DataConfig,
     OptimizerConfig,
     PPOTrainerConfig,
@@ -40,9 +39,9 @@ from verl.trainer.config import (
     load_config,
     resolve_device,
     tokenizer_path,
-    validate_config,
     world_size,
 )
+from verl.trainer.recipe_runner import validate_with
 
 from verl_recipe_prime.prime_core_algos import GRANULARITIES, NORMS
 
@@ -309,12 +308,5 @@ def _prm_size_problems(cfg: DictConfig) -> list[str]:
     return problems
 
 
-def validate_prime_config(cfg: DictConfig) -> None:
-    """Core's validation plus `prime_problems`, in one `ConfigError`; the config is read-only after."""
-    problems = prime_problems(cfg)
-    try:
-        validate_config(cfg)
-    except ConfigError as e:
-        problems = e.problems + problems
-    if problems:
-        raise ConfigError(problems)
+#: Core's validation plus `prime_problems`, in one `ConfigError`; the config is read-only after.
+validate_prime_config = validate_with(prime_problems)

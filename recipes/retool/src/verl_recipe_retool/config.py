@@ -30,8 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from omegaconf import DictConfig
-from verl.trainer.config import ConfigError, PPOTrainerConfig, load_config, validate_config
+from verl.trainer.config import PPOTrainerConfig, load_config
 from verl.trainer.config.recipes import BUILT_IN
+from verl.trainer.recipe_runner import validate_with
 
 MT = "actor_rollout_ref.rollout.multi_turn"
 REWARDS = ("upstream", "final_answer")
@@ -148,12 +149,5 @@ def retool_overrides(cfg: DictConfig) -> list[str]:
     return out
 
 
-def validate_retool_config(cfg: DictConfig) -> None:
-    """Core's validation plus `retool_problems`, in one `ConfigError`."""
-    problems = retool_problems(cfg)
-    try:
-        validate_config(cfg)
-    except ConfigError as e:
-        problems = e.problems + problems
-    if problems:
-        raise ConfigError(problems)
+#: Core's validation plus `retool_problems`, in one `ConfigError`.
+validate_retool_config = validate_with(retool_problems)

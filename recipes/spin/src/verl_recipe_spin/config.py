@@ -31,13 +31,12 @@ from verl.trainer.config import (
     ActorConfig,
     ActorRolloutRefConfig,
     AlgoConfig,
-    ConfigError,
     PPOTrainerConfig,
     TrainerConfig,
     load_config,
-    validate_config,
     world_size,
 )
+from verl.trainer.recipe_runner import validate_with
 
 from verl_recipe_spin.algos import DPO_LOSS_TYPES, SPIN_MODES, SPIN_TIES
 
@@ -185,12 +184,5 @@ def _pair_size_problems(cfg: DictConfig) -> list[str]:
     return problems
 
 
-def validate_spin_config(cfg: DictConfig) -> None:
-    """Core's validation plus `spin_problems`, in one `ConfigError`; the config is read-only after."""
-    problems = spin_problems(cfg)
-    try:
-        validate_config(cfg)
-    except ConfigError as e:
-        problems = e.problems + problems
-    if problems:
-        raise ConfigError(problems)
+#: Core's validation plus `spin_problems`, in one `ConfigError`; the config is read-only after.
+validate_spin_config = validate_with(spin_problems)

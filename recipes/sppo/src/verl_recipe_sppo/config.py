@@ -23,11 +23,10 @@ from verl.trainer.config import (
     ActorConfig,
     ActorRolloutRefConfig,
     AlgoConfig,
-    ConfigError,
     PPOTrainerConfig,
     load_config,
-    validate_config,
 )
+from verl.trainer.recipe_runner import validate_with
 
 from verl_recipe_sppo.algos import SPPO_BASELINES
 
@@ -108,12 +107,5 @@ def sppo_problems(cfg: DictConfig) -> list[str]:
     return problems
 
 
-def validate_sppo_config(cfg: DictConfig) -> None:
-    """Core's validation plus `sppo_problems`, in one `ConfigError`; the config is read-only after."""
-    problems = sppo_problems(cfg)
-    try:
-        validate_config(cfg)
-    except ConfigError as e:
-        problems = e.problems + problems
-    if problems:
-        raise ConfigError(problems)
+#: Core's validation plus `sppo_problems`, in one `ConfigError`; the config is read-only after.
+validate_sppo_config = validate_with(sppo_problems)

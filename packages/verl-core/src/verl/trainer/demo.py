@@ -151,16 +151,17 @@ def warm_started_assets(root: str | os.PathLike, sft_steps: int = DEFAULT_SFT_ST
     return out
 
 
-def asset_overrides(config: Any, sft_steps: int = DEFAULT_SFT_STEPS) -> list[str]:
+def asset_overrides(config: Any, sft_steps: int = DEFAULT_SFT_STEPS, workers: int | None = None) -> list[str]:
     """``key=value`` overrides for a trainer config that leaves ``data.train_files`` or
     ``actor_rollout_ref.model.path`` unset: the task and the warm-started model of `warm_started_assets`
-    under ``{trainer.default_local_dir}/assets`` (built on first use, with the config's worker count).
-    Recipes' CPU defaults load their config, add these and load again."""
+    under ``{trainer.default_local_dir}/assets`` (built on first use, on ``workers`` SFT workers, by
+    default the config's worker count). Recipes' CPU defaults load their config, add these and load again."""
     need_data = not config.data.train_files
     need_model = not config.actor_rollout_ref.model.path
     if not (need_data or need_model):
         return []
-    workers = int(config.trainer.nnodes) * int(config.trainer.n_gpus_per_node)
+    if workers is None:
+        workers = int(config.trainer.nnodes) * int(config.trainer.n_gpus_per_node)
     assets = warm_started_assets(Path(config.trainer.default_local_dir) / "assets", sft_steps, workers)
     out = [f"data.train_files={assets['train']}", f"data.val_files={assets['test']}"] if need_data else []
     return out + ([f"actor_rollout_ref.model.path={assets['model']}"] if need_model else [])

@@ -15,7 +15,6 @@ import os
 
 from verl.trainer.config import ConfigError, config_to_yaml, load_config, validate_config
 from verl.trainer.ppo.run import (
-    _reuse_driver_env_for_workers,
     build_resource_pool_manager,
     build_role_worker_mapping,
     build_trainer,
@@ -24,7 +23,7 @@ from verl.trainer.ppo.run import (
     load_tokenizer,
     run_ppo,
 )
-from verl.utils.ray_start import ray_init_kwargs
+from verl.utils.ray_start import ray_init_kwargs, reuse_driver_env_for_workers
 
 # Upstream's entry module: what recipes and user code import from here lives in verl.trainer.ppo.run.
 __all__ = [
@@ -49,7 +48,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _train(args: list[str]) -> None:
-    _reuse_driver_env_for_workers()
+    reuse_driver_env_for_workers()
     from verl.trainer.ppo.ray_trainer import NothingToTrainError
 
     if not args:

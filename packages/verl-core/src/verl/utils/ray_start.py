@@ -8,12 +8,20 @@ starting again is safe; any other failure propagates at once.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 STARTUP_TIMEOUT = "timed out during startup"
+
+
+def reuse_driver_env_for_workers() -> None:
+    """Under `uv run`, Ray rebuilds the uv environment for every worker process (slow, and fragile
+    while the workspace changes); the driver's interpreter already has everything, so workers reuse
+    it. Ray reads this flag when it is first imported, so call this before anything imports Ray."""
+    os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 
 
 def init_ray(attempts: int = 3, **kwargs: Any) -> Any:

@@ -19,6 +19,7 @@ from omegaconf import DictConfig
 from verl.trainer.config import config_to_yaml, resolve_device, tokenizer_path
 from verl.trainer.config import use_critic as _use_critic
 from verl.trainer.config import use_reference_policy as _use_ref
+from verl.utils.ray_start import ray_init_kwargs, reuse_driver_env_for_workers
 
 
 def cpus_per_worker(cluster_cpus: float, n_workers: int) -> float:
@@ -116,11 +117,14 @@ def build_trainer(
     role_worker_mapping: dict | None = None,
     trainer_cls: type | None = None,
     resource_pool_manager: Any = None,
+    pool_builder: Any = None,
 ):
     """Everything ``fit`` needs: tokenizer, datasets, reward managers, roles and pools, the trainer.
 
-    ``resource_pool_manager``: the pools and which role runs where (default: `build_resource_pool_manager`,
-    one pool for every role); recipes with pools of their own (recipes/fully_async) pass theirs."""
+    ``resource_pool_manager``: the pools and which role runs where; ``pool_builder(config, mapping)``
+    makes them instead (default: `build_resource_pool_manager`: one pool for every role, the reward
+    model's own with ``enable_resource_pool``); recipes with pools of their own (recipes/fully_async)
+    pass theirs."""
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
     from verl.trainer.ppo.reward import load_reward_manager
     from verl.utils.dataset.rl_dataset import collate_fn, create_rl_dataset
@@ -141,7 +145,7 @@ def build_trainer(
         )
     mapping = role_worker_mapping if role_worker_mapping is not None else build_role_worker_mapping(config)
     if resource_pool_manager is None:
-        resource_pool_manager = build_resource_pool_manager(config, mapping)
+        resource_pool_manager = (pool_builder or build_resource_pool_manager)(config, mapping)
     return (trainer_cls or RayPPOTrainer)(
         config,
         tokenizer,
@@ -158,7 +162,7 @@ def build_trainer(
 
 def run_ppo(config: DictConfig, **build_kwargs: Any) -> dict[str, float]:
     """Start Ray (unless running), record the config next to the outputs, train, say where things went."""
-    _reuse_driver_env_for_workers()
+    reuse_driver_env_for_workers()
     from verl.utils.checkpoint import atomic_write_text
 
     if config.trainer.worker_backend == "local":
@@ -187,7 +191,7 @@ def _start_ray(config: DictConfig) -> None:
     """Start Ray with `ray_init_kwargs` unless it is running already."""
     import ray
 
-    from verl.utils.ray_start import init_ray, ray_init_kwargs
+    from verl.utils.ray_start import init_ray
 
     if ray.is_initialized():
         return
@@ -217,9 +221,3 @@ def _print_outputs(config: DictConfig, metrics: dict[str, float]) -> None:
         lines.append(f"  last reward: {metrics['critic/score/mean']:.4f}")
     print("\n".join(lines), flush=True)
 
-
-def _reuse_driver_env_for_workers() -> None:
-    """Under `uv run`, Ray rebuilds the uv environment for every worker process (slow, and fragile
-    while the workspace changes); the driver's interpreter already has everything, so workers reuse
-    it. Ray reads this flag when it is first imported, so this runs before any Ray import."""
-    os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
