@@ -11,7 +11,16 @@ from verl.rewards.managers import DAPORewardManager, NaiveRewardManager, PrimeRe
 from verl.rewards.managers.loader import load_reward_manager
 from verl.trainer.ppo.reward_loop import RewardLoop, chunk_bounds
 
-from .test_managers import _HACK, _HONEST, _WRONG, CharTokenizer, _arith_batch, _code_and_math_batch, _dapo_like, make_batch
+from .test_managers import (
+    _HACK,
+    _HONEST,
+    _WRONG,
+    CharTokenizer,
+    _arith_batch,
+    _code_and_math_batch,
+    _dapo_like,
+    make_batch,
+)
 
 
 @pytest.fixture
