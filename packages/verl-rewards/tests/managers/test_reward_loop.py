@@ -91,11 +91,14 @@ def test_columns_missing_in_some_rows_and_error_counts_match_one_pass(tokenizer)
     assert out["reward_extra_info"] == {"score": [1.0, 0.5, 0.0], "only_here": [7, None, None]}
 
 
-def test_a_failing_scorer_is_raised_from_result(tokenizer):
+def test_a_failing_scorer_is_raised_from_result_naming_its_batch_row(tokenizer):
     def scorer(data_source, solution_str, ground_truth, extra_info=None):
-        raise ZeroDivisionError("boom")
+        if solution_str == "17":
+            raise ZeroDivisionError("boom")
+        return 1.0
 
-    with pytest.raises(RuntimeError, match="ZeroDivisionError: boom"):
+    # row 2 of the batch, scored alone in the second chunk: named as in one pass
+    with pytest.raises(RuntimeError, match=r"row 2 \(data_source='arithmetic'\): ZeroDivisionError: boom"):
         scored_by_loop(NaiveRewardManager(tokenizer, 0, compute_score=scorer), _with_uids(_arith_batch()), 2)
 
 

@@ -320,7 +320,7 @@ class BanditScorer(SampleScorer):
     def __call__(self, data: DataProto, return_dict: bool = False):
         return bandit_reward_fn(data, return_dict)
 
-    def score_part(self, data: DataProto) -> dict:
+    def score_part(self, data: DataProto, first_row: int = 0) -> dict:
         out = bandit_reward_fn(data, return_dict=True)
         return {"scores": out["reward_tensor"].sum(-1), "acc": out["reward_extra_info"]["acc"]}
 

@@ -85,3 +85,24 @@ def test_a_plain_reward_function_is_refused_with_the_loop_on(ray_cluster, tmp_pa
     cfg = bandit_config(tmp_path, "reward.use_reward_loop=true")
     with pytest.raises(TypeError, match=r"reward.use_reward_loop=true needs a reward function that scores samples apart"):
         make_trainer(cfg, reward_fn=bw.bandit_reward_fn)
+
+
+def test_dynamic_sampling_rounds_each_collect_their_own_scores(ray_cluster, tmp_path):
+    """With algorithm.filter_groups every generation round goes through the loop and is collected by the
+    reward stage of the same round before the filter drops groups by score."""
+    cfg = bandit_config(tmp_path, "trainer.total_training_steps=2", "trainer.experiment_name=reward_loop_ds",
+                        "trainer.val_before_train=false", "data.train_batch_size=2", "data.gen_batch_size=4",
+                        "actor_rollout_ref.actor.ppo_mini_batch_size=2", "algorithm.filter_groups.enable=true",
+                        "algorithm.filter_groups.metric=acc", "reward.use_reward_loop=true",
+                        "reward.reward_loop_chunks=2")  # fmt: skip
+    trainer = make_trainer(cfg, trainer_cls=TracingTrainer, reward_fn=bw.BanditScorer())
+    trainer.traces = []
+    try:
+        trainer.fit()
+    finally:
+        trainer.shutdown()
+    train = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if "critic/score/mean" in r]
+    assert [r["step"] for r in train] == [1, 2]
+    rounds = sum(int(r["train/num_gen_batches"]) for r in train)
+    assert len(trainer.traces) == rounds  # one reward-stage collection per generation round
+    assert all(sorted(k for e, k in t if e == "score_end") == [0, 1] for t in trainer.traces)

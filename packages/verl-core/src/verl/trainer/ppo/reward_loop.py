@@ -35,8 +35,9 @@ class SampleScorer(ABC):
     """A reward function ``fn(data, return_dict=True)`` whose rows can also be scored apart."""
 
     @abstractmethod
-    def score_part(self, data: DataProto) -> Any:
-        """Score the rows of ``data`` (a part of a batch); must be safe to call from several threads."""
+    def score_part(self, data: DataProto, first_row: int = 0) -> Any:
+        """Score the rows of ``data``, rows ``first_row, first_row + 1, ...`` of a batch (for messages);
+        must be safe to call from several threads."""
 
     @abstractmethod
     def assemble(self, data: DataProto, parts: list[Any]) -> dict:
@@ -103,14 +104,15 @@ class RewardLoop:
         with self._lock:
             self._pending[index] = len(chunk)
         for i in range(len(chunk)):
-            self._parts.append(self._pool.submit(self._score, chunk.slice(i, i + 1), index))
+            row = len(self._parts)  # its row in the batch the reward stage gets
+            self._parts.append(self._pool.submit(self._score, chunk.slice(i, i + 1), row, index))
 
-    def _score(self, row: DataProto, index: int) -> Any:
+    def _score(self, data: DataProto, row: int, index: int) -> Any:
         with self._lock:
             if index not in self._started:
                 self._started.add(index)
                 self.trace.append(("score_start", index))
-        part = self.scorer.score_part(row)
+        part = self.scorer.score_part(data, row)
         with self._lock:
             self._pending[index] -= 1
             if not self._pending[index]:

@@ -95,7 +95,8 @@ def response_lengths(data) -> torch.Tensor:
     return (positions * (mask != 0)).amax(dim=-1)
 
 
-def decode_rows(data, tokenizer, reward_fn_key: str) -> list[Row]:
+def decode_rows(data, tokenizer, reward_fn_key: str, first_row: int = 0) -> list[Row]:
+    """The rows of ``data``, numbered from ``first_row`` (their place in the batch, for messages)."""
     responses = data.batch["responses"]
     lengths = response_lengths(data).tolist()
     prompts = data.batch["prompts"] if "prompts" in data.batch else None
@@ -126,12 +127,12 @@ def decode_rows(data, tokenizer, reward_fn_key: str) -> list[Row]:
         prompt, response = prompt_texts[i], response_texts[i]
         rm = nt["reward_model"][i]
         if not isinstance(rm, dict) or "ground_truth" not in rm:
-            raise KeyError(f"row {i}: reward_model must be a dict with 'ground_truth', got {rm!r}")
+            raise KeyError(f"row {first_row + i}: reward_model must be a dict with 'ground_truth', got {rm!r}")
         extra = dict(nt["extra_info"][i] or {}) if "extra_info" in nt else {}
         extra.update({k: nt[k][i] for k in _AGENT_INFO if k in nt})
         rows.append(
             Row(
-                i,
+                first_row + i,
                 prompt,
                 response,
                 lengths[i],
@@ -266,13 +267,13 @@ class RewardManagerBase(SampleScorer):
         return result if return_dict else result["reward_tensor"]
 
     # -- the reward loop's protocol (verl.trainer.ppo.reward_loop.SampleScorer) ------------------------
-    def score_part(self, data) -> ScoredPart:
-        """Decode and score the rows of ``data``, a part of a batch (the reward loop calls this from several
-        threads; one pass calls it once with the whole batch)."""
+    def score_part(self, data, first_row: int = 0) -> ScoredPart:
+        """Decode and score the rows of ``data``, rows ``first_row, ...`` of a batch (the reward loop calls
+        this from several threads; one pass calls it once with the whole batch)."""
         if self._rm_only(data):
             return ScoredPart([], Scored([]))
         with self._decode_lock:  # a fast tokenizer is not safe to share between threads
-            rows = decode_rows(data, self.tokenizer, self.reward_fn_key)
+            rows = decode_rows(data, self.tokenizer, self.reward_fn_key, first_row)
         return ScoredPart(rows, self.score_rows(rows))
 
     def assemble(self, data, parts: list[ScoredPart]) -> dict:
