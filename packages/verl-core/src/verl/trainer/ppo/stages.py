@@ -9,6 +9,8 @@ in order for the config::
 
 A subclass overrides ``stage_X`` to give a stage another body, or edits the pipeline in its
 ``build_pipeline`` to insert, replace or wrap stages by name. The names are upstream's timing keys.
+With ``reward.use_reward_loop``, ``gen`` generates in chunks that the reward loop scores while the next
+chunk generates (``ppo.reward_loop``), and ``reward`` collects the scores.
 """
 
 from __future__ import annotations
