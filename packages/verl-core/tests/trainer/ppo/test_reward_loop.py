@@ -106,3 +106,12 @@ def test_dynamic_sampling_rounds_each_collect_their_own_scores(ray_cluster, tmp_
     rounds = sum(int(r["train/num_gen_batches"]) for r in train)
     assert len(trainer.traces) == rounds  # one reward-stage collection per generation round
     assert all(sorted(k for e, k in t if e == "score_end") == [0, 1] for t in trainer.traces)
+
+
+def test_a_trainer_with_its_own_rollout_pool_refuses_the_loop(ray_cluster, tmp_path):
+    class OwnPool(BanditTrainer):
+        separate_rollout_pool = True  # as recipes/fully_async's trainer, which scores samples as they finish
+
+    cfg = bandit_config(tmp_path, "reward.use_reward_loop=true")
+    with pytest.raises(ValueError, match="OwnPool generates on a rollout pool of its own"):
+        make_trainer(cfg, trainer_cls=OwnPool, reward_fn=bw.BanditScorer())
