@@ -72,10 +72,13 @@ class StagesMixin:
         loop = self.reward_loop
         loop.start()
         chunks, gen_metrics = [], defaultdict(list)
-        for k, (start, end) in enumerate(chunk_bounds(len(batch) // rollout.n, rollout.n, self.config.reward.reward_loop_chunks)):
+        bounds = chunk_bounds(len(batch) // rollout.n, rollout.n, self.config.reward.reward_loop_chunks)
+        for k, (start, end) in enumerate(bounds):
             chunk = batch.slice(start, end)
+            gen_input = self.rollout_input(chunk, rollout.do_sample, False)
+            gen_input.meta_info["more_chunks"] = k + 1 < len(bounds)  # the engine stays awake until the last
             loop.record("gen_start", k)
-            output = self.actor_rollout_wg.generate_sequences(self.rollout_input(chunk, rollout.do_sample, False))
+            output = self.actor_rollout_wg.generate_sequences(gen_input)
             loop.record("gen_end", k)
             chunk.pop(batch_keys=list(PROMPT_TENSOR_KEYS))
             chunk, chunk_metrics = merge_outputs(chunk, output)
