@@ -68,7 +68,7 @@ LEAF_HELP: dict[str, str] = {
     "model_dtype": "dtype the weights are loaded in (and the default compute dtype)",
     "buffer_dtype": "dtype of floating buffers (e.g. rotary tables)",
     # policy loss
-    "loss_mode": "policy loss from the registry: vanilla | clip_cov | kl_cov | gpg | dro | ...",
+    "loss_mode": "policy loss from the registry: vanilla | clip_cov | kl_cov | gpg | dro | dppo_tv | dppo_kl | ...",
     "clip_cov_ratio": "clip_cov: share of tokens whose gradient is clipped",
     "clip_cov_lb": "clip_cov: lower bound of the covariance window",
     "clip_cov_ub": "clip_cov: upper bound of the covariance window",

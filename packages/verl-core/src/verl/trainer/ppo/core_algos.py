@@ -15,7 +15,8 @@ user or recipe needs:
   ``config`` supplies ``gamma``, ``lam``, ``norm_adv_by_std_in_grpo`` by attribute; groups are given by
   ``index`` (the ``uid`` array); a group of one gets advantage 0; outputs are zero outside the mask.
 - ``policy_losses``: ``register_policy_loss``, ``get_policy_loss_fn``, ``PolicyLossConfig`` and the
-  losses ``vanilla``, ``gspo``, ``gpg``, ``clip_cov``, ``kl_cov``, ``geo_mean``, ``cispo``, ``dro`` with the one
+  losses ``vanilla``, ``gspo``, ``gpg``, ``clip_cov``, ``kl_cov``, ``geo_mean``, ``cispo``, ``dro`` and
+  (``dppo``) ``dppo_tv``, ``dppo_kl`` with the one
   signature ``(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean",
   config=None, rollout_is_weights=None, global_batch_info=None) -> (pg_loss, metrics)``.
 - ``loss_agg``: ``agg_loss`` and ``GlobalBatchInfo`` (how a worker keeps the loss independent of the
@@ -52,6 +53,7 @@ from verl.trainer.ppo.advantages import (
     get_adv_estimator_fn,
     register_adv_est,
 )
+from verl.trainer.ppo.dppo import compute_policy_loss_dppo_kl, compute_policy_loss_dppo_tv
 from verl.trainer.ppo.kl import (
     KL_PENALTY_TYPES,
     AdaptiveKLController,
@@ -105,6 +107,8 @@ __all__ = [
     "compute_opo_outcome_advantage",
     "compute_policy_loss_cispo",
     "compute_policy_loss_clip_cov",
+    "compute_policy_loss_dppo_kl",
+    "compute_policy_loss_dppo_tv",
     "compute_policy_loss_dro",
     "compute_policy_loss_geo_mean",
     "compute_policy_loss_gpg",
