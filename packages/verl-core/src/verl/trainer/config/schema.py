@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from verl.trainer.config.distillation import DistillationConfig
 from verl.trainer.config.megatron import MegatronConfig, ref_megatron_config
 
 # Interpolation strings are typed as the target type for OmegaConf; the ignore keeps type checkers quiet.
@@ -473,3 +474,4 @@ class PPOTrainerConfig:
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     ray_kwargs: RayKwargsConfig = field(default_factory=RayKwargsConfig)
+    distillation: DistillationConfig = field(default_factory=DistillationConfig)

@@ -112,7 +112,6 @@ REFUSED: tuple[tuple[str, str], ...] = (
         "transfer_queue.*",
         "the TransferQueue data plane is not implemented; batches move as DataProto through Ray",
     ),
-    ("distillation.*", "on-policy distillation is not implemented in this trainer"),
     (
         "trainer.use_v1",
         "upstream's v1 trainer modes are not implemented; this is the colocated (v0) loop, "

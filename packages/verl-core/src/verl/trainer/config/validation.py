@@ -11,6 +11,7 @@ import warnings
 
 from omegaconf import DictConfig, OmegaConf
 
+from verl.trainer.config.distillation import check_distillation
 from verl.trainer.config.installed import check_installed
 from verl.trainer.config.keys import ConfigError
 from verl.trainer.config.lora import check_lora
@@ -100,6 +101,7 @@ def validate_config(cfg: DictConfig) -> None:
             "tokenizer_config.json instead"
         )
     check_lora(cfg, problems)
+    check_distillation(cfg, problems)
     if "megatron" in (cfg.actor_rollout_ref.actor.strategy, cfg.actor_rollout_ref.ref.strategy, cfg.critic.strategy):
         on_cpu = resolve_device(cfg) == "cpu"
         check_megatron(cfg, problems, world_size(cfg), use_critic(cfg), on_cpu)

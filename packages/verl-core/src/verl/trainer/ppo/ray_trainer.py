@@ -29,6 +29,7 @@ from verl.single_controller.ray import (
     create_colocated_worker_cls,
 )
 from verl.trainer.config import resolve_device, use_critic, use_reference_policy
+from verl.trainer.distillation import gkd, teacher_pool, teacher_step
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.balance import balance_batch
 from verl.trainer.ppo.dumps import REWARD_EXTRA_KEYS, rollout_records, write_generations
@@ -119,6 +120,7 @@ class RayPPOTrainer(TrainerIOMixin):
 
         algo = config.algorithm
         self.kl_ctrl_in_reward = core_algos.get_kl_controller(algo.kl_ctrl) if algo.use_kl_in_reward else None
+        self.teacher_wgs: dict[str, Any] = {}  # on-policy distillation: {routing key: teacher worker group}
         self._create_dataloader(train_dataset, val_dataset, collate_fn, train_sampler)
 
     # ------------------------------------------------------------------------------------- workers
@@ -131,9 +133,9 @@ class RayPPOTrainer(TrainerIOMixin):
         cfg = self.config
         steps = self.total_training_steps
         env = dict(device=self.device_name, seed=int(cfg.trainer.seed))  # every worker: device, seed (+ rank)
-        roles: dict[Role, dict[str, Any]] = {
+        roles: dict[Any, dict[str, Any]] = {
             self.actor_role: dict(config=cfg.actor_rollout_ref, role=str(self.actor_role), total_training_steps=steps,
-                                  **env)
+                                  **env, **teacher_pool.actor_distillation_kwargs(cfg))
         }
         if self.use_critic:
             roles[Role.Critic] = dict(config=cfg.critic, total_training_steps=steps, **env)
@@ -141,6 +143,7 @@ class RayPPOTrainer(TrainerIOMixin):
             roles[Role.RefPolicy] = dict(config=cfg.actor_rollout_ref, role=str(Role.RefPolicy), **env)
         if self.use_rm:
             roles[Role.RewardModel] = dict(config=cfg.reward.reward_model, **env)
+        roles.update(teacher_pool.teacher_init_kwargs(cfg, env, self.role_worker_mapping))
         roles = self._role_init_kwargs(roles)
         # The driver's torch threads (verl.utils.cpu_threads): all this process's CPUs when the worker
         # computes in it; one when the workers are Ray processes and the driver only moves batches, so
@@ -169,6 +172,7 @@ class RayPPOTrainer(TrainerIOMixin):
         if self.use_rm:
             self.rm_wg = all_wg[str(Role.RewardModel)]
             self.rm_wg.init_model()
+        self.teacher_wgs = teacher_pool.start_teachers(all_wg, cfg)
         self.actor_rollout_wg = all_wg[str(self.actor_role)]
         self.actor_rollout_wg.init_model()
         if self.ref_in_actor:
@@ -343,6 +347,8 @@ class RayPPOTrainer(TrainerIOMixin):
         batch.meta_info.update(global_steps=self.global_steps, temperature=self.config.actor_rollout_ref.rollout.temperature)
         with marked_timer("gen", timing_raw):
             batch = self._stage_generate(batch, metrics)
+        if self.teacher_wgs:  # GKD's on-policy fraction (distillation_loss.lmbda < 1)
+            batch = gkd.mix_in_targets(batch, self.tokenizer, self.config, metrics)
         overlap = bool(self.config.reward.launch_reward_fn_async)
         if overlap:
             if self.config.trainer.balance_batch:
@@ -362,6 +368,9 @@ class RayPPOTrainer(TrainerIOMixin):
             batch = self._stage_old_log_prob(batch, metrics)
         with marked_timer("ref", timing_raw):
             batch = self._stage_ref_log_prob(batch, metrics)
+        if self.teacher_wgs:
+            with marked_timer("teacher", timing_raw):
+                batch = teacher_step.compute_teacher_log_probs(batch, self.teacher_wgs, self.config.distillation, metrics)
         with marked_timer("values", timing_raw):
             batch = self._stage_values(batch, metrics)
         if overlap:
