@@ -26,7 +26,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import argparse  # noqa: E402
 import json  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
 
 import opd_addition  # noqa: E402
 import self_distill_addition  # noqa: E402
@@ -44,28 +43,17 @@ def model_accuracy(model: str, assets: dict, out: Path, workers: int) -> float:
     return float(run_ppo(cfg)["val/arithmetic/reward"])
 
 
-def _run_self_distill(variant: str, assets: dict, out: Path, kw: dict) -> dict[str, Any]:
-    import time
-
-    from verl.trainer.config import load_config, validate_config
-    from verl.trainer.main_ppo import run_ppo
-
-    cfg = load_config(self_distill_addition.run_args(variant, assets, out, **kw))
-    validate_config(cfg)
-    start = time.time()
-    run_ppo(cfg)
-    return {"val_curve": opd_addition.val_curve(out / "metrics.jsonl"), "seconds": round(time.time() - start, 1)}
-
-
-def table(results: list[dict], steps: int) -> str:
+def table(results: list[dict]) -> str:
+    """Held-out exact match per validation step, the best, wall time (start-up and validation included)
+    and the median time of a training step without validation."""
     checkpoints = sorted({s for r in results for s, _ in r["val_curve"]})
-    cols = ["run", *[f"step {s}" for s in checkpoints], "best", f"wall time ({steps} steps)", "s / step"]
+    cols = ["run", *[f"step {s}" for s in checkpoints], "best", "wall time", "s / training step (median)"]
     rows = []
     for r in results:
         curve = dict(r["val_curve"])
         rows.append([r["name"], *[f"{100 * curve[s]:.1f}%" if s in curve else "" for s in checkpoints],
                      f"{100 * max(curve.values()):.1f}%" if curve else "", f"{r['seconds']:.0f} s",
-                     f"{r['seconds'] / steps:.1f}"])
+                     f"{r['step_seconds']:.1f}"])
     return markdown_table(cols, rows)
 
 
@@ -77,13 +65,7 @@ def main(argv: list[str] | None = None) -> str:
     p.add_argument("--teacher-sft-steps", type=int, default=600)
     p.add_argument("--student-sft-steps", type=int, default=120)
     p.add_argument("--self-distill-sft-steps", type=int, default=200)
-    p.add_argument("--steps", type=int, default=40)
-    p.add_argument("--prompts", type=int, default=16)
-    p.add_argument("--n", type=int, default=8)
-    p.add_argument("--test-freq", type=int, default=10)
-    p.add_argument("--lr", type=float, default=1e-4)
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--seed", type=int, default=1)
+    opd_addition.add_run_options(p)
     args = p.parse_args(argv)
     out = Path(args.out).absolute()
     out.mkdir(parents=True, exist_ok=True)
@@ -95,8 +77,7 @@ def main(argv: list[str] | None = None) -> str:
         with done_file.open("a") as f:
             f.write(json.dumps(result) + "\n")
 
-    kw = dict(steps=args.steps, workers=args.workers, prompts=args.prompts, n=args.n, test_freq=args.test_freq,
-              lr=args.lr, seed=args.seed)
+    kw = opd_addition.run_options(args)
     assets = opd_addition.build_assets(out / "assets", args.teacher_sft_steps, args.student_sft_steps,
                                        args.workers, args.seed)
     if "teacher" not in done:
@@ -112,12 +93,14 @@ def main(argv: list[str] | None = None) -> str:
         for variant in ("opsd", "grpo"):
             name = f"self-distill: {variant}"
             if name not in done:
-                record({"name": name, **_run_self_distill(variant, sd_assets, out / f"self_distill_{variant}", kw)})
+                run_out = out / f"self_distill_{variant}"
+                args_list = self_distill_addition.run_args(variant, sd_assets, run_out, **kw)
+                record({"name": name, **opd_addition.run_main_ppo(args_list, run_out)})
             names.append(name)
     text = (f"teacher (demo size, {args.teacher_sft_steps} SFT steps) held-out exact match: "
             f"{100 * done['teacher']['accuracy']:.1f}%; student: xs, {args.student_sft_steps} SFT steps; "
             f"{args.prompts} prompts x {args.n} samples per step, lr {args.lr}, seed {args.seed}\n\n"
-            + table([{"name": n, **{k: v for k, v in done[n].items() if k != "name"}} for n in names], args.steps))
+            + table([{"name": n, **{k: v for k, v in done[n].items() if k != "name"}} for n in names]))
     (out / "opd_vs_grpo.md").write_text(text)
     print(text, flush=True)
     return text

@@ -115,20 +115,53 @@ def val_curve(metrics_file: Path) -> list[tuple[int, float]]:
     return [(int(r["step"]), float(r["val/arithmetic/reward"])) for r in rows if "val/arithmetic/reward" in r]
 
 
-def run(variant: str, assets: dict, out: Path, **kw: Any) -> dict[str, Any]:
-    """One variant through ``main_ppo`` (``run_ppo``); returns its validation curve and wall time."""
+def step_seconds(metrics_file: Path) -> float:
+    """Median ``timing_s/step`` of the training steps without a validation pass (``timing_s/testing``)."""
+    import statistics
+
+    rows = [json.loads(line) for line in metrics_file.read_text().splitlines() if line.strip()]
+    times = [float(r["timing_s/step"]) for r in rows if "timing_s/step" in r and "timing_s/testing" not in r]
+    return round(statistics.median(times), 2) if times else float("nan")
+
+
+def run_main_ppo(args: list[str], out: Path) -> dict[str, Any]:
+    """``main_ppo``'s ``run_ppo`` on ``args``; the validation curve, wall time (start-up and validation
+    included) and median seconds per training step of the run written to ``out``."""
     import time
 
     from verl.trainer.config import load_config, validate_config
     from verl.trainer.main_ppo import run_ppo
 
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown variant {variant!r}; known: {', '.join(VARIANTS)}")
-    cfg = load_config(run_args(variant, assets, out, **kw))
+    cfg = load_config(args)
     validate_config(cfg)
     start = time.time()
     run_ppo(cfg)
-    return {"variant": variant, "val_curve": val_curve(out / "metrics.jsonl"), "seconds": round(time.time() - start, 1)}
+    return {"val_curve": val_curve(out / "metrics.jsonl"), "seconds": round(time.time() - start, 1),
+            "step_seconds": step_seconds(out / "metrics.jsonl")}
+
+
+def run(variant: str, assets: dict, out: Path, **kw: Any) -> dict[str, Any]:
+    """One variant (``run_args``'s keywords) through ``main_ppo``."""
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}; known: {', '.join(VARIANTS)}")
+    return {"variant": variant, **run_main_ppo(run_args(variant, assets, out, **kw), out)}
+
+
+def add_run_options(p: argparse.ArgumentParser) -> None:
+    """The RL run's options, shared by the examples and benchmarks/opd_vs_grpo.py."""
+    p.add_argument("--steps", type=int, default=40, help="RL steps")
+    p.add_argument("--prompts", type=int, default=16, help="prompts per step")
+    p.add_argument("--n", type=int, default=8, help="samples per prompt")
+    p.add_argument("--test-freq", type=int, default=10)
+    p.add_argument("--lr", type=float, default=1e-4)
+    p.add_argument("--workers", type=int, default=2, help="student workers (a teacher has one more)")
+    p.add_argument("--seed", type=int, default=1)
+
+
+def run_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``run_args``'s keywords from `add_run_options`' options."""
+    return dict(steps=args.steps, workers=args.workers, prompts=args.prompts, n=args.n, test_freq=args.test_freq,
+                lr=args.lr, seed=args.seed)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -137,18 +170,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--variant", default="forward_kl_topk", choices=list(VARIANTS))
     p.add_argument("--teacher-sft-steps", type=int, default=600)
     p.add_argument("--student-sft-steps", type=int, default=120)
-    p.add_argument("--steps", type=int, default=40, help="RL steps")
-    p.add_argument("--prompts", type=int, default=16, help="prompts per step")
-    p.add_argument("--n", type=int, default=8, help="samples per prompt")
-    p.add_argument("--test-freq", type=int, default=10)
-    p.add_argument("--lr", type=float, default=1e-4)
-    p.add_argument("--workers", type=int, default=2, help="student workers (the teacher has one more)")
-    p.add_argument("--seed", type=int, default=1)
+    add_run_options(p)
     args = p.parse_args(argv)
     out = Path(args.out).absolute()
     assets = build_assets(out / "assets", args.teacher_sft_steps, args.student_sft_steps, args.workers, args.seed)
-    result = run(args.variant, assets, out / args.variant, steps=args.steps, workers=args.workers,
-                 prompts=args.prompts, n=args.n, test_freq=args.test_freq, lr=args.lr, seed=args.seed)
+    result = run(args.variant, assets, out / args.variant, **run_options(args))
     print(json.dumps(result), flush=True)
     return result
 

@@ -29,7 +29,7 @@ import json  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
-from opd_addition import STUDENT_SIZE, _sft, val_curve  # noqa: E402
+from opd_addition import STUDENT_SIZE, _sft, add_run_options, run_main_ppo, run_options  # noqa: E402
 
 # the chat template's rendering of a system turn: the student's prompt starts with the user turn, so the
 # teacher's prompt (this, then the student's) is exactly the template's rendering of [system, user]
@@ -38,7 +38,7 @@ TEMPLATE = "<|im_start|>system\n" + HINT + "<|im_end|>\n"
 
 
 def build_assets(root: str | os.PathLike, sft_steps: int, workers: int = 2, seed: int = 1) -> dict[str, Any]:
-    from verl.trainer.demo import write_data
+    from verl.trainer.demo import addition_rows, write_data
     from verl.trainer.model_builders import MODEL_BUILDERS
     from verl.utils.dataset.rows import write_parquet
 
@@ -49,9 +49,8 @@ def build_assets(root: str | os.PathLike, sft_steps: int, workers: int = 2, seed
         if (done.get("sft_steps"), done.get("seed")) == (sft_steps, seed) and Path(done["student"]).exists():
             return done
     data = write_data(root / "data")
-    import pandas as pd
-
-    plain = pd.read_parquet(data["sft"])["messages"].tolist()
+    plain = [r["prompt"] + [{"role": "assistant", "content": r["reward_model"]["ground_truth"]}]
+             for r in addition_rows("train")]  # the demo's SFT conversations
     hinted = [[{"role": "system", "content": HINT.replace("{solution}", m[-1]["content"])}, *m] for m in plain]
     data["sft_hinted"] = str(write_parquet([{"messages": list(m)} for m in [*plain, *hinted]],
                                            root / "data" / "sft_hinted.parquet"))
@@ -83,32 +82,16 @@ def run_args(variant: str, assets: dict, out: Path, steps: int, workers: int, pr
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    import time
-
-    from verl.trainer.config import load_config, validate_config
-    from verl.trainer.main_ppo import run_ppo
-
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True)
     p.add_argument("--variant", default="opsd", choices=["opsd", "grpo"])
     p.add_argument("--sft-steps", type=int, default=200)
-    p.add_argument("--steps", type=int, default=40)
-    p.add_argument("--prompts", type=int, default=16)
-    p.add_argument("--n", type=int, default=8)
-    p.add_argument("--test-freq", type=int, default=10)
-    p.add_argument("--lr", type=float, default=1e-4)
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--seed", type=int, default=1)
+    add_run_options(p)
     args = p.parse_args(argv)
     out = Path(args.out).absolute()
     assets = build_assets(out / "assets", args.sft_steps, args.workers, args.seed)
-    cfg = load_config(run_args(args.variant, assets, out / args.variant, args.steps, args.workers, args.prompts,
-                               args.n, args.test_freq, args.lr, args.seed))
-    validate_config(cfg)
-    start = time.time()
-    run_ppo(cfg)
-    result = {"variant": args.variant, "val_curve": val_curve(out / args.variant / "metrics.jsonl"),
-              "seconds": round(time.time() - start, 1)}
+    result = {"variant": args.variant,
+              **run_main_ppo(run_args(args.variant, assets, out / args.variant, **run_options(args)), out / args.variant)}
     print(json.dumps(result), flush=True)
     return result
 
