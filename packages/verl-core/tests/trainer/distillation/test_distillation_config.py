@@ -3,7 +3,8 @@ user's terms, teachers are resolved (pool sizes, routing keys, privileged contex
 
 import pytest
 from verl.trainer.config import ConfigError, load_config, validate_config
-from verl.trainer.config.distillation import resolve_teachers, teacher_pool_size
+from verl.trainer.config.distillation import resolve_teachers
+from verl.trainer.distillation.teacher_pool import TeacherRole, teacher_resource_pools
 
 REQUIRED = ["data.train_files=train.parquet", "actor_rollout_ref.model.path=/models/student", "trainer.device=cpu",
             "trainer.n_gpus_per_node=1", "data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=8"]
@@ -32,7 +33,7 @@ def test_upstream_defaults_load_and_validate_when_off():
     assert t.inference.temperature == cfg.actor_rollout_ref.rollout.temperature
     assert t.inference.tensor_model_parallel_size == 2 and t.num_replicas == 0
     validate_config(cfg)
-    assert teacher_pool_size(cfg) == 0
+    assert teacher_resource_pools(cfg) == ({}, {})
 
 
 def test_one_teacher_takes_the_whole_pool():
@@ -40,7 +41,8 @@ def test_one_teacher_takes_the_whole_pool():
     validate_config(cfg)
     (name, t), = resolve_teachers(cfg).items()
     assert name == "teacher_model" and t.num_replicas == 2 and t.world_size == 2
-    assert teacher_pool_size(cfg) == 2
+    assert teacher_resource_pools(cfg) == ({"teacher_pool_teacher_model": [2]},
+                                           {TeacherRole("teacher_model"): "teacher_pool_teacher_model"})
 
 
 def test_enabled_section_problems_in_the_users_terms():
@@ -93,6 +95,7 @@ def test_several_teachers_fill_the_pool_and_the_placeholder_entry_is_dropped():
     teachers = resolve_teachers(cfg)
     assert sorted(teachers) == ["code", "math"]  # the default teacher_model entry has no model_path: dropped
     assert (teachers["math"].key, teachers["math"].world_size, teachers["code"].world_size) == ("arithmetic", 2, 1)
+    assert teacher_resource_pools(cfg)[0] == {"teacher_pool_math": [2], "teacher_pool_code": [1]}
     # the added entries get the mirrors' values like the default entry
     assert teachers["code"].inference.temperature == cfg.actor_rollout_ref.rollout.temperature
 
@@ -111,3 +114,9 @@ def test_local_backend_and_megatron_are_refused_with_distillation():
     assert any("teacher pool has 2 workers" in p for p in problems), problems
     problems = _problems(ON + ["actor_rollout_ref.actor.strategy=megatron"])
     assert any("actor_rollout_ref.actor.strategy=megatron" in p and "distillation" in p for p in problems)
+
+
+def test_a_teacher_larger_than_a_node_takes_whole_nodes():
+    cfg = load_config(REQUIRED + [a.replace("nnodes=1", "nnodes=2") for a in ON])
+    validate_config(cfg)
+    assert teacher_resource_pools(cfg)[0] == {"teacher_pool_teacher_model": [2, 2]}  # 4 workers on 2 nodes of 2

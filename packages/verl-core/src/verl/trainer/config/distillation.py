@@ -214,13 +214,6 @@ def resolve_teachers(cfg: DictConfig, problems: list[str] | None = None) -> dict
     return teachers
 
 
-def teacher_pool_size(cfg: DictConfig) -> int:
-    """Workers the teachers occupy (0 without distillation)."""
-    if not distillation_enabled(cfg):
-        return 0
-    return int(cfg.distillation.nnodes) * int(cfg.distillation.n_gpus_per_node)
-
-
 def check_distillation(cfg: DictConfig, problems: list[str]) -> None:
     """Every problem of an enabled ``distillation`` section, in the user's terms (called by validate_config)."""
     if not distillation_enabled(cfg):
