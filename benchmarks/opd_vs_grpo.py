@@ -2,8 +2,8 @@
 
     uv run python benchmarks/opd_vs_grpo.py --out DIR [--steps 40] [--variants grpo,k3,...] [--self-distill]
 
-The task, models and variants are ``examples/distillation/opd_addition.py``'s: a teacher of the demo
-model's size warm-started longer, an ``xs`` student warm-started briefly, then every variant from that
+The task, models and variants are ``examples/distillation/opd_addition.py``'s: a teacher of the tiny ``s``
+size warm-started longer, a student of the demo model's size warm-started briefly, then every variant from that
 student for ``--steps`` steps of ``--prompts`` x ``--n`` trajectories, validated greedily on the held-out
 problems every ``--test-freq`` steps. The teacher's own held-out accuracy (``trainer.val_only`` through
 ``main_ppo``) is the ceiling the distilled variants aim at. With ``--self-distill`` the pair of
@@ -62,9 +62,9 @@ def main(argv: list[str] | None = None) -> str:
     p.add_argument("--out", required=True)
     p.add_argument("--variants", default=",".join(opd_addition.VARIANTS))
     p.add_argument("--self-distill", action="store_true")
-    p.add_argument("--teacher-sft-steps", type=int, default=600)
-    p.add_argument("--student-sft-steps", type=int, default=120)
-    p.add_argument("--self-distill-sft-steps", type=int, default=200)
+    p.add_argument("--teacher-sft-steps", type=int, default=400)
+    p.add_argument("--student-sft-steps", type=int, default=150)
+    p.add_argument("--self-distill-sft-steps", type=int, default=150)
     opd_addition.add_run_options(p)
     args = p.parse_args(argv)
     out = Path(args.out).absolute()
@@ -97,8 +97,8 @@ def main(argv: list[str] | None = None) -> str:
                 args_list = self_distill_addition.run_args(variant, sd_assets, run_out, **kw)
                 record({"name": name, **opd_addition.run_main_ppo(args_list, run_out)})
             names.append(name)
-    text = (f"teacher (demo size, {args.teacher_sft_steps} SFT steps) held-out exact match: "
-            f"{100 * done['teacher']['accuracy']:.1f}%; student: xs, {args.student_sft_steps} SFT steps; "
+    text = (f"teacher (tiny s, {args.teacher_sft_steps} SFT steps) held-out exact match: "
+            f"{100 * done['teacher']['accuracy']:.1f}%; student: the demo model's size, {args.student_sft_steps} SFT steps; "
             f"{args.prompts} prompts x {args.n} samples per step, lr {args.lr}, seed {args.seed}\n\n"
             + table([{"name": n, **{k: v for k, v in done[n].items() if k != "name"}} for n in names]))
     (out / "opd_vs_grpo.md").write_text(text)

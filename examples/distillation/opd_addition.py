@@ -3,9 +3,10 @@
     uv run python examples/distillation/opd_addition.py --out DIR [--variant forward_kl_topk] [--steps 40]
 
 Assets (built once under ``DIR/assets`` and reused): the demo's task (``a+b=``, held-out problems disjoint
-from training), a teacher of the demo model's size (hidden 128, 3 layers) warm-started with
-``--teacher-sft-steps`` SFT steps, and a student of the ``xs`` size (hidden 64, 2 layers) warm-started
-with ``--student-sft-steps``. Then one run through ``main_ppo`` from the student's warm start:
+from training), a teacher of the tiny ``s`` size (hidden 256, 4 layers, 3.2M parameters) warm-started with
+``--teacher-sft-steps`` SFT steps, and a student of the demo model's size (hidden 128, 3 layers, 457k
+parameters) warm-started with ``--student-sft-steps``. Then one run through ``main_ppo`` from the
+student's warm start:
 
     grpo              the baseline: GRPO on the exact-match reward, no teacher
     k3                reverse KL (k3 estimator on the sampled token), back-propagated; no task reward
@@ -30,9 +31,9 @@ import json  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
-TEACHER_SIZE = dict(hidden_size=128, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
-                    intermediate_size=256)  # the demo model's
-STUDENT_SIZE = "xs"  # hidden 64, 2 layers
+TEACHER_MODEL = dict(size="s")  # hidden 256, 4 layers
+STUDENT_MODEL = dict(hidden_size=128, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                     intermediate_size=256)  # the demo model's size
 
 VARIANTS: dict[str, list[str]] = {
     "grpo": [],
@@ -74,8 +75,8 @@ def build_assets(root: str | os.PathLike, teacher_sft_steps: int, student_sft_st
             return done
     data = write_data(root / "data")
     build = MODEL_BUILDERS.get("tiny_qwen2")
-    teacher_base = build(root / "teacher_base", **TEACHER_SIZE)
-    student_base = build(root / "student_base", size=STUDENT_SIZE)
+    teacher_base = build(root / "teacher_base", **TEACHER_MODEL)
+    student_base = build(root / "student_base", **STUDENT_MODEL)
     print(f"[opd] teacher: {teacher_sft_steps} SFT steps; student: {student_sft_steps} SFT steps", flush=True)
     out = {**want, "train": data["train"], "test": data["test"],
            "teacher": _sft(teacher_base, data, root / "teacher_sft", teacher_sft_steps, workers, seed),
@@ -168,8 +169,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="output folder (assets/ is reused across runs)")
     p.add_argument("--variant", default="forward_kl_topk", choices=list(VARIANTS))
-    p.add_argument("--teacher-sft-steps", type=int, default=600)
-    p.add_argument("--student-sft-steps", type=int, default=120)
+    p.add_argument("--teacher-sft-steps", type=int, default=400)
+    p.add_argument("--student-sft-steps", type=int, default=150)
     add_run_options(p)
     args = p.parse_args(argv)
     out = Path(args.out).absolute()

@@ -2,7 +2,7 @@
 
     uv run python examples/distillation/self_distill_addition.py --out DIR [--variant opsd] [--steps 40]
 
-The student (the ``xs`` tiny model) is warm-started on the addition task with SFT conversations of two
+The student (the demo model's size) is warm-started on the addition task with SFT conversations of two
 kinds: the plain problem, and the problem after a system turn that states the answer
 (``answer: 19``), so the model learns to use such a hint when it has one. Then, through ``main_ppo``:
 
@@ -29,7 +29,7 @@ import json  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
-from opd_addition import STUDENT_SIZE, _sft, add_run_options, run_main_ppo, run_options  # noqa: E402
+from opd_addition import STUDENT_MODEL, _sft, add_run_options, run_main_ppo, run_options  # noqa: E402
 
 # the chat template's rendering of a system turn: the student's prompt starts with the user turn, so the
 # teacher's prompt (this, then the student's) is exactly the template's rendering of [system, user]
@@ -54,7 +54,7 @@ def build_assets(root: str | os.PathLike, sft_steps: int, workers: int = 2, seed
     hinted = [[{"role": "system", "content": HINT.replace("{solution}", m[-1]["content"])}, *m] for m in plain]
     data["sft_hinted"] = str(write_parquet([{"messages": list(m)} for m in [*plain, *hinted]],
                                            root / "data" / "sft_hinted.parquet"))
-    base = MODEL_BUILDERS.get("tiny_qwen2")(root / "student_base", size=STUDENT_SIZE)
+    base = MODEL_BUILDERS.get("tiny_qwen2")(root / "student_base", **STUDENT_MODEL)
     print(f"[opsd] warm start: {sft_steps} SFT steps on plain and hinted conversations", flush=True)
     out = {"sft_steps": sft_steps, "seed": seed, "train": data["train"], "test": data["test"],
            "student": _sft(base, data, root / "sft", sft_steps, workers, seed, files="sft_hinted")}
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True)
     p.add_argument("--variant", default="opsd", choices=["opsd", "grpo"])
-    p.add_argument("--sft-steps", type=int, default=200)
+    p.add_argument("--sft-steps", type=int, default=150)
     add_run_options(p)
     args = p.parse_args(argv)
     out = Path(args.out).absolute()
