@@ -129,8 +129,7 @@ def _build_actor(model_dir: str, strategy: str, tp: int, micro_batch: int):
     from verl.workers.engine import build_engine
 
     cfg = load_config(
-        actor_overrides(model_dir, strategy, tp, micro_batch), defaults_yaml=None
-    ).actor_rollout_ref
+        actor_overrides(model_dir, strategy, tp, micro_batch)).actor_rollout_ref
     actor_cfg = cfg.actor
     engine = build_engine(
         strategy,

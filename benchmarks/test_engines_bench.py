@@ -43,16 +43,14 @@ def test_actor_config_is_read_as_built(tmp_path):
     from verl.trainer.config import load_config
 
     cfg = load_config(
-        engines.actor_overrides(tmp_path, "megatron", 2, 32), defaults_yaml=None
-    ).actor_rollout_ref
+        engines.actor_overrides(tmp_path, "megatron", 2, 32)).actor_rollout_ref
     assert cfg.model.path == str(tmp_path)
     assert cfg.actor.strategy == "megatron"
     assert cfg.actor.megatron.tensor_model_parallel_size == 2
     assert cfg.actor.ppo_mini_batch_size == 8 and cfg.actor.ppo_micro_batch_size_per_gpu == 32
     assert cfg.actor.optim.lr == pytest.approx(1e-3) and cfg.actor.use_rollout_log_probs
     fsdp = load_config(
-        engines.actor_overrides(tmp_path, "fsdp2", 1, 64), defaults_yaml=None
-    ).actor_rollout_ref
+        engines.actor_overrides(tmp_path, "fsdp2", 1, 64)).actor_rollout_ref
     assert fsdp.actor.strategy == "fsdp2" and fsdp.actor.megatron.tensor_model_parallel_size == 1
 
 

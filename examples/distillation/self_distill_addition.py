@@ -76,7 +76,7 @@ def run_args(variant: str, assets: dict, out: Path, steps: int, workers: int, pr
         f"{t}.model_path={assets['student']}", f"{t}.inference.name=hf", f"{t}.inference.dtype=float32",
         f"{t}.inference.tensor_model_parallel_size=1",
         f"{t}.privileged_context.key=reward_model.ground_truth", f"{t}.privileged_context.position=before_prompt",
-        f"{t}.privileged_context.template={json.dumps(TEMPLATE)}",  # a YAML double-quoted string: \n escapes
+        f"{t}.privileged_context.template='{TEMPLATE}'",  # quoted (override grammar): newlines kept as they are
         "distillation.distillation_loss.loss_mode=forward_kl_topk", "distillation.distillation_loss.use_task_rewards=false",
     ]
 

@@ -52,7 +52,7 @@ def ppo_config():
     from verl.trainer.config import load_config
 
     def make(*overrides: str):
-        return load_config(list(overrides), defaults_yaml=None)  # schema defaults only
+        return load_config(list(overrides))  # schema defaults only
 
     return make
 

@@ -1,53 +1,44 @@
 """Shared fixtures: a scripted OpenAI-compatible server on 127.0.0.1 (judge / simulator stand-in) and the
 recipe's rule-based user server."""
 
-import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from aiohttp import web
+from verl.rewards.http_server import BackgroundServer, HTTPLimits, make_app, openai_error, read_json
 
 
-class _Scripted(BaseHTTPRequestHandler):
+class _Scripted:
     """Answers POST /v1/chat/completions with ``replies[k]`` for the k-th request (the last repeats)."""
 
     replies: list = ["{}"]
     prompts: list = []
     lock = threading.Lock()
 
-    def do_POST(self):  # noqa: N802
-        cls = type(self)
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+    @classmethod
+    async def handle(cls, request: web.Request) -> web.Response:
+        body = await read_json(request, HTTPLimits())
         with cls.lock:
             k = len(cls.prompts)
             cls.prompts.append(body["messages"][-1]["content"])
             reply = cls.replies[min(k, len(cls.replies) - 1)]
-        data = json.dumps({"choices": [{"message": {"role": "assistant", "content": reply}}]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *a):
-        pass
+        return web.json_response({"choices": [{"message": {"role": "assistant", "content": reply}}]})
 
 
 @pytest.fixture(scope="module")
 def scripted_server():
     """``(base_url, set_replies)``: ``set_replies(*texts)`` scripts the next answers and clears the log;
     ``_Scripted.prompts`` holds the prompts received."""
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Scripted)
-    srv.daemon_threads = True
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    app = make_app(HTTPLimits(), openai_error)
+    app.router.add_post("/v1/chat/completions", _Scripted.handle)
 
     def set_replies(*texts):
         _Scripted.replies = list(texts)
         _Scripted.prompts = []
         return _Scripted
 
-    yield f"http://127.0.0.1:{srv.server_address[1]}/v1", set_replies
-    srv.shutdown()
+    with BackgroundServer(app) as srv:
+        yield f"{srv.url}/v1", set_replies
 
 
 @pytest.fixture(scope="module")

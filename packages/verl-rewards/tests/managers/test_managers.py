@@ -95,7 +95,10 @@ def test_naive_places_each_score_on_the_last_valid_token(tokenizer, capsys):
     want[1, 9] = 1.0  # "Answer: 23": length 10
     # row 2 is wrong: all zeros
     torch.testing.assert_close(out["reward_tensor"], want)
-    assert out["reward_extra_info"] == {"score": [1.0, 1.0, 0.0]}
+    assert out["reward_extra_info"] == {
+        "score": [1.0, 1.0, 0.0],
+        "verdict": ["passed", "passed", "wrong_answer"],
+    }
     printed = capsys.readouterr().out
     assert printed.count("[prompt]") == 1 and "[prompt] 1+1=" in printed and "[response] 2" in printed
 
@@ -284,3 +287,73 @@ def test_load_reward_manager_passes_sandbox_to_code_rows(tokenizer):
     assert mgr.score_kwargs == {"sandbox": "local", "sandbox_options": {"timeout": 5}}
     out = mgr(data, return_dict=True)
     assert out["reward_extra_info"]["pass_rate"] == [1.0] and out["reward_extra_info"]["failure"] == ["none"]
+
+
+# -- verdicts: why each sample got its score, as step metrics ------------------------------------
+_ADD_TEST = {"test": "def check(candidate):\n    assert candidate(2, 3) == 5\n", "entry_point": "add",
+             "prompt": "def add(a, b):\n    pass\n"}  # fmt: skip
+_HONEST = "```python\ndef add(a, b):\n    return a + b\n```"
+_WRONG = "```python\ndef add(a, b):\n    return a - b\n```"
+_HACK = "```python\nclass A:\n    def __eq__(self, o): return True\ndef add(a, b):\n    return A()\n```"
+
+
+def _code_and_math_batch(codes):
+    n = len(codes)
+    return make_batch(
+        prompts=["write add"] * n + ["1+1=", "2+2="],
+        responses=codes + ["2", "Answer:"],
+        data_sources=["humaneval"] * n + ["arithmetic"] * 2,
+        ground_truths=[_ADD_TEST] * n + ["2", "4"],
+    )
+
+
+def test_verdicts_become_per_sample_fields_and_step_metrics_through_the_trainer(tokenizer, tmp_path):
+    """A manager's verdict column -> the trainer's reward stage (its metrics and non-tensor columns) ->
+    the tracker: each verdict's share per step in metrics.jsonl and in the plot's history, so a rising
+    share of refused hacks is visible."""
+    import json
+    from types import SimpleNamespace
+
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+    from verl.utils.tracking import Tracking
+
+    manager = NaiveRewardManager(tokenizer, num_examine=0)
+    tracker = Tracking("verdicts", "t", default_backend=["jsonl"], output_dir=str(tmp_path))
+    steps = [[_HONEST, _WRONG, _WRONG], [_HONEST, _WRONG, _HACK], [_HONEST, _HACK, _HACK]]
+    for step, codes in enumerate(steps, start=1):
+        metrics: dict = {}
+        batch = RayPPOTrainer.rule_reward(
+            SimpleNamespace(reward_fn=manager), _code_and_math_batch(codes), metrics
+        )
+        if step == 2:  # per sample: honest passes, wrong, refused hack; the math rows: right, no answer
+            assert list(batch.non_tensor_batch["verdict"]) == [
+                "passed",
+                "wrong_answer",
+                "hack",
+                "passed",
+                "format",
+            ]
+            assert batch.batch["token_level_scores"].sum(-1).tolist() == [1.0, 0.0, 0.0, 1.0, 0.0]
+        metrics["critic/score/mean"] = batch.batch["token_level_scores"].sum(-1).mean().item()
+        tracker.log(metrics, step=step)
+    tracker.finish()
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    # 5 samples per step: the honest solution and the right math answer pass, the empty answer is a format failure
+    assert [r["reward/verdict/hack"] for r in rows] == [0.0, 0.2, 0.4]
+    assert [r["reward/verdict/wrong_answer"] for r in rows] == [0.4, 0.2, 0.0]
+    assert all(r["reward/verdict/passed"] == 0.4 and r["reward/verdict/format"] == 0.2 for r in rows)
+    assert all(r["reward/verdict/timeout"] == 0.0 and r["reward/verdict/sandbox_error"] == 0.0 for r in rows)
+    assert tracker.share_history["reward/verdict/hack"] == [(1, 0.0), (2, 0.2), (3, 0.4)]
+    assert (tmp_path / "reward_curve.png").stat().st_size > 0
+
+
+def test_verdict_metrics_refuse_unknown_kinds_and_skip_rows_without_one():
+    from verl.rewards.scoring.verdicts import VERDICTS, verdict_metrics
+
+    shares = verdict_metrics(["passed", None, "timeout", "timeout"])
+    assert shares == {
+        f"reward/verdict/{v}": {"passed": 1 / 3, "timeout": 2 / 3}.get(v, 0.0) for v in VERDICTS
+    }
+    assert verdict_metrics([None, None]) == {}
+    with pytest.raises(ValueError, match=r"unknown verdict\(s\) \['cheated'\]; known: \['passed'"):
+        verdict_metrics(["cheated"])

@@ -2,16 +2,16 @@
 errors that are not retried, the concurrency limit, the key header, and config errors."""
 
 import asyncio
-import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from aiohttp import web
+from verl.rewards.http_server import BackgroundServer, HTTPLimits, make_app, read_json
 from verl.rewards.models.chat_client import ChatClient, ChatClientError
 
 
-class _Flaky(BaseHTTPRequestHandler):
+class _Flaky:
     """Each POST takes the next behaviour from ``script`` (the last one repeats): an int status (200 answers
     "ok <n>"), ``("sleep", seconds)`` before answering 200, ``("429", retry_after)``, or ``"garbage"``."""
 
@@ -21,19 +21,19 @@ class _Flaky(BaseHTTPRequestHandler):
     max_in_flight = 0
     lock = threading.Lock()
 
-    def do_POST(self):  # noqa: N802
-        cls = type(self)
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+    @classmethod
+    async def handle(cls, request: web.Request) -> web.Response:
+        body = await read_json(request, HTTPLimits())
         with cls.lock:
             k = len(cls.calls)
-            cls.calls.append((body, dict(self.headers)))
+            cls.calls.append((body, dict(request.headers)))
             cls.in_flight += 1
             cls.max_in_flight = max(cls.max_in_flight, cls.in_flight)
             step = cls.script[min(k, len(cls.script) - 1)]
         try:
             headers = {}
             if isinstance(step, tuple) and step[0] == "sleep":
-                time.sleep(step[1])
+                await asyncio.sleep(step[1])
                 status, payload = 200, _completion(f"ok {k}")
             elif isinstance(step, tuple) and step[0] == "429":
                 status, payload, headers = 429, {"error": "slow down"}, {"Retry-After": str(step[1])}
@@ -43,22 +43,10 @@ class _Flaky(BaseHTTPRequestHandler):
                 status, payload = 200, _completion(f"ok {k}")
             else:
                 status, payload = int(step), {"error": {"message": f"failing on purpose with {step}"}}
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            for key, value in headers.items():
-                self.send_header(key, value)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the client gave up (time-out) before we answered
+            return web.json_response(payload, status=status, headers=headers)
         finally:
             with cls.lock:
                 cls.in_flight -= 1
-
-    def log_message(self, *a):
-        pass
 
 
 def _completion(text: str) -> dict:
@@ -69,11 +57,10 @@ def _completion(text: str) -> dict:
 
 @pytest.fixture(scope="module")
 def server():
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Flaky)
-    srv.daemon_threads = True
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{srv.server_address[1]}/v1"
-    srv.shutdown()
+    app = make_app(HTTPLimits())
+    app.router.add_post("/v1/chat/completions", _Flaky.handle)
+    with BackgroundServer(app) as srv:
+        yield f"{srv.url}/v1"
 
 
 @pytest.fixture

@@ -1,41 +1,32 @@
 """The generative judge against a stub OpenAI-compatible server on 127.0.0.1, and a local tiny LM."""
 
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
-
 import pytest
+from aiohttp import web
+from verl.rewards.http_server import BackgroundServer, HTTPLimits, make_app, read_json
 from verl.rewards.models.judge import GenerativeJudge, build_judge_scorer, parse_judge_score
 
 
-class _Chat(BaseHTTPRequestHandler):
+class _Chat:
     seen: list = []
 
-    def do_POST(self):  # noqa: N802
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        type(self).seen.append((self.path, dict(self.headers), body))
+    @classmethod
+    async def handle(cls, request: web.Request) -> web.Response:
+        body = await read_json(request, HTTPLimits())
+        cls.seen.append((request.path, dict(request.headers), body))
         prompt = body["messages"][-1]["content"]
         # The stub "judge" gives 8/10 when the response mentions the reference answer, else 2/10.
         ref = prompt.split("Reference answer:\n")[1].split("\n")[0]
         cand = prompt.split("Candidate response:\n")[1].split("\n\nRate")[0]
         reply = "Looks right.\nScore: 8" if ref in cand else "Wrong.\nScore: 2"
-        data = json.dumps({"choices": [{"message": {"role": "assistant", "content": reply}}]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *a):
-        pass
+        return web.json_response({"choices": [{"message": {"role": "assistant", "content": reply}}]})
 
 
 @pytest.fixture(scope="module")
 def endpoint():
-    srv = HTTPServer(("127.0.0.1", 0), _Chat)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{srv.server_address[1]}/v1"
-    srv.shutdown()
+    app = make_app(HTTPLimits())
+    app.router.add_post("/v1/chat/completions", _Chat.handle)
+    with BackgroundServer(app) as srv:
+        yield f"{srv.url}/v1"
 
 
 def test_openai_endpoint_request_and_score(endpoint, monkeypatch):

@@ -66,4 +66,7 @@ def test_math_time_limit_from_a_thread_inside_a_ray_actor(ray_cluster):
                 )
 
     actor = Scorer.remote()
-    assert ray.get(actor.score.remote(), timeout=300) == [1.0, 0.0]
+    assert ray.get(actor.score.remote(), timeout=300) == [
+        {"score": 1.0, "verdict": "passed"},
+        {"score": 0.0, "verdict": "timeout"},
+    ]

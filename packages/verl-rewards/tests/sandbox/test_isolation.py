@@ -40,3 +40,50 @@ def test_auto_never_falls_back_to_rlimits(monkeypatch):
         probe("auto")
     assert "bwrap: not installed" in str(err.value) and "namespaces: no unshare tool" in str(err.value)
     assert probe("rlimits").level == "rlimits"
+
+
+def _available(level):
+    try:
+        probe(level)
+        return True
+    except RuntimeError:
+        return False
+
+
+@pytest.mark.parametrize("level", [lvl for lvl in ("bwrap", "namespaces", "rlimits") if _available(lvl)])
+@pytest.mark.parametrize("timeout", [30, 1], ids=["exits", "times_out"])
+def test_a_background_child_does_not_outlive_its_run(level, timeout):
+    """A double-forked, setsid'ed child (out of the program's process group, its command line marked
+    with a one-time token) is gone when run() returns: the pid namespace takes it down at the
+    confining levels, the reaper at rlimits, and at the time limit every process under the sandbox
+    is killed and waited for."""
+    import secrets
+
+    from verl.rewards.sandbox.local import LocalSandbox
+
+    marker = secrets.token_hex(8)
+    daemon = (
+        "import os, sys\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+        f"        os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(120)', '{marker}'])\n"
+        "    os._exit(0)\nos.wait()\nimport time; time.sleep(0.5)\nprint('parent done', flush=True)\n"
+    )
+    sb = LocalSandbox(isolation=level, timeout=timeout)
+    res = sb.run(daemon + ("while True: pass\n" if timeout == 1 else ""))
+    assert res.status == ("ok" if timeout == 30 else "timeout"), res
+    assert _live_with(marker) == []
+
+
+def _live_with(marker: str) -> list[str]:
+    import os
+
+    found = []
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if marker.encode() in f.read() and pid != str(os.getpid()):
+                    with open(f"/proc/{pid}/stat") as f:
+                        if f.read().rsplit(")", 1)[1].split()[0] != "Z":
+                            found.append(pid)
+        except OSError:
+            pass
+    return found

@@ -4,6 +4,7 @@ import json
 
 import pytest
 from verl.rewards.scoring.code import compute_score, extract_code, outputs_match, parse_ground_truth
+from verl.rewards.scoring.verdicts import verdict_of
 
 STDIO = {"inputs": ["1 2\n", "10 -3\n", "0 0\n"], "outputs": ["3\n", "7\n", "0\n"]}
 ADD = "a, b = map(int, input().split())\nprint(a + b)\n"
@@ -18,8 +19,8 @@ def _score(code, gt, **kw):
 
 
 def _expect(out, score, pass_rate, failure, n):
-    assert out == {"score": score, "pass_rate": pytest.approx(pass_rate), "failure": failure, "num_tests": n,
-                   "num_passed": round(pass_rate * n)}  # fmt: skip
+    assert out == {"score": score, "pass_rate": pytest.approx(pass_rate), "failure": failure,
+                   "verdict": verdict_of(failure), "num_tests": n, "num_passed": round(pass_rate * n)}  # fmt: skip
 
 
 def test_stdio_pass_fail_crash_timeout_syntax():

@@ -6,9 +6,13 @@ from verl.rewards.scoring import SCORERS, get_scorer, register_scorer
 @pytest.mark.parametrize(
     "source,response,gt,want",
     [
-        ("openai/gsm8k", "#### 12", "12", 1.0),
-        ("arithmetic", "Answer: 12", "12", 1.0),
-        ("arithmetic", "12.0", "12", 0.0),
+        ("openai/gsm8k", "#### 12", "12", {"score": 1.0, "verdict": "passed"}),
+        ("openai/gsm8k", "twelve", "12", {"score": 0.0, "verdict": "format"}),
+        ("lighteval/MATH", "so \\boxed{\\frac{1}{2}}", "0.5", {"score": 1.0, "verdict": "passed"}),
+        ("lighteval/MATH", "one half", "0.5", {"score": 0.0, "verdict": "format"}),
+        ("arithmetic", "Answer: 12", "12", {"score": 1.0, "verdict": "passed"}),
+        ("arithmetic", "12.0", "12", {"score": 0.0, "verdict": "wrong_answer"}),
+        ("arithmetic", "Answer: ", "12", {"score": 0.0, "verdict": "format"}),
         ("reasoning_gym/basic_arithmetic", "<answer>12</answer>", "12", 1.0),
     ],
 )

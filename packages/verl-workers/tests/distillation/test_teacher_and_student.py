@@ -11,6 +11,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from verl import DataProto
 from verl.trainer.config import load_config
 from verl.trainer.distillation.teacher_pool import teacher_init_kwargs, teacher_roles
+from verl.trainer.ppo.distillation_losses import teacher_topk
 from verl.trainer.distillation.teacher_step import compute_teacher_log_probs
 from verl.workers.actor import DataParallelPPOActor
 from verl.workers.engine import build_engine
@@ -71,7 +72,8 @@ def _cfg(student, teacher, *extra):
 
 def _teachers(cfg):
     """The TeacherWorkers main_ppo would start, built here in-process from the same keywords."""
-    kwargs = teacher_init_kwargs(cfg, dict(device="cpu", seed=1), teacher_roles(cfg))
+    topk = teacher_topk(cfg.distillation.distillation_loss)
+    kwargs = teacher_init_kwargs(cfg, dict(device="cpu", seed=1), teacher_roles(cfg), topk)
     workers = {}
     for role, kw in kwargs.items():
         w = TeacherWorker(**kw)
@@ -112,7 +114,7 @@ def test_privileged_context_is_in_the_teachers_prompt_only(dist_world1, tiny_mod
         "reward_model": np.array([{"ground_truth": "19"}], dtype=object)})
     teacher = _teachers(_cfg(tiny_model_dir, teacher_dir,
                              "distillation.teacher_models.teacher_model.privileged_context.key=reward_model.ground_truth",
-                             "distillation.teacher_models.teacher_model.privileged_context.template=(answer {solution})"))
+                             "distillation.teacher_models.teacher_model.privileged_context.template='(answer {solution})'"))
     out = teacher["teacher_model"].compute_teacher_log_probs(data)
     # by hand: the teacher reads prompt + "(answer 19)" + response
     ctx = tok.encode("(answer 19)", add_special_tokens=False)

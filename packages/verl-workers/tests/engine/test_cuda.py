@@ -25,7 +25,7 @@ def _job(rank, world, model_dir, port):
     device = init_distributed("cuda", seed=1)
     assert device == torch.device("cuda", rank) and dist.get_backend() == "nccl"
     cfg = load_config([f"actor_rollout_ref.model.path={model_dir}", "actor_rollout_ref.model.model_dtype=bfloat16",
-                       "actor_rollout_ref.model.enable_gradient_checkpointing=false"], defaults_yaml=None)
+                       "actor_rollout_ref.model.enable_gradient_checkpointing=false"])
     arr = cfg.actor_rollout_ref
     engine = build_engine("fsdp2", model_config=arr.model, engine_config=arr.actor.fsdp_config,
                           optim_config=arr.actor.optim, total_training_steps=2)

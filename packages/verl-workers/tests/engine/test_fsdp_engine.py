@@ -21,7 +21,7 @@ def _actor(model_dir, strategy, mini, *extra):
         "actor_rollout_ref.actor.optim.lr_scheduler_type=cosine",
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "actor_rollout_ref.actor.use_kl_loss=true",
         "actor_rollout_ref.actor.entropy_coeff=0.01", "actor_rollout_ref.actor.ppo_epochs=2", *extra,
-    ], defaults_yaml=None)
+    ])
     arr = cfg.actor_rollout_ref
     engine = build_engine(strategy, model_config=arr.model, engine_config=arr.actor.fsdp_config,
                           optim_config=arr.actor.optim, grad_clip=arr.actor.grad_clip, total_training_steps=10)
@@ -154,7 +154,7 @@ def test_sequence_parallel_preconditions_are_named(dist_world1, tiny_model_dir):
     from verl.workers.engine import build_engine
 
     def build(strategy, *extra):
-        cfg = load_config([f"actor_rollout_ref.model.path={tiny_model_dir}", *extra], defaults_yaml=None)
+        cfg = load_config([f"actor_rollout_ref.model.path={tiny_model_dir}", *extra])
         arr = cfg.actor_rollout_ref
         return build_engine(strategy, model_config=arr.model, engine_config=arr.actor.fsdp_config,
                             ulysses_sequence_parallel_size=2)
@@ -195,7 +195,7 @@ def _load_full_state_job(rank, world, model_dir, out_dir):
     from verl.workers.engine import build_engine
 
     arr = load_config([f"actor_rollout_ref.model.path={model_dir}",
-                       "actor_rollout_ref.model.enable_gradient_checkpointing=false"], defaults_yaml=None).actor_rollout_ref
+                       "actor_rollout_ref.model.enable_gradient_checkpointing=false"]).actor_rollout_ref
     out = {}
     for strategy in ("fsdp2", "fsdp"):
         ref = build_engine(strategy, model_config=arr.model, engine_config=arr.ref.fsdp_config)

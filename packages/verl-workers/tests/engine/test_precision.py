@@ -21,7 +21,7 @@ def _engine(model_dir, *overrides, optim=True, lr=1e-3):
         f"actor_rollout_ref.model.path={model_dir}", "actor_rollout_ref.model.enable_gradient_checkpointing=false",
         f"actor_rollout_ref.actor.optim.lr={lr}", "actor_rollout_ref.actor.optim.lr_warmup_steps=0",
         "actor_rollout_ref.actor.optim.weight_decay=0.0", *overrides,
-    ], defaults_yaml=None)
+    ])
     arr = cfg.actor_rollout_ref
     section = arr.actor if optim else arr.ref
     return build_engine("fsdp2", model_config=arr.model, engine_config=section.fsdp_config,
@@ -147,8 +147,7 @@ def test_generation_runs_on_the_compute_copy(dist_world1, tiny_model_dir, tiny_t
         assert {p.dtype for p in engine.module.parameters()} == {torch.bfloat16}
     assert all(a is b for a, b in zip(masters, engine.module.parameters(), strict=True))
 
-    cfg = load_config(["actor_rollout_ref.rollout.do_sample=false", "actor_rollout_ref.rollout.response_length=5"],
-                      defaults_yaml=None).actor_rollout_ref.rollout
+    cfg = load_config(["actor_rollout_ref.rollout.do_sample=false", "actor_rollout_ref.rollout.response_length=5"]).actor_rollout_ref.rollout
     prompts = chat_prompt_batch(tiny_tokenizer, ["1+2=", "what is 7*8?", "hi"])
     # the engine's masters are the bf16 checkpoint load, upcast: the same values a bf16 model holds
     cast = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.bfloat16)

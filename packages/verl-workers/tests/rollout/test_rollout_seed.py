@@ -10,7 +10,7 @@ from verl.workers.rollout import HFRollout, NativeRollout, rollout_generator
 
 
 def _cfg(*overrides):
-    return load_config(["data.max_response_length=6", *overrides], defaults_yaml=None).actor_rollout_ref.rollout
+    return load_config(["data.max_response_length=6", *overrides]).actor_rollout_ref.rollout
 
 
 @pytest.fixture(scope="module")

@@ -4,8 +4,9 @@ The CPU default reaches its simulated user the way the paper setting reaches an 
 ``collabllm`` interaction renders the simulator prompt, verl-rewards' `ChatClient` POSTs it to
 ``/v1/chat/completions``, and the JSON reply is parsed. Here the server reads the prompt's sections
 (the complete request and the conversation, between the interaction's markers), asks
-`verl_recipe_collabllm.task.simulate_user` and answers with its JSON. Standard library HTTP server,
-one thread per request, bound to 127.0.0.1 on a free port.
+`verl_recipe_collabllm.task.simulate_user` and answers with its JSON. Served by aiohttp on a thread of
+its own (`verl.rewards.http_server`, with its body-size and time limits), bound to 127.0.0.1 on a free
+port.
 
     with RuleUserServer() as server:     # or server.start() / server.stop()
         server.base_url                  # http://127.0.0.1:<port>/v1
@@ -16,8 +17,17 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from aiohttp import web
+from verl.rewards.http_server import (
+    BackgroundServer,
+    HTTPError,
+    HTTPLimits,
+    make_app,
+    openai_error,
+    read_json,
+)
 
 from verl_recipe_collabllm import task
 from verl_recipe_collabllm.interaction import CHAT_END, CHAT_START, GOAL_END, GOAL_START
@@ -50,95 +60,57 @@ def rule_user_reply(prompt: str, simulate: Callable[[str, str], dict] = task.sim
     return json.dumps(simulate(goal, last_assistant_message(chat)))
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
+class RuleUserServer:
+    """The rule-based user behind ``/v1/chat/completions`` (see module doc)."""
 
-    def _send(self, status: int, payload: dict[str, Any]) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+    def __init__(self, simulate: Callable[[str, str], dict] = task.simulate_user):
+        self.simulate = simulate
+        self.limits = HTTPLimits()
+        self._server: BackgroundServer | None = None
+        self._lock = threading.Lock()
+        self._served = 0
 
-    def do_GET(self):  # noqa: N802
-        if self.path.rstrip("/") == "/v1/models":
-            self._send(200, {"object": "list", "data": [{"id": MODEL_NAME, "object": "model"}]})
-        else:
-            self._send(404, {"error": {"message": f"no route GET {self.path}"}})
+    @property
+    def base_url(self) -> str:
+        if self._server is None:
+            raise RuntimeError("RuleUserServer is not running; call start() first")
+        return f"{self._server.url}/v1"
 
-    def do_POST(self):  # noqa: N802
-        if self.path.rstrip("/") != "/v1/chat/completions":
-            self._send(
-                404, {"error": {"message": f"no route POST {self.path}; serving /v1/chat/completions"}}
-            )
-            return
+    @property
+    def requests_served(self) -> int:
+        return self._served
+
+    async def _models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": MODEL_NAME, "object": "model"}]})
+
+    async def _completions(self, request: web.Request) -> web.Response:
+        body = await read_json(request, self.limits)
         try:
-            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-            prompt = body["messages"][-1]["content"]
-            reply = rule_user_reply(prompt, self.server.simulate)
+            reply = rule_user_reply(body["messages"][-1]["content"], self.simulate)
         except (ValueError, KeyError, IndexError, TypeError) as e:
-            self._send(
-                400, {"error": {"message": f"{type(e).__name__}: {e}", "type": "invalid_request_error"}}
-            )
-            return
-        with self.server.lock:
-            self.server.requests_served += 1
-        self._send(
-            200,
+            raise HTTPError(400, f"{type(e).__name__}: {e}") from None
+        with self._lock:
+            self._served += 1
+        return web.json_response(
             {
                 "object": "chat.completion",
                 "model": body.get("model", MODEL_NAME),
                 "choices": [
                     {"index": 0, "message": {"role": "assistant", "content": reply}, "finish_reason": "stop"}
                 ],
-            },
+            }
         )
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, simulate: Callable[[str, str], dict]):
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.simulate = simulate
-        self.lock = threading.Lock()
-        self.requests_served = 0
-
-
-class RuleUserServer:
-    """The rule-based user behind ``/v1/chat/completions`` (see module doc)."""
-
-    def __init__(self, simulate: Callable[[str, str], dict] = task.simulate_user):
-        self.simulate = simulate
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
-
-    @property
-    def base_url(self) -> str:
-        if self._server is None:
-            raise RuntimeError("RuleUserServer is not running; call start() first")
-        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
-
-    @property
-    def requests_served(self) -> int:
-        return self._server.requests_served if self._server is not None else 0
 
     def start(self) -> str:
-        self._server = _Server(self.simulate)
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="rule-user-server", daemon=True
-        )
-        self._thread.start()
+        app = make_app(self.limits, openai_error)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_post("/v1/chat/completions", self._completions)
+        self._server = BackgroundServer(app, "127.0.0.1", 0, self.limits).start()
         return self.base_url
 
     def stop(self) -> None:
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+            self._server.stop()
             self._server = None
 
     def __enter__(self) -> RuleUserServer:

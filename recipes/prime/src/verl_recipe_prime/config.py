@@ -7,8 +7,10 @@ mistyped key is an error before anything starts. Upstream's recipe puts the PRM 
 model), with the same key names below it. Keys (upstream's names and recipe defaults):
 
 - ``data.filter_accuracy`` (true), ``data.accuracy_lower_bound`` (0.2), ``data.accuracy_upper_bound`` (0.8),
-  ``data.oversample_factor`` (4.0), ``data.filter_truncate`` (false): the prompt filter (``filtering``);
-  ``data.gen_batch_size`` defaults to ``train_batch_size * oversample_factor`` (derived at load);
+  ``data.oversample_factor`` (4.0), ``data.filter_truncate`` (true, upstream's default: a group whose longest
+  answer reaches ``max_response_length - 1`` tokens counts as failing; false keeps it by accuracy alone): the
+  prompt filter (``filtering``); ``data.gen_batch_size`` defaults to ``train_batch_size * oversample_factor``
+  (derived at load); ``data.truncation`` defaults to ``right``, as upstream's ``prime_trainer.yaml`` sets it;
 - ``algorithm.reward_gt_coef`` (5), ``algorithm.reward_dpo_coef`` (5): the advantage's weights;
   ``algorithm.adv_estimator`` defaults to ``rloo`` (upstream's recipe) and must be it;
 - ``reward.reward_model.{mini_batch_size, prime_granularity, prime_norm}`` and
@@ -27,10 +29,9 @@ from typing import Any
 
 from omegaconf import DictConfig
 from verl.trainer.config import (
-    AlgorithmConfig,
-    ConfigError,
+    AlgoConfig,
     DataConfig,
-    OptimConfig,
+    OptimizerConfig,
     PPOTrainerConfig,
     RewardConfig,
     RewardModelConfig,
@@ -38,9 +39,9 @@ from verl.trainer.config import (
     load_config,
     resolve_device,
     tokenizer_path,
-    validate_config,
     world_size,
 )
+from verl.trainer.recipe_runner import validate_with
 
 from verl_recipe_prime.prime_core_algos import GRANULARITIES, NORMS
 
@@ -62,11 +63,12 @@ class PRIMEDataConfig(DataConfig):
     accuracy_lower_bound: float = 0.2
     accuracy_upper_bound: float = 0.8
     oversample_factor: float = 4.0
-    filter_truncate: bool = False
+    filter_truncate: bool = True
+    truncation: str = "right"  # upstream's prime_trainer.yaml
 
 
 @dataclass
-class PRIMEOptimConfig(OptimConfig):
+class PRIMEOptimConfig(OptimizerConfig):
     grad_clip: float = 1.0  # upstream keeps the PRM's clip inside its optim section
 
 
@@ -105,7 +107,7 @@ class PRIMERewardConfig(RewardConfig):
 
 
 @dataclass
-class PRIMEAlgorithmConfig(AlgorithmConfig):
+class PRIMEAlgorithmConfig(AlgoConfig):
     adv_estimator: str = "rloo"
     reward_gt_coef: float = 5.0
     reward_dpo_coef: float = 5.0
@@ -127,17 +129,12 @@ def derived_gen_batch_size(train_batch_size: int, oversample_factor: float) -> i
 
 
 def load_prime_config(argv: list[str]) -> DictConfig:
-    """Core's loader over the PRIME schema (core defaults < ``--config`` files < ``key=value``), with
-    ``data.gen_batch_size`` derived when left unset. Not yet validated."""
-    # Schema defaults only: core's packaged YAML equals core's schema (a core test keeps them equal) but
-    # would put its own values over the defaults this schema changes (gen_batch_size, the PRM's path).
-    cfg = load_config(argv, schema=PRIMETrainerConfig, defaults_yaml=None)
+    """Core's loader over the PRIME schema (core defaults < ``--config`` files < ``key=value``), with an unset
+    ``data.gen_batch_size`` filled in as ``train_batch_size * oversample_factor``. Not yet validated."""
+    cfg = load_config(argv, schema=PRIMETrainerConfig)
     if cfg.data.gen_batch_size is None:
-        gen = derived_gen_batch_size(cfg.data.train_batch_size, cfg.data.oversample_factor)
-        if gen is not None:
-            cfg = load_config(
-                [*argv, f"data.gen_batch_size={gen}"], schema=PRIMETrainerConfig, defaults_yaml=None
-            )
+        # a default derived from two other keys (an interpolation cannot multiply); validation checks it
+        cfg.data.gen_batch_size = derived_gen_batch_size(cfg.data.train_batch_size, cfg.data.oversample_factor)
     return cfg
 
 
@@ -311,12 +308,5 @@ def _prm_size_problems(cfg: DictConfig) -> list[str]:
     return problems
 
 
-def validate_prime_config(cfg: DictConfig) -> None:
-    """Core's validation plus `prime_problems`, in one `ConfigError`; the config is read-only after."""
-    problems = prime_problems(cfg)
-    try:
-        validate_config(cfg)
-    except ConfigError as e:
-        problems = e.problems + problems
-    if problems:
-        raise ConfigError(problems)
+#: Core's validation plus `prime_problems`, in one `ConfigError`; the config is read-only after.
+validate_prime_config = validate_with(prime_problems)

@@ -9,24 +9,28 @@ added between completions mask 0).
 Requests follow the OpenAI chat API: ``messages`` (with ``tool_calls`` / ``tool`` messages),
 ``tools``, ``max_tokens`` (or ``max_completion_tokens``), ``temperature``, ``top_p``. The session is
 the ``session_id`` body field, else the ``X-Session-Id`` header, else ``user``. Tool calls the model
-writes in Hermes format come back as OpenAI ``tool_calls``; when the client sends them back, the
+writes in the server's tool-call format (``tool_format``: Hermes by default) come back as OpenAI ``tool_calls``; when the client sends them back, the
 exact text the model generated is put in the prompt again, so a session's prompts extend each other
-token by token. Plain asyncio streams (HTTP/1.1, one request per connection): no web framework.
+token by token. Served by aiohttp in the caller's event loop (`verl.rewards.http_server`): bound to
+127.0.0.1 unless told otherwise, request bodies bounded (``max_body_mb``, 413 beyond; 408 when one
+does not arrive within ``body_timeout``), idle connections closed after ``idle_timeout``; a malformed
+request gets a 4xx OpenAI-style error (``{"error": {"message", "type"}}``) and the server keeps serving.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from aiohttp import web
 from verl.agent.agent_loop import AgentLoopOutput
 from verl.agent.server import AsyncLLMServer
 from verl.agent.tokenization import ChatTokens
-from verl.agent.tools.parser import format_tool_call, parse_tool_calls
+from verl.agent.tools.formats import tool_call_format
+from verl.rewards.http_server import HTTPError, HTTPLimits, make_app, openai_error, read_json, start_site
 
 
 @dataclass
@@ -38,12 +42,6 @@ class CompletionRecord:
     log_probs: list[float]
     raw_text: str
     message_key: str
-
-
-class HTTPError(Exception):
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
 
 
 def _message_key(content: str | None, tool_calls: list[dict] | None) -> str:
@@ -65,13 +63,19 @@ class ChatCompletionServer:
         *,
         default_max_tokens: int = 256,
         model_name: str = "verl-policy",
+        max_body_mb: float = 32.0,
+        body_timeout: float = 30.0,
+        idle_timeout: float = 60.0,
+        tool_format: str = "hermes",
     ):
         self.llm = llm
         self.chat = ChatTokens(tokenizer)
+        self.tool_format = tool_call_format(tool_format)
         self.default_max_tokens = default_max_tokens
         self.model_name = model_name
         self.records: dict[str, list[CompletionRecord]] = {}
-        self._server: asyncio.AbstractServer | None = None
+        self.limits = HTTPLimits(int(max_body_mb * (1 << 20)), body_timeout, idle_timeout)
+        self._runner: web.AppRunner | None = None
         self.host, self.port = "127.0.0.1", 0
 
     @property
@@ -79,98 +83,96 @@ class ChatCompletionServer:
         return f"http://{self.host}:{self.port}/v1"
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
-        self._server = await asyncio.start_server(self._handle, host, port)
-        self.host, self.port = self._server.sockets[0].getsockname()[:2]
+        app = make_app(self.limits, openai_error)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_post("/v1/chat/completions", self._completions)
+        self._runner, self.port = await start_site(app, host, port, self.limits)
+        self.host = host
         return self.base_url
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-            self._server = None
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
 
     # ------------------------------------------------------------------ HTTP
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            lines = head.decode("latin-1").split("\r\n")
-            method, path, _ = lines[0].split(" ", 2)
-            headers = {
-                k.strip().lower(): v.strip() for k, v in (ln.split(":", 1) for ln in lines[1:] if ":" in ln)
-            }
-            body = await reader.readexactly(int(headers.get("content-length", 0)))
-            status, payload = 200, None
-            try:
-                if method == "GET" and path.rstrip("/") == "/v1/models":
-                    payload = {"object": "list", "data": [{"id": self.model_name, "object": "model"}]}
-                elif method == "POST" and path.rstrip("/") == "/v1/chat/completions":
-                    try:
-                        request = json.loads(body or b"{}")
-                    except json.JSONDecodeError as e:
-                        raise HTTPError(400, f"request body is not JSON: {e}") from e
-                    payload = await self.complete(request, headers.get("x-session-id"))
-                else:
-                    raise HTTPError(404, f"no route {method} {path}; serving POST /v1/chat/completions")
-            except HTTPError as e:
-                status, payload = e.status, {"error": {"message": str(e), "type": "invalid_request_error"}}
-            data = json.dumps(payload).encode()
-            reason = {200: "OK", 400: "Bad Request", 404: "Not Found"}.get(status, "Error")
-            writer.write(
-                f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n"
-                "Connection: close\r\n\r\n".encode()
-                + data
-            )
-            await writer.drain()
-        finally:
-            writer.close()
+    async def _models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": self.model_name, "object": "model"}]})
+
+    async def _completions(self, request: web.Request) -> web.Response:
+        body = await read_json(request, self.limits)
+        return web.json_response(await self.complete(body, request.headers.get("X-Session-Id")))
 
     # ------------------------------------------------------------------ completions
     def _to_template_messages(self, messages: list[dict], session: list[CompletionRecord]) -> list[dict]:
-        """OpenAI messages -> what the chat template renders (assistant tool calls as Hermes text,
+        """OpenAI messages -> what the chat template renders (assistant tool calls as the format's text,
         replaced by the model's exact text when the message is one of this session's completions)."""
         known = {r.message_key: r.raw_text for r in session}
         out = []
         for i, m in enumerate(messages):
-            if not isinstance(m, dict) or "role" not in m:
-                raise HTTPError(400, f"messages[{i}] must be an object with a 'role', got {m!r}")
+            if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+                raise HTTPError(400, f"messages[{i}] must be an object with a string 'role', got {m!r:.200}")
             content = m.get("content") or ""
             if isinstance(content, list):  # content parts: keep the text ones
-                content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+                content = "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+            if not isinstance(content, str):
+                raise HTTPError(400, f"messages[{i}].content must be a string or a list of parts, got {content!r:.200}")
             if m["role"] == "assistant":
-                key = _message_key(content, m.get("tool_calls"))
-                if key in known:
-                    content = known[key]
-                else:
-                    for c in m.get("tool_calls") or []:
-                        args = c["function"].get("arguments", "{}")
-                        content += format_tool_call(
-                            c["function"]["name"], json.loads(args) if isinstance(args, str) else args
-                        )
+                try:
+                    key = _message_key(content, m.get("tool_calls"))
+                    if key in known:
+                        content = known[key]
+                    else:
+                        for c in m.get("tool_calls") or []:
+                            args = c["function"].get("arguments", "{}")
+                            content += self.tool_format.format_call(
+                                c["function"]["name"], json.loads(args) if isinstance(args, str) else args
+                            )
+                except (KeyError, TypeError, AttributeError, ValueError) as e:
+                    raise HTTPError(
+                        400, f"messages[{i}].tool_calls must be OpenAI tool calls "
+                        f"({{'function': {{'name', 'arguments'}}}}): {type(e).__name__}: {e}",
+                    ) from None  # fmt: skip
             out.append({"role": m["role"], "content": content})
         return out
+
+    def _sampling_params(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The request's sampling fields, checked (400 naming the field otherwise)."""
+
+        def number(key: str, default: float, integer: bool, ok, what: str):
+            value = request.get(key)
+            value = default if value is None else value
+            if isinstance(value, bool) or not isinstance(value, int | float) or (integer and value != int(value)):
+                raise HTTPError(400, f"'{key}' must be {what}, got {value!r:.50}")
+            if not ok(value):
+                raise HTTPError(400, f"'{key}' must be {what}, got {value!r}")
+            return int(value) if integer else float(value)
+
+        max_key = "max_completion_tokens" if request.get("max_completion_tokens") is not None else "max_tokens"
+        temperature = number("temperature", 1.0, False, lambda v: v >= 0, "a number >= 0")
+        return {
+            "max_tokens": number(max_key, self.default_max_tokens, True, lambda v: v > 0, "an integer > 0"),
+            "do_sample": temperature > 0,
+            "temperature": temperature if temperature > 0 else 1.0,
+            "top_p": number("top_p", 1.0, False, lambda v: 0 < v <= 1, "a number in (0, 1]"),
+            "top_k": number("top_k", -1, True, lambda v: v >= -1, "an integer >= -1"),
+        }
 
     async def complete(self, request: dict[str, Any], header_session: str | None = None) -> dict[str, Any]:
         messages = request.get("messages")
         if not isinstance(messages, list) or not messages:
             raise HTTPError(400, "'messages' must be a non-empty list of chat messages")
-        session_id = str(request.get("session_id") or header_session or request.get("user") or uuid.uuid4())
-        session = self.records.setdefault(session_id, [])
         tools = request.get("tools") or None
-        prompt_ids = self.chat.prompt_ids(self._to_template_messages(messages, session), tools)
-        max_tokens = int(
-            request.get("max_completion_tokens") or request.get("max_tokens") or self.default_max_tokens
-        )
-        temperature = float(request.get("temperature", 1.0))
-        params = {
-            "max_tokens": max_tokens,
-            "do_sample": temperature > 0,
-            "temperature": temperature if temperature > 0 else 1.0,
-            "top_p": float(request.get("top_p", 1.0)),
-            "top_k": int(request.get("top_k", -1)),
-        }
+        if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
+            raise HTTPError(400, f"'tools' must be a list of tool objects, got {tools!r:.200}")
+        params = self._sampling_params(request)
+        session_id = str(request.get("session_id") or header_session or request.get("user") or uuid.uuid4())
+        known = self.records.get(session_id, [])
+        prompt_ids = self.chat.prompt_ids(self._to_template_messages(messages, known), tools)
+        session = self.records.setdefault(session_id, known)
         out = await self.llm.generate(prompt_ids, params, f"{session_id}-{len(session)}")
         raw = self.chat.assistant_content(out.token_ids, list(self.llm.stop_token_ids))
-        parsed = parse_tool_calls(raw) if tools else None
+        parsed = self.tool_format.parse(raw) if tools else None
         tool_calls = [
             {
                 "id": f"call_{uuid.uuid4().hex[:12]}",
@@ -237,6 +239,6 @@ class ChatCompletionServer:
             response_ids=response,
             response_mask=mask,
             response_logprobs=logps,
-            num_turns=2 * len(records) - 1,
+            num_turns=2 * len(records),  # the prompt, each model call and the turn between two calls
             metrics={"assistant_turns": float(len(records))},
         )

@@ -12,7 +12,6 @@ folder is printed at the end; RL starts from it with ``actor_rollout_ref.model.p
 from __future__ import annotations
 
 import os
-import sys
 from typing import Any
 
 # Under `uv run`, Ray would rebuild the project environment for its workers (minutes); they share ours.
@@ -23,16 +22,15 @@ from omegaconf import DictConfig  # noqa: E402
 
 from verl.trainer.sft.config import load_sft_config, validate_sft_config  # noqa: E402
 from verl.trainer.sft.trainer import CONFIG_FILE, SFTTrainer  # noqa: E402
+from verl.utils.ray_start import ray_init_kwargs as rl_kwargs  # noqa: E402
 
 __all__ = ["SFTTrainer", "main", "run_sft"]
 
 
 def ray_init_kwargs(config: DictConfig) -> dict[str, Any]:
-    """``ray.init`` keyword arguments: the RL trainer's (``main_ppo.ray_init_kwargs``: no dashboard,
+    """``ray.init`` keyword arguments: the RL trainer's (``verl.utils.ray_start.ray_init_kwargs``: no dashboard,
     workers at nice 0, the user's ``runtime_env`` merged), with one torch thread per worker unless the
     driver's environment or ``runtime_env.env_vars`` sets ``OMP_NUM_THREADS``."""
-    from verl.trainer.main_ppo import ray_init_kwargs as rl_kwargs
-
     kwargs = rl_kwargs(config)
     kwargs["runtime_env"]["env_vars"].setdefault("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "1"))
     return kwargs
@@ -65,7 +63,8 @@ def run_sft(config: DictConfig, worker_cls: Any = None) -> dict[str, Any]:
     tokenizer = load_tokenizer(m.tokenizer_path or m.path, trust_remote_code=bool(m.trust_remote_code))
     train = SFTDataset(d.train_files, tokenizer, d, max_samples=int(d.train_max_samples))
     val = SFTDataset(d.val_files, tokenizer, d, max_samples=int(d.val_max_samples)) if d.val_files else None
-    init_ray(config)
+    if config.trainer.worker_backend == "ray":
+        init_ray(config)
     trainer = SFTTrainer(config, train, val, worker_cls=worker_cls)
     try:
         return trainer.fit()
@@ -74,7 +73,15 @@ def run_sft(config: DictConfig, worker_cls: Any = None) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    config = load_sft_config(sys.argv[1:] if argv is None else argv)
+    """The ``verl-sft`` command: ``--help``, ``--cfg job``; load, validate, train."""
+    from verl.trainer.config.cli import run_cli
+    from verl.trainer.sft import SFTConfig
+
+    return run_cli(argv, prog="verl-sft", main=_train, schema=SFTConfig, load=load_sft_config, about=__doc__)
+
+
+def _train(argv: list[str]) -> dict[str, Any]:
+    config = load_sft_config(argv)
     validate_sft_config(config)
     result = run_sft(config)
     out = config.trainer.default_local_dir

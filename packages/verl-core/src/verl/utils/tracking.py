@@ -6,8 +6,9 @@ step in ``{output_dir}/metrics.jsonl``), ``tensorboard`` (event files in ``{outp
 log dir unless ``SWANLAB_MODE`` says otherwise) and ``mlflow`` (a ``file:`` store under ``output_dir``
 unless ``MLFLOW_TRACKING_URI`` is set). The heavy ones are imported only when chosen.
 
-``Tracking`` also keeps the history of the reward and validation scores, so ``finish()`` (and
-``plot()``) can write a PNG of the reward curve next to the run.
+``Tracking`` also keeps the history of the reward and validation scores, and of the verdict shares
+reward managers report (``reward/verdict/<kind>``: why samples got their score), so ``finish()`` (and
+``plot()``) can write a PNG of the reward curve, with the shares in a panel below, next to the run.
 
 ``log_generations(samples, step)`` records validation samples ``(input, output, score)``
 (``trainer.log_val_generations``) as each backend can: a text table on the console, rows in
@@ -33,6 +34,7 @@ Sample = tuple[str, str, float]
 TRAIN_REWARD_KEYS = ("critic/score/mean", "critic/rewards/mean", "reward/mean")
 VAL_REWARD_PREFIX = "val/"
 VAL_REWARD_SUFFIX = "/reward"
+SHARE_PREFIX = "reward/verdict/"  # the share of scored samples per verdict (verl-rewards' managers)
 
 
 def _to_number(v: Any) -> float | None:
@@ -137,7 +139,7 @@ class _Jsonl:
         self._f = open(path, "a", encoding="utf-8")  # append: a resumed run continues the same file
 
     def log(self, data: dict, step: int) -> None:
-        row = {"step": step, **scalar_metrics(data)}
+        row: dict[str, Any] = {"step": step, **scalar_metrics(data)}
         # NaN/inf are not valid JSON; write them as strings so the line stays parseable.
         row = {k: (v if not isinstance(v, float) or math.isfinite(v) else str(v)) for k, v in row.items()}
         self._f.write(json.dumps(row) + "\n")
@@ -180,7 +182,7 @@ class _Wandb:
         os.environ.setdefault("WANDB_SILENT", "true")
         import wandb
 
-        mode = os.environ.get("WANDB_MODE", "offline")  # never reach for the network unless asked
+        mode: Any = os.environ.get("WANDB_MODE", "offline")  # never reach for the network unless asked; wandb checks it
         os.makedirs(out_dir, exist_ok=True)
         self.run = wandb.init(project=project, name=name, config=config, mode=mode, dir=out_dir)
         self._wandb = wandb
@@ -244,7 +246,7 @@ class _MLflow:
 
     def log_generations(self, samples: list[Sample], step: int) -> None:
         rows = [{"input": i, "output": o, "score": float(s)} for i, o, s in samples]
-        self._mlflow.log_dict(rows, f"val_generations/step_{step}.json")
+        self._mlflow.log_dict(rows, f"val_generations/step_{step}.json")  # type: ignore[arg-type]  # any JSON value
 
     def finish(self) -> None:
         self._mlflow.end_run()
@@ -269,7 +271,10 @@ def _plain_config(config: Any) -> dict | None:
         return dict(config)
     from omegaconf import OmegaConf
 
-    return OmegaConf.to_container(config, resolve=True)
+    plain = OmegaConf.to_container(config, resolve=True)
+    if not isinstance(plain, dict):
+        raise TypeError(f"the run config must be a mapping, got {type(plain).__name__}")
+    return plain
 
 
 class Tracking:
@@ -309,7 +314,9 @@ class Tracking:
         # History for the plot: step -> train reward, and per validation key step -> value.
         self.reward_history: list[tuple[int, float]] = []
         self.val_history: dict[str, list[tuple[int, float]]] = {}
+        self.share_history: dict[str, list[tuple[int, float]]] = {}
         self._finished = False
+        self._plot_notice_given = False
 
     def _make(self, backend: str, config: dict | None):
         if backend == "console":
@@ -342,6 +349,10 @@ class Tracking:
                 if x is not None:
                     self.val_history.setdefault(k, []).append((step, x))
                     new_val = True
+            elif k.startswith(SHARE_PREFIX):
+                x = _to_number(v)
+                if x is not None:
+                    self.share_history.setdefault(k, []).append((step, x))
         for logger in self.loggers.values():
             logger.log(data, step)
         if new_val and self.reward_history:
@@ -354,12 +365,19 @@ class Tracking:
 
     def plot(self, path: str | None = None) -> str | None:
         """Write the reward curve (and validation scores) as a PNG; returns its path, or None if no data."""
-        if not self.reward_history and not self.val_history:
+        if not self.reward_history and not self.val_history and not self.share_history:
             return None
-        from verl.utils.plotting import plot_reward_curve
+        from verl.utils.plotting import PLOT_INSTALL, plot_available, plot_reward_curve
+
+        if not plot_available():
+            if not self._plot_notice_given:
+                self._plot_notice_given = True
+                print(f"note: no reward plot: matplotlib is not installed ({PLOT_INSTALL})", file=sys.stderr)
+            return None
 
         path = path or os.path.join(self.output_dir, "reward_curve.png")
-        plot_reward_curve(self.reward_history, self.val_history, path, title=f"{self.project_name}/{self.experiment_name}")
+        plot_reward_curve(self.reward_history, self.val_history, path,
+                          title=f"{self.project_name}/{self.experiment_name}", shares=self.share_history)
         return path
 
     def finish(self) -> None:

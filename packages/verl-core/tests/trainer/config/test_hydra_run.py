@@ -55,11 +55,3 @@ def test_other_hydra_settings_are_refused_by_name(arg, says):
     with pytest.raises(ConfigError) as ei:
         load_config([*REQUIRED, arg])
     assert any(p.startswith(f"{arg}: ") and says in p for p in ei.value.problems), ei.value.problems
-
-
-def test_port_tool_reports_hydra_arguments():
-    from verl.trainer.config.port import classify
-
-    reps = {k.arg: k for k in classify([*REQUIRED, "hydra.run.dir=/tmp/r", "hydra.job.chdir=true"])}
-    assert reps["hydra.run.dir=/tmp/r"].status == "supported"
-    assert reps["hydra.job.chdir=true"].status == "refused"

@@ -78,11 +78,11 @@ def test_liger_is_refused_on_cpu():
 def test_liger_on_cuda_without_the_package_names_the_install(monkeypatch):
     import importlib.util
 
-    from verl.trainer.config import validation
+    from verl.trainer.config import scaling
 
     if importlib.util.find_spec("liger_kernel") is not None:
         pytest.skip("liger-kernel is installed here")
-    monkeypatch.setattr(validation, "resolve_device", lambda cfg: "cuda")
+    monkeypatch.setattr(scaling, "resolve_device", lambda cfg: "cuda")
     text = "\n".join(_problems("actor_rollout_ref.model.use_liger=true"))
     # the port tool counts "<module>, which is not installed: <install line>" as an install, like vllm's
     assert "use_liger=true needs liger_kernel, which is not installed: pip install liger-kernel" in text

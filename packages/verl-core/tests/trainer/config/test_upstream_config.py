@@ -5,9 +5,15 @@ import importlib.util
 
 import pytest
 from omegaconf import OmegaConf
-from verl.trainer.config import ConfigError, config_to_yaml, load_config, upstream, validate_config
-from verl.trainer.config.keys import is_upstream_key, known
-from verl.trainer.config.not_implemented import flatten
+from verl.trainer.config import (
+    ConfigError,
+    PPOTrainerConfig,
+    config_to_yaml,
+    load_config,
+    upstream,
+    validate_config,
+)
+from verl.trainer.config.loader import _is_ours
 
 # A config that validates on this CPU machine: 1 worker, batch 8 x n=2, micro-batches of 4.
 VALID = [
@@ -23,9 +29,8 @@ VALID = [
 
 
 def _problems(argv):
-    cfg = load_config(argv)
     with pytest.raises(ConfigError) as ei:
-        validate_config(cfg)
+        validate_config(load_config(argv))
     return ei.value.problems
 
 
@@ -67,7 +72,7 @@ def test_wrong_forms_are_refused_as_hydra_does():
     assert "'data.nope' does not exist" in msg
     assert "the value of 'data.max_prompt_length' is 512 and not 3" in msg
     assert "unknown key 'data.brand_new'" in msg
-    assert "unrecognised argument 'actor_rollout_ref.model.override_config.x'" in msg
+    assert "'actor_rollout_ref.model.override_config.x': missing EQUAL" in msg and "expected key=value" in msg
 
 
 def test_config_name_with_a_users_yaml_whose_defaults_name_ppo_trainer(tmp_path):
@@ -105,40 +110,27 @@ def test_ppo_megatron_trainer_without_a_file_is_upstreams_megatron_config():
             "--config-path=config",
             "--config-name='ppo_megatron_trainer.yaml'",
             "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
-            "actor_rollout_ref.actor.megatron.use_mbridge=False",  # upstream's megatron-only key at its default
+            "actor_rollout_ref.actor.megatron.use_mbridge=True",  # upstream's megatron-only key at its default
         ]
     )
     assert cfg.actor_rollout_ref.actor.strategy == "megatron" and cfg.critic.strategy == "megatron"
     assert cfg.actor_rollout_ref.ref.strategy == "megatron"
     assert cfg.actor_rollout_ref.ref.megatron.tensor_model_parallel_size == 2
-    assert cfg.actor_rollout_ref.actor.optim.optimizer == "adam"  # the megatron tree's default
-    assert load_config([]).actor_rollout_ref.actor.optim.optimizer == "AdamW"
+    assert "optimizer" not in cfg.actor_rollout_ref.actor.optim  # upstream-only keys never enter the config
+    # upstream's default differs by tree: adam in the megatron one, AdamW in ppo_trainer
+    load_config(["--config-name=ppo_megatron_trainer", "actor_rollout_ref.actor.optim.optimizer=adam"])
+    load_config(["actor_rollout_ref.actor.optim.optimizer=AdamW"])
+    with pytest.raises(ConfigError, match="optim.optimizer=adam .*accepted only at its default, 'AdamW'"):
+        load_config(["actor_rollout_ref.actor.optim.optimizer=adam"])
 
 
-def test_every_upstream_key_is_ours_an_alias_or_accepted_at_its_default():
+def test_every_upstream_key_is_ours_an_alias_or_refused_with_a_specific_reason():
     for name in upstream.CONFIG_NAMES:
-        cfg = load_config([f"--config-name={name}"])
-        flat = flatten(cfg)
         for key in upstream.upstream_defaults()[name]:
             if key in upstream.ALIASES:
-                assert known(cfg, upstream.ALIASES[key]), key
-                continue
-            # the key itself (a leaf, or a section when its default is a dict), or an open dict of ours that
-            # holds it (upstream's rollout.engine_kwargs.vllm)
-            prefixes = [".".join(key.split(".")[:i]) for i in range(len(key.split(".")), 0, -1)]
-            holder = key if known(cfg, key) else next(p for p in prefixes if p in flat)
-            if is_upstream_key(cfg, holder):
-                reason = upstream.refusal(holder, in_schema=False)
-                assert reason and reason != upstream.REFUSED[-1][1], f"{holder}: only the generic reason"
-
-
-def test_deleting_every_feature_line_keeps_a_specific_reason_for_each_upstream_key(monkeypatch):
-    monkeypatch.setattr(upstream, "FEATURES", {})  # the lead deletes a feature's line when it lands
-    cfg = load_config(VALID)
-    validate_config(cfg)
-    for key, (_, from_upstream) in flatten(cfg).items():
-        if from_upstream:
-            assert upstream.refusal(key, in_schema=False) != upstream.REFUSED[-1][1], key
+                assert _is_ours(PPOTrainerConfig, upstream.ALIASES[key]), key
+            elif not _is_ours(PPOTrainerConfig, key):
+                assert upstream.refusal(key) != upstream.REFUSED[-1][1], f"{key}: only the generic reason"
 
 
 def test_upstream_keys_accepted_at_default_refused_otherwise_with_the_reason():
@@ -164,21 +156,35 @@ def test_upstream_keys_accepted_at_default_refused_otherwise_with_the_reason():
     )
     text = "\n".join(problems)
     assert len(problems) == 3, text
-    assert "actor_rollout_ref.rollout.cudagraph_capture_sizes=[1, 2]: this rollout-engine option" in text
+    assert "cudagraph_capture_sizes=[1,2] (on the command line): this rollout-engine option" in text
     assert "engine_kwargs.<vllm|sglang>" in text
-    assert "actor_rollout_ref.actor.rollout_n=8: mirrors actor_rollout_ref.rollout.n" in text
-    assert "global_profiler.tool='nsys'" in text and "(accepted only at its default, None)" in text
+    assert "actor_rollout_ref.actor.rollout_n=8 (on the command line): mirrors actor_rollout_ref.rollout.n" in text
+    assert "++global_profiler.tool=nsys" in text and "(accepted only at its default, None)" in text
 
 
-def test_schema_feature_keys_are_refused_until_flipped(monkeypatch):
-    # a feature still pending (every one listed when this test was written has landed): its schema keys
-    # are refused at a non-default value with the feature's reason, until its FEATURES line is deleted
-    monkeypatch.setitem(upstream.FEATURES, "pending", (("*.model.use_fused_kernels",), "Pending feature; leave it"))
-    argv = [*VALID, "actor_rollout_ref.model.use_fused_kernels=true"]
-    problems = _problems(argv)
-    assert any(p.startswith("actor_rollout_ref.model.use_fused_kernels=True: Pending") for p in problems), problems
-    monkeypatch.delitem(upstream.FEATURES, "pending")  # what the lead does when the feature lands
-    validate_config(load_config(argv))
+def test_schema_keys_refused_unless_default_say_why():
+    problems = _problems([*VALID, "actor_rollout_ref.actor.use_torch_compile=true"])
+    assert problems == [
+        "actor_rollout_ref.actor.use_torch_compile=True: torch.compile of the log-prob/entropy path is not "
+        "implemented (accepted only at its default, False)"
+    ]
+
+
+@pytest.mark.parametrize("engine", ["native", "hf"])
+@pytest.mark.parametrize(
+    "arg", ["actor_rollout_ref.rollout.tensor_model_parallel_size=2", "actor_rollout_ref.rollout.dtype=float32",
+            "actor_rollout_ref.rollout.mode=async", "actor_rollout_ref.rollout.gpu_memory_utilization=0.9"],
+)
+def test_served_engine_options_are_refused_by_name_for_engines_that_do_not_read_them(engine, arg):
+    key = arg.split("=")[0]
+    problems = _problems([*VALID, f"actor_rollout_ref.rollout.name={engine}", arg])
+    assert len(problems) == 1 and problems[0].startswith(key + "=")
+    assert f"the {engine} rollout does not read it" in problems[0], problems
+    validate_config(load_config([*VALID, f"actor_rollout_ref.rollout.name={engine}"]))  # defaults pass
+    # vllm reads them: its only problem here is that vllm is not installed (or none when it is)
+    vllm = [*VALID, "actor_rollout_ref.rollout.name=vllm", arg]
+    if importlib.util.find_spec("vllm") is None:
+        assert all("which is not installed" in p for p in _problems(vllm))
 
 
 def test_aliases_from_the_command_line():
@@ -197,7 +203,7 @@ def test_aliases_from_the_command_line():
     assert cfg.actor_rollout_ref.actor.optim.lr_scheduler_type == "cosine"
     assert cfg.reward.reward_model.model.path == "/rm"
     with pytest.raises(
-        ConfigError, match="reward.reward_manager.source=importlib: custom reward-manager modules"
+        ConfigError, match=r"reward.reward_manager.source=importlib \(on the command line\): custom reward-manager"
     ):
         load_config([*VALID, "reward.reward_manager.source=importlib"])
 
@@ -219,9 +225,7 @@ def test_recorded_config_reloads_and_validates(tmp_path):
     path.write_text(OmegaConf.to_yaml(cfg, resolve=True))  # with upstream's keys at their defaults
     again = load_config(["--config", str(path)])
     validate_config(again)
-    assert again.actor_rollout_ref.actor.profiler.tool is None
-    # the run's record leaves upstream's default-only keys out, and reloads to the same config
     text = config_to_yaml(cfg)
-    assert "profiler" not in text and "transfer_queue" not in text and "train_batch_size: 8" in text
+    assert "profiler" not in text and "rollout_n: 2" in text and "train_batch_size: 8" in text
     path.write_text(text)
     assert OmegaConf.to_container(load_config(["--config", str(path)])) == OmegaConf.to_container(cfg)

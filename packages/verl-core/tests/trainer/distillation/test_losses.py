@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from verl.trainer.distillation.losses import (
+from verl.trainer.ppo.distillation_losses import (
     DISTILLATION_LOSS_REGISTRY,
     combine_losses,
     compute_distillation_loss,

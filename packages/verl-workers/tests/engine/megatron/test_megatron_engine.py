@@ -12,7 +12,7 @@ def _config(path, *extra):
     from verl.trainer.config import load_config
 
     return load_config([f"actor_rollout_ref.model.path={path}", "actor_rollout_ref.model.enable_gradient_checkpointing=false",
-                        "actor_rollout_ref.actor.strategy=megatron", *extra], defaults_yaml=None)
+                        "actor_rollout_ref.actor.strategy=megatron", *extra])
 
 
 def _engine(path, *extra, model_type="causal_lm", optim=True):

@@ -45,7 +45,7 @@ def _actor(model_dir, strategy, extra, dp):
     from verl.workers.engine import build_engine
 
     cfg = load_config([f"actor_rollout_ref.model.path={model_dir}", f"actor_rollout_ref.actor.strategy={strategy}",
-                       *COMMON, *extra], defaults_yaml=None)
+                       *COMMON, *extra])
     actor_cfg = cfg.actor_rollout_ref.actor
     engine = build_engine(strategy, model_config=cfg.actor_rollout_ref.model,
                           engine_config=actor_cfg.megatron if strategy == "megatron" else actor_cfg.fsdp_config,

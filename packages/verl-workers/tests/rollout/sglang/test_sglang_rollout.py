@@ -13,8 +13,7 @@ from verl.workers.rollout.weight_sync import sync_weights
 
 def cfg(model_dir, *overrides):
     return load_config([f"actor_rollout_ref.model.path={model_dir}", "actor_rollout_ref.rollout.name=sglang",
-                        "data.max_prompt_length=32", "data.max_response_length=4", *overrides],
-                       defaults_yaml=None).actor_rollout_ref
+                        "data.max_prompt_length=32", "data.max_response_length=4", *overrides]).actor_rollout_ref
 
 
 class RecordingEngine:

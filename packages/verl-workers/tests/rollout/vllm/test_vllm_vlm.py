@@ -90,7 +90,6 @@ def _rollout_config(vl_dir):
             "actor_rollout_ref.rollout.load_format=auto",  # the engine reads the weights from the path
             f"+actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes={KV_BYTES}",
         ],
-        defaults_yaml=None,
     ).actor_rollout_ref
 
 

@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-
-def _help(default: Any, text: str) -> Any:
-    return field(default=default, metadata={"help": text})
+from verl.trainer.config.fields import ConfigError, opt, section
 
 
 def _rollout(key: str) -> str:
@@ -36,21 +35,21 @@ def _rollout(key: str) -> str:
 class DistillationLossConfig:
     """``distillation.distillation_loss``: the divergence and how it enters the actor's loss."""
 
-    loss_mode: str = _help("k3", "divergence: k1|kl, k2|mse, k3|low_var_kl, abs (reverse KL estimated on the "
+    loss_mode: str = opt("k3", "divergence: k1|kl, k2|mse, k3|low_var_kl, abs (reverse KL estimated on the "
                                  "sampled token), forward_kl_topk, jsd_topk (over the teacher's top-k)")
-    topk: int = _help(32, "teacher log-probs kept per token for forward_kl_topk / jsd_topk")
-    use_task_rewards: bool = _help(True, "add the task's policy loss (outcome reward) to the distillation term")
-    distillation_loss_coef: float = _help(1.0, "weight of the distillation term when use_task_rewards")
-    loss_max_clamp: float | None = _help(None, "clamp the per-token divergence to [-c, c] (null: no clamp)")
-    log_prob_min_clamp: float | None = _help(None, "floor of the top-k log-probs of both models (null: none)")
-    use_policy_gradient: bool = _help(False, "the negative divergence is a dense per-token reward through "
+    topk: int = opt(32, "teacher log-probs kept per token for forward_kl_topk / jsd_topk")
+    use_task_rewards: bool = opt(True, "add the task's policy loss (outcome reward) to the distillation term")
+    distillation_loss_coef: float = opt(1.0, "weight of the distillation term when use_task_rewards")
+    loss_max_clamp: float | None = opt(None, "clamp the per-token divergence to [-c, c] (null: no clamp)")
+    log_prob_min_clamp: float | None = opt(None, "floor of the top-k log-probs of both models (null: none)")
+    use_policy_gradient: bool = opt(False, "the negative divergence is a dense per-token reward through "
                                              "policy_loss_mode (else it is back-propagated directly)")
-    policy_loss_mode: str = _help("vanilla", "policy loss of the policy-gradient variant (upstream: vanilla)")
-    clip_ratio: float = _help(0.2, "PPO clip of the policy-gradient variant")
-    clip_ratio_low: float = _help(0.2, "lower PPO clip of the policy-gradient variant")
-    clip_ratio_high: float = _help(0.2, "upper PPO clip of the policy-gradient variant")
-    jsd_beta: float = _help(0.5, "jsd_topk: mixture weight b of GKD's generalised JSD (0: forward KL, 1: reverse KL)")
-    lmbda: float = _help(1.0, "GKD's on-policy fraction: the other rows train on reward_model.ground_truth as "
+    policy_loss_mode: str = opt("vanilla", "policy loss of the policy-gradient variant (upstream: vanilla)")
+    clip_ratio: float = opt(0.2, "PPO clip of the policy-gradient variant")
+    clip_ratio_low: float = opt(0.2, "lower PPO clip of the policy-gradient variant")
+    clip_ratio_high: float = opt(0.2, "upper PPO clip of the policy-gradient variant")
+    jsd_beta: float = opt(0.5, "jsd_topk: mixture weight b of GKD's generalised JSD (0: forward KL, 1: reverse KL)")
+    lmbda: float = opt(1.0, "GKD's on-policy fraction: the other rows train on reward_model.ground_truth as "
                               "the response (supervised losses only)")
 
 
@@ -60,29 +59,29 @@ class TeacherInferenceConfig:
     the training engine's forward (``name`` hf or native); the vLLM/SGLang engine settings are accepted at
     upstream's defaults only."""
 
-    name: str = _help(_rollout("name"), "hf | native: the teacher runs the training engine's forward pass")
-    dtype: str = _help(_rollout("dtype"), "the teacher's compute dtype")
-    gpu_memory_utilization: float = _help(0.5, "vLLM/SGLang only")
-    enforce_eager: bool = _help(True, "vLLM/SGLang only")
-    cudagraph_capture_sizes: Any = _help(None, "vLLM/SGLang only")
-    free_cache_engine: bool = _help(True, "vLLM/SGLang only")
-    data_parallel_size: int = _help(1, "workers per replica (x tensor_model_parallel_size)")
-    expert_parallel_size: int = _help(1, "vLLM/SGLang only")
-    tensor_model_parallel_size: int = _help(2, "workers per replica; the hf teacher shards its weights over "
+    name: str = opt(_rollout("name"), "hf | native: the teacher runs the training engine's forward pass")
+    dtype: str = opt(_rollout("dtype"), "the teacher's compute dtype")
+    gpu_memory_utilization: float = opt(0.5, "vLLM/SGLang only")
+    enforce_eager: bool = opt(True, "vLLM/SGLang only")
+    cudagraph_capture_sizes: Any = opt(None, "vLLM/SGLang only")
+    free_cache_engine: bool = opt(True, "vLLM/SGLang only")
+    data_parallel_size: int = opt(1, "workers per replica (x tensor_model_parallel_size)")
+    expert_parallel_size: int = opt(1, "vLLM/SGLang only")
+    tensor_model_parallel_size: int = opt(2, "workers per replica; the hf teacher shards its weights over "
                                                "all of its workers (FSDP) instead of tensor parallelism")
-    max_num_batched_tokens: int = _help(8192, "vLLM/SGLang only")
-    max_model_len: int | None = _help(None, "longest teacher input (prompt, privileged context, response)")
-    max_num_seqs: int = _help(1024, "rows per teacher forward pass (per worker)")
-    load_format: str = _help("auto", "vLLM/SGLang only")
-    engine_kwargs: dict[str, Any] = field(default_factory=dict, metadata={"help": "vLLM/SGLang only"})
-    limit_images: Any = _help(None, "vLLM/SGLang only")
-    enable_chunked_prefill: bool = _help(True, "vLLM/SGLang only")
-    enable_prefix_caching: bool = _help(True, "vLLM/SGLang only")
-    disable_log_stats: bool = _help(True, "vLLM/SGLang only")
-    skip_tokenizer_init: bool = _help(True, "vLLM/SGLang only")
-    prompt_length: int = _help(_rollout("prompt_length"), "the student's prompt length (a mirror)")
-    response_length: int = _help(_rollout("response_length"), "the student's response length (a mirror)")
-    temperature: float = _help(_rollout("temperature"), "the teacher's log-probs are of logits / temperature")
+    max_num_batched_tokens: int = opt(8192, "vLLM/SGLang only")
+    max_model_len: int | None = opt(None, "longest teacher input (prompt, privileged context, response)")
+    max_num_seqs: int = opt(1024, "rows per teacher forward pass (per worker)")
+    load_format: str = opt("auto", "vLLM/SGLang only")
+    engine_kwargs: dict[str, Any] = opt({}, "vLLM/SGLang only")
+    limit_images: Any = opt(None, "vLLM/SGLang only")
+    enable_chunked_prefill: bool = opt(True, "vLLM/SGLang only")
+    enable_prefix_caching: bool = opt(True, "vLLM/SGLang only")
+    disable_log_stats: bool = opt(True, "vLLM/SGLang only")
+    skip_tokenizer_init: bool = opt(True, "vLLM/SGLang only")
+    prompt_length: int = opt(_rollout("prompt_length"), "the student's prompt length (a mirror)")
+    response_length: int = opt(_rollout("response_length"), "the student's response length (a mirror)")
+    temperature: float = opt(_rollout("temperature"), "the teacher's log-probs are of logits / temperature")
 
 
 @dataclass
@@ -90,9 +89,9 @@ class PrivilegedContextConfig:
     """``teacher_models.<name>.privileged_context`` (ours): text only the teacher sees, for on-policy
     self-distillation (the teacher is the student's start, conditioned on e.g. the ground truth)."""
 
-    key: str | None = _help(None, "dotted row field holding the text, e.g. reward_model.ground_truth (null: off)")
-    template: str = _help("{solution}", "the text inserted, {solution} replaced by the field's value")
-    position: str = _help("after_prompt", "after_prompt (between the prompt and the response, upstream's "
+    key: str | None = opt(None, "dotted row field holding the text, e.g. reward_model.ground_truth (null: off)")
+    template: str = opt("{solution}", "the text inserted, {solution} replaced by the field's value")
+    position: str = opt("after_prompt", "after_prompt (between the prompt and the response, upstream's "
                                           "layout) | before_prompt")
 
 
@@ -100,28 +99,26 @@ class PrivilegedContextConfig:
 class TeacherModelConfig:
     """One entry of ``distillation.teacher_models``."""
 
-    key: str | None = _help(None, "the teacher_key value of the rows this teacher scores (several teachers)")
-    model_path: str | None = _help(None, "the teacher model (Hugging Face layout); same vocabulary as the student")
-    num_replicas: int = _help(0, "replicas of this teacher (one teacher: 0 = the whole pool)")
-    inference: TeacherInferenceConfig = field(default_factory=TeacherInferenceConfig)
-    privileged_context: PrivilegedContextConfig = field(default_factory=PrivilegedContextConfig)
-
-
-def _default_teachers() -> dict[str, Any]:
-    return {"teacher_model": dataclasses.asdict(TeacherModelConfig())}
+    key: str | None = opt(None, "the teacher_key value of the rows this teacher scores (several teachers)")
+    model_path: str | None = opt(None, "the teacher model (Hugging Face layout); same vocabulary as the student")
+    num_replicas: int = opt(0, "replicas of this teacher (one teacher: 0 = the whole pool)")
+    inference: TeacherInferenceConfig = section(TeacherInferenceConfig)
+    privileged_context: PrivilegedContextConfig = section(PrivilegedContextConfig)
 
 
 @dataclass
 class DistillationConfig:
     """``distillation``: on-policy distillation (the student samples, frozen teachers give log-probs)."""
 
-    enabled: bool = _help(False, "train the actor on the teachers' log-probs of its own samples")
-    n_gpus_per_node: int = _help(8, "teacher pool: workers per node")
-    nnodes: int = _help(0, "teacher pool: nodes")
-    teacher_models: dict[str, Any] = field(default_factory=_default_teachers, metadata={
-        "help": "named teachers (open dict: +distillation.teacher_models.<name>.model_path=...)"})
-    teacher_key: str = _help("data_source", "row column whose value picks the teacher (several teachers)")
-    distillation_loss: DistillationLossConfig = field(default_factory=DistillationLossConfig)
+    enabled: bool = opt(False, "train the actor on the teachers' log-probs of its own samples")
+    n_gpus_per_node: int = opt(8, "teacher pool: workers per node")
+    nnodes: int = opt(0, "teacher pool: nodes")
+    teacher_models: dict[str, Any] = opt(
+        {"teacher_model": dataclasses.asdict(TeacherModelConfig())},
+        "named teachers (open dict: +distillation.teacher_models.<name>.model_path=...)",
+    )
+    teacher_key: str = opt("data_source", "row column whose value picks the teacher (several teachers)")
+    distillation_loss: DistillationLossConfig = section(DistillationLossConfig)
 
 
 #: inference keys of vLLM/SGLang that the training-engine teacher does not read (accepted at these values)
@@ -208,18 +205,17 @@ def resolve_teachers(cfg: DictConfig, problems: list[str] | None = None) -> dict
     for t in teachers.values():
         t.world_size = int(t.num_replicas) * per_replica_size(t)
     if problems is None and own:
-        from verl.trainer.config.keys import ConfigError
-
         raise ConfigError(own)
     return teachers
 
 
-def check_distillation(cfg: DictConfig, problems: list[str]) -> None:
-    """Every problem of an enabled ``distillation`` section, in the user's terms (called by validate_config)."""
+def check_distillation(cfg: DictConfig, problems: list[str], loss_settings: Callable[[str], Any]) -> None:
+    """Every problem of an enabled ``distillation`` section, in the user's terms (called by validate_config;
+    ``loss_settings(loss_mode)``: the divergence registry's settings, raising for an unknown name)."""
     if not distillation_enabled(cfg):
         return
     d = cfg.distillation
-    _check_loss(cfg, d.distillation_loss, problems)
+    _check_loss(cfg, d.distillation_loss, problems, loss_settings)
     for key in ("nnodes", "n_gpus_per_node"):
         if int(d[key]) < 1:
             problems.append(
@@ -263,14 +259,10 @@ def check_distillation(cfg: DictConfig, problems: list[str]) -> None:
             )
 
 
-def _check_loss(cfg: DictConfig, loss: DictConfig, problems: list[str]) -> None:
+def _check_loss(cfg: DictConfig, loss: DictConfig, problems: list[str], loss_settings: Callable[[str], Any]) -> None:
     where = f"{_SECTION}.distillation_loss"
     try:
-        from verl.trainer.distillation.losses import get_distillation_loss_settings
-    except ImportError:  # a half-installed core (no torch): the worker's lookup says it later
-        return
-    try:
-        settings = get_distillation_loss_settings(str(loss.loss_mode))
+        settings = loss_settings(str(loss.loss_mode))
     except (KeyError, ValueError) as e:
         problems.append(f"{where}.loss_mode={loss.loss_mode!r}: {e.args[0] if e.args else e}")
         return

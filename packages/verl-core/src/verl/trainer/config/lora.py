@@ -49,15 +49,12 @@ def check_layered_summon(cfg: DictConfig, problems: list[str]) -> None:
 
 #: vLLM's allowed ``max_lora_rank`` values (vllm.config.lora.MaxLoRARanks); the adapter's rank rounds up
 VLLM_MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
-LORA_SYNC = ("merged", "adapter")
 
 
 def _check_lora_sync(cfg: DictConfig, problems: list[str]) -> None:
     rollout = cfg.actor_rollout_ref.rollout
     sync = rollout.lora_sync
-    if sync not in LORA_SYNC:
-        problems.append(f"actor_rollout_ref.rollout.lora_sync={sync!r} must be one of {list(LORA_SYNC)}")
-    elif sync == "adapter":
+    if sync == "adapter":
         if not lora_on(cfg):
             problems.append(
                 "actor_rollout_ref.rollout.lora_sync=adapter sends LoRA adapters to the rollout, but LoRA is off "

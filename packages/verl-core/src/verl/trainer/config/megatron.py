@@ -1,4 +1,4 @@
-"""The ``megatron`` sections (``strategy=megatron``): schema and the checks that need the whole config.
+"""Checks of the ``megatron`` sections (``strategy=megatron``; the schema is ``engine.McoreEngineConfig``).
 
 ``actor_rollout_ref.actor.megatron``, ``actor_rollout_ref.ref.megatron`` and ``critic.megatron`` hold
 upstream verl's Megatron keys (``McoreEngineConfig``), read by verl-workers' Megatron engine. The
@@ -11,7 +11,6 @@ reference always; the critic when the actor is Megatron too) must use one parall
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from omegaconf import DictConfig
@@ -25,40 +24,6 @@ LAYOUT_KEYS = (
     "expert_model_parallel_size",
 )
 OFFLOAD_KEYS = ("param_offload", "grad_offload", "optimizer_offload")
-
-
-def _ref(key: str) -> Any:
-    return "${" + key + "}"
-
-
-@dataclass
-class MegatronConfig:
-    param_offload: bool = False
-    grad_offload: bool = False
-    optimizer_offload: bool = False
-    tensor_model_parallel_size: int = 1
-    expert_model_parallel_size: int = 1
-    pipeline_model_parallel_size: int = 1
-    virtual_pipeline_model_parallel_size: int | None = None
-    context_parallel_size: int = 1
-    sequence_parallel: bool = True  # takes effect with tensor_model_parallel_size > 1
-    use_distributed_optimizer: bool = True
-    seed: int = 42
-    override_transformer_config: dict[str, Any] = field(default_factory=dict)
-    override_ddp_config: dict[str, Any] = field(default_factory=dict)
-
-
-def ref_megatron_config() -> MegatronConfig:
-    """The reference's section: parallel sizes, offload and seed follow the actor's (upstream)."""
-    return MegatronConfig(
-        param_offload=_ref(f"{_ACTOR_MEGATRON}.param_offload"),
-        tensor_model_parallel_size=_ref(f"{_ACTOR_MEGATRON}.tensor_model_parallel_size"),
-        expert_model_parallel_size=_ref(f"{_ACTOR_MEGATRON}.expert_model_parallel_size"),
-        pipeline_model_parallel_size=_ref(f"{_ACTOR_MEGATRON}.pipeline_model_parallel_size"),
-        virtual_pipeline_model_parallel_size=_ref(f"{_ACTOR_MEGATRON}.virtual_pipeline_model_parallel_size"),
-        context_parallel_size=_ref(f"{_ACTOR_MEGATRON}.context_parallel_size"),
-        seed=_ref(f"{_ACTOR_MEGATRON}.seed"),
-    )
 
 
 def model_parallel_size(section: DictConfig) -> int:

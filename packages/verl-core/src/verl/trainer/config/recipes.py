@@ -27,7 +27,7 @@ def with_default_config(argv: list[str], default: Path) -> list[str]:
 
 # Stands for a file the recipe will make, while a config is checked before making it (any non-empty
 # value passes the "is it set" checks; nothing reads it).
-BUILT_IN = "(built-in)"
+BUILT_IN = "__built_in__"
 
 
 def load_with_built_in(

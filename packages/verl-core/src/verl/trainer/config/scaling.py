@@ -14,6 +14,8 @@ import os
 
 from omegaconf import DictConfig
 
+from verl.trainer.config.derived import resolve_device
+
 _ACTOR = "actor_rollout_ref.actor"
 
 
@@ -62,8 +64,6 @@ def _check_sp(problems, ws: int, key: str, sp: int, strategy: str, model_key: st
 
 
 def _check_liger(cfg: DictConfig, problems: list[str]) -> None:
-    from verl.trainer.config.validation import resolve_device
-
     device = resolve_device(cfg)
     if device != "cuda":
         problems.append(
@@ -81,8 +81,6 @@ def _check_liger(cfg: DictConfig, problems: list[str]) -> None:
 
 
 def _check_fused_backend(cfg: DictConfig, problems: list[str]) -> None:
-    from verl.trainer.config.validation import resolve_device
-
     model = cfg.actor_rollout_ref.model
     backend = model.fused_kernel_options.impl_backend
     key = f"actor_rollout_ref.model.fused_kernel_options.impl_backend={backend!r}"

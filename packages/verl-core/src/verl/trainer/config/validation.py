@@ -9,74 +9,24 @@ from __future__ import annotations
 
 import warnings
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from verl.trainer.config.derived import (
+    resolve_device,
+    trajectories_per_step,
+    use_critic,
+    use_reference_policy,
+    world_size,
+)
 from verl.trainer.config.distillation import check_distillation
+from verl.trainer.config.fields import ConfigError, schema_fields
 from verl.trainer.config.installed import check_installed
-from verl.trainer.config.keys import ConfigError
 from verl.trainer.config.lora import check_lora
 from verl.trainer.config.megatron import check_megatron, data_parallel_size
-from verl.trainer.config.not_implemented import check_not_implemented
 from verl.trainer.config.scaling import check_scaling
 
-TRUNCATION_MODES = ("error", "left", "right", "middle")
-STRATEGIES = ("fsdp2", "fsdp", "megatron")
-LOSS_AGG_MODES = (
-    "token-mean",
-    "token-sum",
-    "seq-mean-token-sum",
-    "seq-mean-token-mean",
-    "seq-mean-token-sum-norm",
-)
-KL_TYPES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "full")
-LR_SCHEDULERS = ("constant", "cosine")
-DEVICES = ("auto", "cpu", "cuda")
-RESUME_MODES = ("auto", "disable", "resume_path")
-WORKER_BACKENDS = ("ray", "local")
-LOGGERS = ("console", "jsonl", "tensorboard", "swanlab", "wandb", "mlflow")
-KL_CTRL_TYPES = ("fixed", "adaptive")
-ROLLOUT_MODES = ("sync", "async")
 # Estimators whose baseline is the group of n samples: with n == 1 every advantage is 0.
 GROUP_ESTIMATORS = ("grpo", "grpo_vectorized", "rloo", "rloo_vectorized", "grpo_passk", "opo", "gpg")
-
-
-# ------------------------------------------------------------------------------- derived (read-only)
-def world_size(cfg: DictConfig) -> int:
-    """Number of workers in the actor/rollout group: trainer.nnodes * trainer.n_gpus_per_node."""
-    return int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
-
-
-def resolve_device(cfg: DictConfig) -> str:
-    """``trainer.device`` with ``auto`` (or unset) replaced by ``cuda`` when available, else ``cpu``."""
-    device = cfg.trainer.device
-    if device in (None, "auto"):
-        import torch
-
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return str(device)
-
-
-def use_critic(cfg: DictConfig) -> bool:
-    """Whether a critic (value model) worker group is needed: critic.enable, or by default iff gae."""
-    if cfg.critic.enable is not None:
-        return bool(cfg.critic.enable)
-    return cfg.algorithm.adv_estimator == "gae"
-
-
-def use_reference_policy(cfg: DictConfig) -> bool:
-    """A reference model is needed for a KL loss or a KL penalty in the reward."""
-    return bool(cfg.algorithm.use_kl_in_reward or cfg.actor_rollout_ref.actor.use_kl_loss)
-
-
-def trajectories_per_step(cfg: DictConfig) -> int:
-    """data.train_batch_size prompts x rollout.n samples each."""
-    return int(cfg.data.train_batch_size) * int(cfg.actor_rollout_ref.rollout.n)
-
-
-def tokenizer_path(cfg: DictConfig) -> str | None:
-    """actor_rollout_ref.model.tokenizer_path, defaulting to the model path."""
-    model = cfg.actor_rollout_ref.model
-    return model.tokenizer_path if model.tokenizer_path is not None else model.path
 
 
 # ------------------------------------------------------------------------------------------ validate
@@ -85,15 +35,14 @@ def validate_config(cfg: DictConfig) -> None:
 
     Warnings (legal but probably unintended settings) go through `warnings.warn`.
     """
-    problems: list[str] = []
-    _check_choices(cfg, problems)
+    problems = field_problems(cfg)
     _check_required(cfg, problems)
     _check_sizes(cfg, problems)
     _check_algorithm(cfg, problems)
     _check_trainer(cfg, problems)
     check_scaling(cfg, problems, world_size(cfg), use_critic(cfg), use_reference_policy(cfg))
-    check_not_implemented(cfg, problems)
     check_installed(cfg, problems)
+    _check_tool_call_format(cfg, problems)
     if cfg.actor_rollout_ref.model.custom_chat_template is not None and cfg.actor_rollout_ref.rollout.multi_turn.enable:
         problems.append(
             "actor_rollout_ref.model.custom_chat_template applies to the driver's tokenizer (single-turn prompts); "
@@ -101,7 +50,7 @@ def validate_config(cfg: DictConfig) -> None:
             "tokenizer_config.json instead"
         )
     check_lora(cfg, problems)
-    check_distillation(cfg, problems)
+    check_distillation(cfg, problems, _distillation_loss_settings)
     if "megatron" in (cfg.actor_rollout_ref.actor.strategy, cfg.actor_rollout_ref.ref.strategy, cfg.critic.strategy):
         on_cpu = resolve_device(cfg) == "cpu"
         check_megatron(cfg, problems, world_size(cfg), use_critic(cfg), on_cpu)
@@ -110,36 +59,35 @@ def validate_config(cfg: DictConfig) -> None:
     OmegaConf.set_readonly(cfg, True)
 
 
+def field_problems(cfg: DictConfig) -> list[str]:
+    """The schema's own rules, from its fields' metadata: ``choices``, ``refused`` (any value but the
+    default) and ``engines`` (read only by those rollout engines: any other refuses a value but the default)."""
+    problems = []
+    for key, info in schema_fields(OmegaConf.get_type(cfg)).items():
+        value = OmegaConf.select(cfg, key)
+        if isinstance(value, (DictConfig, ListConfig)):
+            value = OmegaConf.to_container(value, resolve=True)
+        if info.choices is not None and isinstance(value, list):
+            for entry in value:
+                _one_of(problems, f"{key} entry", entry, info.choices)
+        elif info.choices is not None and value not in info.choices:
+            _one_of(problems, key, value, info.choices)
+        elif info.refused is not None and value != info.default:
+            problems.append(f"{key}={value!r}: {info.refused} (accepted only at its default, {info.default!r})")
+        elif info.engines is not None and value != info.default:
+            engine = OmegaConf.select(cfg, key.rsplit(".", 1)[0] + ".name")
+            if engine not in info.engines:
+                problems.append(
+                    f"{key}={value!r} is read by the {' and '.join(info.engines)} rollout only; the {engine} rollout "
+                    f"does not read it: leave it at its default ({info.default!r}) or use rollout.name="
+                    f"{info.engines[0]}"
+                )
+    return problems
+
+
 def _one_of(problems: list[str], key: str, value, allowed) -> None:
     if value not in allowed:
         problems.append(f"{key}={value!r} is not one of: {', '.join(map(str, allowed))}")
-
-
-def _check_choices(cfg: DictConfig, problems: list[str]) -> None:
-    arr = cfg.actor_rollout_ref
-    _one_of(problems, "data.truncation", cfg.data.truncation, TRUNCATION_MODES)
-    _one_of(problems, "actor_rollout_ref.actor.strategy", arr.actor.strategy, STRATEGIES)
-    _one_of(problems, "actor_rollout_ref.actor.loss_agg_mode", arr.actor.loss_agg_mode, LOSS_AGG_MODES)
-    kl_type = str(arr.actor.kl_loss_type)
-    _one_of(problems, "actor_rollout_ref.actor.kl_loss_type", kl_type.removesuffix("+"), KL_TYPES)
-    _one_of(problems, "algorithm.kl_penalty", str(cfg.algorithm.kl_penalty).removesuffix("+"), KL_TYPES)
-    _one_of(problems, "algorithm.kl_ctrl.type", cfg.algorithm.kl_ctrl.type, KL_CTRL_TYPES)
-    _one_of(
-        problems,
-        "actor_rollout_ref.actor.optim.lr_scheduler_type",
-        arr.actor.optim.lr_scheduler_type,
-        LR_SCHEDULERS,
-    )
-    _one_of(problems, "actor_rollout_ref.rollout.mode", arr.rollout.mode, ROLLOUT_MODES)
-    _one_of(problems, "trainer.device", cfg.trainer.device, DEVICES)
-    _one_of(problems, "trainer.resume_mode", cfg.trainer.resume_mode, RESUME_MODES)
-    _one_of(problems, "trainer.worker_backend", cfg.trainer.worker_backend, WORKER_BACKENDS)
-    for name in cfg.trainer.logger:
-        _one_of(problems, "trainer.logger entry", name, LOGGERS)
-    if use_critic(cfg):
-        _one_of(problems, "critic.strategy", cfg.critic.strategy, STRATEGIES)
-        _one_of(problems, "critic.loss_agg_mode", cfg.critic.loss_agg_mode, LOSS_AGG_MODES)
-        _one_of(problems, "critic.optim.lr_scheduler_type", cfg.critic.optim.lr_scheduler_type, LR_SCHEDULERS)
 
 
 def _check_required(cfg: DictConfig, problems: list[str]) -> None:
@@ -400,20 +348,8 @@ def _check_algorithm(cfg: DictConfig, problems: list[str]) -> None:
 def _check_rollout_correction(cfg: DictConfig, problems: list[str]) -> None:
     rc = cfg.algorithm.rollout_correction
     key = "algorithm.rollout_correction"
-    if rc.rollout_is is not None:
-        _one_of(problems, f"{key}.rollout_is", rc.rollout_is, ("token", "sequence"))
     if not float(rc.rollout_is_threshold) > 0:
         problems.append(f"{key}.rollout_is_threshold={rc.rollout_is_threshold} must be > 0 (the weights' upper bound)")
-    if rc.rollout_rs is not None or rc.rollout_rs_threshold is not None:
-        problems.append(
-            f"{key}.rollout_rs={rc.rollout_rs!r} / rollout_rs_threshold={rc.rollout_rs_threshold!r}: rejection "
-            "sampling is not implemented; leave both null (truncated IS weights: rollout_is=token or sequence)"
-        )
-    if rc.loss_type != "ppo_clip":
-        problems.append(
-            f"{key}.loss_type={rc.loss_type!r}: only ppo_clip is implemented (the PPO ratio against the "
-            "rollout policy; reinforce with explicit weights is not)"
-        )
     needs_lp = [k for k in ("rollout_is", "bypass_mode") if rc[k]]
     if needs_lp and not cfg.actor_rollout_ref.rollout.calculate_log_probs:
         problems.append(
@@ -429,19 +365,37 @@ def _check_rollout_correction(cfg: DictConfig, problems: list[str]) -> None:
 
 
 def _check_registered(problems: list[str], key: str, name: str, getter: str) -> None:
-    """Ask core_algos' registry when it is importable (another package part may not be installed yet)."""
-    try:
-        if getter == "get_adv_estimator_fn":
-            from verl.trainer.ppo.core_algos import get_adv_estimator_fn as get
-        else:
-            from verl.trainer.ppo.core_algos import get_policy_loss_fn as get
-    except ImportError:
-        return
+    """Ask core_algos' registry (where recipes register theirs too) whether ``name`` is there, in its words."""
+    if getter == "get_adv_estimator_fn":
+        from verl.trainer.ppo.core_algos import get_adv_estimator_fn as get
+    else:
+        from verl.trainer.ppo.core_algos import get_policy_loss_fn as get
     try:
         get(name)
     except (KeyError, ValueError, NotImplementedError) as e:
         msg = e.args[0] if e.args else str(e)
         problems.append(f"{key}={name!r}: {msg}")
+
+
+def _distillation_loss_settings(name: str):
+    """What the divergence ``name`` needs from a teacher, from core_algos' registry (an unknown name raises)."""
+    from verl.trainer.ppo.core_algos import get_distillation_loss_settings
+
+    return get_distillation_loss_settings(name)
+
+
+def _check_tool_call_format(cfg: DictConfig, problems: list[str]) -> None:
+    """``multi_turn.format`` names the agent loops' tool-call format (``verl.registries.TOOL_CALL_FORMATS``,
+    filled by verl-agent); an unknown one is refused with the supported ones."""
+    mt = cfg.actor_rollout_ref.rollout.multi_turn
+    if not mt.enable and mt.format == "hermes":
+        return
+    from verl.registries import TOOL_CALL_FORMATS
+
+    try:
+        TOOL_CALL_FORMATS.get(mt.format)
+    except KeyError as e:
+        problems.append(f"actor_rollout_ref.rollout.multi_turn.format={mt.format!r}: {e}")
 
 
 def _check_trainer(cfg: DictConfig, problems: list[str]) -> None:
@@ -513,7 +467,7 @@ def fsdp_precision_problems(where: str, section: DictConfig, trained: bool) -> l
     for key, value in (("model_dtype", section.model_dtype), ("mixed_precision.param_dtype", mp.param_dtype),
                        ("mixed_precision.reduce_dtype", mp.reduce_dtype),
                        ("mixed_precision.buffer_dtype", mp.buffer_dtype)):
-        _one_of(problems, f"{where}.{key}", str(value), DTYPE_NAMES)
+        _one_of(problems, f"{where}.{key}", str(value), tuple(DTYPE_NAMES))
     if trained and DTYPE_NAMES.get(str(mp.param_dtype)) == "float16":
         problems.append(
             f"{where}.mixed_precision.param_dtype={mp.param_dtype} trains in fp16, which needs loss scaling "

@@ -3,7 +3,7 @@
 Each teacher (``distillation.teacher_models.<name>``) is the role ``TeacherRole(name)`` (``str``:
 ``teacher_<name>``), played by the worker class ``WORKER_CLASSES["teacher"]`` (verl-workers'
 ``TeacherWorker``) on a resource pool of its own, ``teacher_pool_<name>``, of ``world_size`` workers: the
-teachers together fill ``distillation.nnodes x n_gpus_per_node``. ``main_ppo`` adds the roles and pools;
+teachers together fill ``distillation.nnodes x n_gpus_per_node``. ``verl.trainer.ppo.run`` adds the roles and pools;
 ``RayPPOTrainer.init_workers`` adds the constructor keywords and starts them (`start_teachers`).
 """
 
@@ -31,7 +31,7 @@ class TeacherRole:
 
 
 def teacher_roles(config: DictConfig) -> dict[TeacherRole, Any]:
-    """``{TeacherRole: worker class}`` for ``main_ppo``'s role mapping (empty without distillation)."""
+    """``{TeacherRole: worker class}`` for the role mapping of ``verl.trainer.ppo.run`` (empty without distillation)."""
     if not distillation_enabled(config):
         return {}
     from verl.registries import WORKER_CLASSES
@@ -81,21 +81,18 @@ def _engine_section(config: DictConfig, teacher: DictConfig) -> DictConfig:
     return OmegaConf.create(engine)
 
 
-def teacher_init_kwargs(config: DictConfig, env: dict[str, Any], mapping: dict) -> dict[TeacherRole, dict[str, Any]]:
-    """Each teacher role's constructor keywords (``env``: device and seed, as every worker gets)."""
+def teacher_init_kwargs(config: DictConfig, env: dict[str, Any], mapping: dict, topk: int) -> dict[TeacherRole, dict[str, Any]]:
+    """Each teacher role's constructor keywords (``env``: device and seed, as every worker gets; ``topk``:
+    log-probs per token, ``verl.trainer.ppo.distillation_losses.teacher_topk``)."""
     if not distillation_enabled(config):
         return {}
-    from verl.trainer.distillation.losses import get_distillation_loss_settings
-
-    loss = config.distillation.distillation_loss
-    topk = int(loss.topk) if get_distillation_loss_settings(str(loss.loss_mode)).use_topk else 0
     out = {}
     for name, t in resolve_teachers(config).items():
         role = TeacherRole(name)
         if role not in mapping:
             raise ValueError(
                 f"distillation.enabled=true but role_worker_mapping has no {role} (teacher {name!r}); "
-                "main_ppo.build_role_worker_mapping adds it (verl.trainer.distillation.teacher_pool.teacher_roles)"
+                "verl.trainer.ppo.run.build_role_worker_mapping adds it (verl.trainer.distillation.teacher_pool.teacher_roles)"
             )
         out[role] = dict(config=t, model=_model_section(config, t), engine_config=_engine_section(config, t),
                          strategy=str(config.actor_rollout_ref.ref.strategy), topk=topk, **env)

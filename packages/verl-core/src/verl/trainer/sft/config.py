@@ -6,23 +6,16 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from verl.trainer.config.loader import ConfigError, load_config
-from verl.trainer.config.validation import fsdp_precision_problems
+from verl.trainer.config import ConfigError, load_config
+from verl.trainer.config.validation import field_problems, fsdp_precision_problems
 from verl.trainer.sft.schema import SFTConfig
 
-SFT_DEFAULTS_YAML = Path(__file__).with_name("sft_trainer.yaml")
-
-STRATEGIES = ("fsdp2", "fsdp")
-DEVICES = ("auto", "cpu", "cuda")
-TRUNCATION = ("error", "left", "right")
-SCHEDULERS = ("constant", "cosine")
-RESUME_MODES = ("auto", "disable", "resume_path")
-LOGGERS = ("console", "jsonl", "tensorboard", "swanlab", "wandb", "mlflow")
+SFT_DEFAULTS_YAML = Path(__file__).with_name("sft_trainer.yaml")  # generated from the schema, for users
 
 
 def load_sft_config(argv: list[str] | None = None) -> DictConfig:
-    """Defaults < ``sft_trainer.yaml`` < ``--config FILE`` < ``key=value``; not yet validated."""
-    return load_config(argv, schema=SFTConfig, defaults_yaml=SFT_DEFAULTS_YAML)
+    """Schema defaults < ``--config FILE`` < ``key=value``; not yet validated."""
+    return load_config(argv, schema=SFTConfig)
 
 
 def sft_world_size(cfg: DictConfig) -> int:
@@ -32,20 +25,8 @@ def sft_world_size(cfg: DictConfig) -> int:
 
 def validate_sft_config(cfg: DictConfig) -> None:
     """Raise one `ConfigError` listing every problem, in the user's terms; then make ``cfg`` read-only."""
-    problems: list[str] = []
+    problems = field_problems(cfg)
     d, m, o, t = cfg.data, cfg.model, cfg.optim, cfg.trainer
-
-    def one_of(key: str, value, allowed) -> None:
-        if value not in allowed:
-            problems.append(f"{key}={value!r} is not one of {', '.join(map(str, allowed))}")
-
-    one_of("model.strategy", m.strategy, STRATEGIES)
-    one_of("trainer.device", t.device, DEVICES)
-    one_of("data.truncation", d.truncation, TRUNCATION)
-    one_of("optim.lr_scheduler_type", o.lr_scheduler_type, SCHEDULERS)
-    one_of("trainer.resume_mode", t.resume_mode, RESUME_MODES)
-    for name in t.logger:
-        one_of("trainer.logger entry", name, LOGGERS)
     if not d.train_files:
         problems.append("data.train_files is required: a .parquet/.jsonl file (or a list) with a 'messages' column")
     if not m.path:
@@ -65,6 +46,11 @@ def validate_sft_config(cfg: DictConfig) -> None:
     problems += fsdp_precision_problems("model.fsdp_config", m.fsdp_config, trained=True)
     if not problems:
         ws = sft_world_size(cfg)
+        if t.worker_backend == "local" and ws != 1:
+            problems.append(
+                f"trainer.worker_backend=local runs one worker in the driver's process, but trainer.nnodes*"
+                f"n_gpus_per_node={t.nnodes}*{t.n_gpus_per_node}={ws}; set both to 1 or use trainer.worker_backend=ray"
+            )
         bs, mb = int(d.train_batch_size), int(d.micro_batch_size_per_gpu)
         if bs % ws:
             problems.append(

@@ -5,7 +5,8 @@ A manager is built as ``Manager(tokenizer, num_examine, compute_score=None, rewa
 ``[N, R]`` float tensor with each row's score on its last model token (the last ``response_mask``
 1; in multi-turn responses tool and user tokens come after none of it), plus the rewards an agent
 loop earned (`verl.rewards.managers.agent_rewards`, weighted), or with ``return_dict=True`` ``{"reward_tensor", "reward_extra_info": {key: [one value per row]},
-"reward_metrics": {name: float}}``.
+"reward_metrics": {name: float}}``. When scorers return a ``verdict`` (why the sample got its score),
+``reward_metrics`` has ``reward/verdict/<kind>``: each kind's share of the rows that have one.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from verl.rewards.managers.agent_rewards import (
     add_agent_rewards,
     last_assistant_positions,
 )
+from verl.rewards.scoring.verdicts import verdict_metrics
 
 # Non-tensor columns of agent rollouts the scorer also sees in extra_info (as upstream's reward loop does).
 _AGENT_INFO = ("num_turns", "tool_rewards", "turn_scores")
@@ -244,6 +246,8 @@ class RewardManagerBase:
                 reward[row.index, last[row.index]] = score
             if "rm_scores" in data.batch:
                 reward = reward + data.batch["rm_scores"].to(reward)
+            if "verdict" in scored.extra:
+                scored.metrics.update(verdict_metrics(scored.extra["verdict"]))
             self._examine(rows, scored)
         metrics = add_agent_rewards(data, reward, self.agent_weights)
         if not return_dict:

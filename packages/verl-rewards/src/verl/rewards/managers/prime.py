@@ -1,6 +1,7 @@
 """``prime``: rows scored in parallel worker processes, each with a per-row time limit.
 
-A row that exceeds ``timeout`` seconds scores 0 (counted in ``reward/score_timeouts``); its worker
+A row that exceeds ``timeout`` seconds scores 0 with verdict ``timeout`` (counted in
+``reward/score_timeouts``); its worker
 is killed and replaced, so one pathological row cannot hold the batch. Workers are plain helper
 processes (`verl.rewards.utils.time_limit`), safe to use from Ray actors and threads.
 """
@@ -45,7 +46,7 @@ class PrimeRewardManager(RewardManagerBase):
             )
         except TimeoutError:
             timeouts.append(row.index)
-            return 0.0
+            return {"score": 0.0, "verdict": "timeout"}
         except Exception as e:
             if not self.count_errors_as_zero:
                 raise RuntimeError(

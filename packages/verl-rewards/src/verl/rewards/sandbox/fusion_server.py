@@ -12,8 +12,13 @@ and response follow SandboxFusion's ``RunCodeRequest`` / ``RunCodeResponse``::
 
 Python only (SandboxFusion's ``python`` runner has no compile step, so a syntax error is a run with
 return code 1, as there). ``memory_limit_MB=-1`` means the sandbox's default limit. ``files`` and
-``fetch_files`` are refused (HTTP 422) rather than ignored. Requests run concurrently, bounded by
-the local sandbox's ``max_concurrent``.
+``fetch_files`` are refused (HTTP 422) rather than ignored.
+
+Everything it does is bounded: the request body (``max_body_mb``, 413 beyond), the time to send it
+(408), ``run_timeout`` and ``memory_limit_MB`` (422 above ``max_run_timeout`` / ``max_memory_mb``),
+the output returned (the local sandbox's ``max_output_bytes`` per stream), programs running at once
+(``max_concurrent``) and requests waiting for one (``max_pending``: 503 with ``Retry-After`` beyond).
+Served by aiohttp (`verl.rewards.http_server`), on 127.0.0.1 unless ``--host`` says otherwise.
 
     uv run python -m verl.rewards.sandbox.fusion_server --port 8080 [--max-concurrent 4]
 """
@@ -21,11 +26,14 @@ the local sandbox's ``max_concurrent``.
 from __future__ import annotations
 
 import argparse
-import json
+import asyncio
+import os
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from aiohttp import web
+from verl.rewards.http_server import BackgroundServer, HTTPError, HTTPLimits, make_app, read_json
 from verl.rewards.sandbox import base
 from verl.rewards.sandbox.local import LocalSandbox
 
@@ -37,7 +45,18 @@ class RequestError(ValueError):
     """A request SandboxFusion's validation would refuse (answered with HTTP 422)."""
 
 
-def run_code(sandbox: LocalSandbox, request: dict[str, Any]) -> dict[str, Any]:
+def _number(request: dict, key: str, default: float, cap: float) -> float:
+    value = request.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise RequestError(f"field {key!r} must be a number, got {value!r:.50}")
+    if value > cap:
+        raise RequestError(f"field {key!r}={value:g} is above this service's limit of {cap:g}")
+    return float(value)
+
+
+def run_code(
+    sandbox: LocalSandbox, request: dict[str, Any], max_run_timeout: float = 60.0, max_memory_mb: int = 4096
+) -> dict[str, Any]:
     """One ``/run_code`` request -> its response body (see module doc)."""
     unknown = sorted(set(request) - _FIELDS)
     if unknown:
@@ -48,13 +67,14 @@ def run_code(sandbox: LocalSandbox, request: dict[str, Any]) -> dict[str, Any]:
         raise RequestError(f"language {request.get('language')!r} is not served here; this service runs 'python'")
     if request.get("files") or request.get("fetch_files") or request.get("args"):
         raise RequestError("'files', 'fetch_files' and 'args' are not supported by this service")
-    memory = int(request.get("memory_limit_MB", -1))
-    result = sandbox.run(
-        request["code"],
-        request.get("stdin") or "",
-        timeout=float(request.get("run_timeout", 10)),
-        memory_mb=None if memory <= 0 else memory,
-    )
+    stdin = request.get("stdin") or ""
+    if not isinstance(stdin, str):
+        raise RequestError(f"field 'stdin' must be a string, got {type(stdin).__name__}")
+    timeout = _number(request, "run_timeout", min(10.0, max_run_timeout), max_run_timeout)
+    memory = _number(request, "memory_limit_MB", -1, max_memory_mb)
+    if timeout <= 0:
+        raise RequestError(f"field 'run_timeout' must be > 0, got {timeout:g}")
+    result = sandbox.run(request["code"], stdin, timeout=timeout, memory_mb=None if memory <= 0 else int(memory))
     if result.status == base.SANDBOX_ERROR:
         return {"status": "SandboxError", "message": "; ".join(result.notes), "compile_result": None,
                 "run_result": None, "executor_pod_name": None, "files": {}}  # fmt: skip
@@ -73,60 +93,85 @@ def run_code(sandbox: LocalSandbox, request: dict[str, Any]) -> dict[str, Any]:
 
 class FusionServer:
     """The service on ``host:port`` (port 0: a free one) in a background thread; ``url`` is its root.
-    ``in_flight`` / ``max_in_flight`` count requests being run (for tests and monitoring)."""
+    ``in_flight`` / ``max_in_flight`` count programs being run, ``pending`` requests admitted (running
+    or waiting), ``refused_busy`` requests answered 503 (for tests and monitoring).
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, **sandbox_options: Any):
-        self.sandbox = LocalSandbox(**sandbox_options)
-        self.in_flight = self.max_in_flight = 0
+    Args:
+        max_concurrent: programs run at once (default: CPU count).
+        max_pending: requests admitted at once, running or waiting (default: 4 x max_concurrent).
+        max_body_mb, body_timeout, idle_timeout: see `verl.rewards.http_server.HTTPLimits`.
+        max_run_timeout, max_memory_mb: the largest ``run_timeout`` / ``memory_limit_MB`` accepted.
+        **sandbox_options: the local sandbox's (``timeout``, ``memory_mb``, ``isolation``, ...).
+    """
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        max_concurrent: int | None = None,
+        max_pending: int | None = None,
+        max_body_mb: float = 4.0,
+        body_timeout: float = 10.0,
+        idle_timeout: float = 15.0,
+        max_run_timeout: float = 60.0,
+        max_memory_mb: int = 4096,
+        **sandbox_options: Any,
+    ):
+        self.max_concurrent = int(max_concurrent or os.cpu_count() or 1)
+        self.max_pending = int(max_pending or 4 * self.max_concurrent)
+        if self.max_pending < self.max_concurrent:
+            raise ValueError(f"max_pending={self.max_pending} must be >= max_concurrent={self.max_concurrent}")
+        self.sandbox = LocalSandbox(max_concurrent=self.max_concurrent, **sandbox_options)
+        self.max_run_timeout, self.max_memory_mb = float(max_run_timeout), int(max_memory_mb)
+        self.limits = HTTPLimits(int(max_body_mb * (1 << 20)), body_timeout, idle_timeout)
+        self.in_flight = self.max_in_flight = self.pending = self.refused_busy = 0
         self._lock = threading.Lock()
-        self.httpd = ThreadingHTTPServer((host, port), self._handler())
-        self.httpd.daemon_threads = True
-        self.url = f"http://{host}:{self.httpd.server_address[1]}"
-        self._thread: threading.Thread | None = None
+        self._pool = ThreadPoolExecutor(self.max_concurrent, thread_name_prefix="fusion-run")
+        app = make_app(self.limits)
+        app.router.add_post("/run_code", self._run_code)
+        self.server = BackgroundServer(app, host, port, self.limits)
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        server = self
+    @property
+    def url(self) -> str:
+        return self.server.url
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-                if self.path.rstrip("/") != "/run_code":
-                    return self._send(404, {"detail": f"no endpoint {self.path}; this service has /run_code"})
-                try:
-                    body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-                    if not isinstance(body, dict):
-                        raise RequestError("the request body must be a JSON object")
-                    with server._lock:
-                        server.in_flight += 1
-                        server.max_in_flight = max(server.max_in_flight, server.in_flight)
-                    try:
-                        return self._send(200, run_code(server.sandbox, body))
-                    finally:
-                        with server._lock:
-                            server.in_flight -= 1
-                except (RequestError, json.JSONDecodeError, TypeError, ValueError) as e:
-                    return self._send(422, {"detail": str(e)})
+    async def _run_code(self, request: web.Request) -> web.Response:
+        body = await read_json(request, self.limits)
+        with self._lock:
+            if self.pending >= self.max_pending:
+                self.refused_busy += 1
+                raise HTTPError(
+                    503, f"busy: {self.pending} requests admitted (max_pending={self.max_pending})",
+                    headers={"Retry-After": "1"},
+                )  # fmt: skip
+            self.pending += 1
+        try:
+            result = await asyncio.get_running_loop().run_in_executor(self._pool, self._run, body)
+        except RequestError as e:
+            raise HTTPError(422, str(e)) from None
+        finally:
+            with self._lock:
+                self.pending -= 1
+        return web.json_response(result)
 
-            def _send(self, code: int, payload: dict) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: Any) -> None:  # requests are not worth a log line each
-                pass
-
-        return Handler
+    def _run(self, body: dict) -> dict:
+        with self._lock:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            return run_code(self.sandbox, body, self.max_run_timeout, self.max_memory_mb)
+        finally:
+            with self._lock:
+                self.in_flight -= 1
 
     def start(self) -> FusionServer:
-        self._thread = threading.Thread(target=self.httpd.serve_forever, name="fusion-server", daemon=True)
-        self._thread.start()
+        self.server.start()
         return self
 
     def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.server.stop()
+        self._pool.shutdown(wait=True)
 
     def __enter__(self) -> FusionServer:
         return self.start()
@@ -137,14 +182,21 @@ class FusionServer:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="SandboxFusion-compatible /run_code over the local sandbox")
-    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
     parser.add_argument("--port", type=int, default=8080)
-    parser.add_argument("--max-concurrent", type=int, default=None)
+    parser.add_argument("--max-concurrent", type=int, default=None, help="programs run at once (CPU count)")
+    parser.add_argument("--max-pending", type=int, default=None, help="requests admitted at once (4 x concurrent)")
+    parser.add_argument("--max-body-mb", type=float, default=4.0)
     parser.add_argument("--isolation", default="auto")
     args = parser.parse_args()
-    server = FusionServer(args.host, args.port, max_concurrent=args.max_concurrent, isolation=args.isolation)
-    print(f"SandboxFusion-compatible service on {server.url}/run_code (isolation {server.sandbox.isolation.describe()})")
-    server.httpd.serve_forever()
+    server = FusionServer(args.host, args.port, max_concurrent=args.max_concurrent, max_pending=args.max_pending,
+                          max_body_mb=args.max_body_mb, isolation=args.isolation).start()  # fmt: skip
+    print(f"SandboxFusion-compatible service on {server.url}/run_code "
+          f"(isolation {server.sandbox.isolation.describe()})", flush=True)  # fmt: skip
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        server.stop()
 
 
 if __name__ == "__main__":

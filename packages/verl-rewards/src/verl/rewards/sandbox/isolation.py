@@ -11,10 +11,11 @@ Levels, strongest first (each also has the rlimits and, when we are root, runs a
   private ``/tmp``, a fresh ``/proc`` and four device nodes; ``pivot_root`` into it and detach the
   old root, so the host filesystem is not reachable at all; then ``setpriv`` empties the capability
   bounding set and sets no_new_privs, so the program cannot mount, remount or chroot its way out.
-- ``rlimits``: resource limits and a process group only. The network is open and the filesystem is
-  visible with the sandbox user's permissions. Never chosen by ``auto``: a program under test could
-  read a dataset's answers, so it must be asked for by name (``reward.sandbox.isolation=rlimits``),
-  and it is logged as a loud warning.
+- ``rlimits``: resource limits, a process group and a reaper (a child subreaper that kills what the
+  program left running when it ends) only. The network is open and the filesystem is visible with
+  the sandbox user's permissions; a program that kills its reaper can leave a background child
+  behind. Never chosen by ``auto``: a program under test could read a dataset's answers, so it must
+  be asked for by name (``reward.sandbox.isolation=rlimits``), and it is logged as a loud warning.
 
 Each level is probed by actually running the interpreter under it, so a kernel that forbids user
 namespaces (or a container without bwrap) falls back instead of failing every run.
@@ -90,6 +91,37 @@ exec setpriv --bounding-set=-all --inh-caps=-all --no-new-privs -- "$@"
 """
 
 
+# The rlimits level has no pid namespace to take a program's background children down with it: this
+# wrapper (argv[1:] is the command) adopts them as a child subreaper, and once the command has ended
+# kills and reaps whatever is left, then ends as the command did (its exit status, or its signal).
+_REAPER = r"""
+import ctypes, os, signal, subprocess, sys
+ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+rc = subprocess.Popen(sys.argv[1:]).wait()
+me = str(os.getpid()).encode()
+while True:
+    left = []
+    for e in os.listdir("/proc"):
+        try:
+            if e.isdigit() and open("/proc/%s/stat" % e, "rb").read().rsplit(b")", 1)[1].split()[1] == me:
+                left.append(int(e))
+        except (OSError, IndexError):
+            pass
+    if not left:
+        break
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (OSError, ChildProcessError):
+            pass
+if rc < 0:
+    signal.signal(-rc, signal.SIG_DFL)
+    os.kill(os.getpid(), -rc)
+sys.exit(rc)
+"""
+
+
 def wrapper_argv(iso: Isolation, workdir: str, rootdir: str | None = None) -> list[str]:
     """The command prefix that puts a program into isolation level `iso` (before the rlimits).
 
@@ -115,7 +147,7 @@ def wrapper_argv(iso: Isolation, workdir: str, rootdir: str | None = None) -> li
             "--mount", "--propagation", "private", "--ipc", "--uts", "--",
             "/bin/sh", "-c", _NS_ROOT_SCRIPT, "verl-sandbox", rootdir, workdir, ":".join(iso.bind_dirs),
         ]  # fmt: skip
-    return []
+    return [iso.python, "-I", "-S", "-c", _REAPER]
 
 
 def _works(iso: Isolation, workdir: str, rootdir: str) -> bool:

@@ -12,6 +12,7 @@ namespaces the pid namespace dies with its first process, so nothing the program
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import select
@@ -25,6 +26,8 @@ import time
 from verl.rewards.sandbox import base
 from verl.rewards.sandbox.base import RunResult, Sandbox
 from verl.rewards.sandbox.isolation import SANDBOX_DIR, Isolation, probe, user_kwargs, wrapper_argv
+
+logger = logging.getLogger(__name__)
 
 _ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
@@ -181,7 +184,10 @@ def _wait_then_kill_group(proc: subprocess.Popen, timeout: float) -> bool:
     """Wait up to `timeout` s, then SIGKILL the process group; True when the limit was hit.
 
     The group is killed in every case (a normal exit may leave background children behind), while the
-    leader is still an unreaped zombie so its pid, and so the group id, cannot have been reused.
+    leader is still an unreaped zombie so its pid, and so the group id, cannot have been reused. At the
+    limit, every process started under the leader is also killed and waited for: bwrap's inner init
+    runs in a session of its own, and a pid namespace is torn down only after its init is gone, so
+    returning as soon as the leader died would leave the program running for a while.
     """
     timed_out = False
     try:
@@ -197,14 +203,58 @@ def _wait_then_kill_group(proc: subprocess.Popen, timeout: float) -> bool:
                 proc.wait(timeout)
             except subprocess.TimeoutExpired:
                 timed_out = True
+        tree = _open_tree(proc.pid) if timed_out else []
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+        _kill_and_wait(tree)
     finally:
         if pidfd is not None:
             os.close(pidfd)
     return timed_out
+
+
+def _open_tree(root: int) -> list[int]:
+    """pidfds of every live descendant of ``root`` (opened before anything is killed, so none of
+    these pids can have been reaped and reused)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    fds, todo = [], list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        todo += children.get(pid, [])
+        try:
+            fds.append(os.pidfd_open(pid))
+        except OSError:  # already gone
+            pass
+    return fds
+
+
+def _kill_and_wait(pidfds: list[int], limit: float = 10.0) -> None:
+    try:
+        for fd in pidfds:
+            try:
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        deadline = time.monotonic() + limit
+        waiting = list(pidfds)
+        while waiting and time.monotonic() < deadline:
+            ready, _, _ = select.select(waiting, [], [], max(0.0, deadline - time.monotonic()))
+            waiting = [fd for fd in waiting if fd not in ready]
+        if waiting:
+            logger.warning("%d sandboxed process(es) still alive %g s after SIGKILL", len(waiting), limit)
+    finally:
+        for fd in pidfds:
+            os.close(fd)
 
 
 def _read_capped(path: str, cap: int) -> str:

@@ -2,7 +2,8 @@
 
 A scorer has the signature ``compute_score(data_source, solution_str, ground_truth, extra_info=None,
 **kwargs) -> float | dict`` (a dict always has ``score``; its other keys become per-sample extra
-info). `SCORERS` maps a ``data_source`` to its scorer; `register_scorer` adds one. Besides exact
+info). The built-in code and math scorers return dicts with a ``verdict``: why the sample got its
+score (`verl.rewards.scoring.verdicts`). `SCORERS` maps a ``data_source`` to its scorer; `register_scorer` adds one. Besides exact
 names, ``aime*`` routes to DAPO math and ``reasoning_gym/<task>`` to reasoning_gym's scorer for
 ``<task>``.
 """
@@ -36,26 +37,28 @@ def register_scorer(*data_sources: str) -> Callable[[Scorer], Scorer]:
 
 
 @register_scorer(*GSM8K_SOURCES)
-def gsm8k_scorer(
-    data_source, solution_str, ground_truth, extra_info=None, method="strict", **kwargs
-) -> float:
+def gsm8k_scorer(data_source, solution_str, ground_truth, extra_info=None, method="strict", **kwargs) -> dict:
     from verl.rewards.scoring import gsm8k
 
-    return gsm8k.compute_score(solution_str, ground_truth, method=method)
+    return gsm8k.grade(solution_str, ground_truth, method=method)
 
 
 @register_scorer(*MATH_SOURCES)
-def math_scorer(data_source, solution_str, ground_truth, extra_info=None, timeout=None, **kwargs) -> float:
+def math_scorer(data_source, solution_str, ground_truth, extra_info=None, timeout=None, **kwargs) -> dict:
     from verl.rewards.scoring import math_equiv
 
-    return math_equiv.compute_score(solution_str, ground_truth, timeout=timeout or math_equiv.DEFAULT_TIMEOUT)
+    return math_equiv.grade(solution_str, ground_truth, timeout=timeout or math_equiv.DEFAULT_TIMEOUT)
 
 
 @register_scorer(*DAPO_SOURCES)
-def dapo_scorer(data_source, solution_str, ground_truth, extra_info=None, timeout=None, **kwargs) -> dict:
+def dapo_scorer(
+    data_source, solution_str, ground_truth, extra_info=None, timeout=None, strict_box_verify=False, **kwargs
+) -> dict:
     from verl.rewards.scoring import dapo_math, math_equiv
 
-    return dapo_math.compute_score(solution_str, ground_truth, timeout=timeout or math_equiv.DEFAULT_TIMEOUT)
+    return dapo_math.compute_score(
+        solution_str, ground_truth, timeout=timeout or math_equiv.DEFAULT_TIMEOUT, strict_box_verify=strict_box_verify
+    )
 
 
 @register_scorer(*CODE_SOURCES)
@@ -74,10 +77,10 @@ def code_scorer(
 
 
 @register_scorer("arithmetic")
-def arithmetic_scorer(data_source, solution_str, ground_truth, extra_info=None, **kwargs) -> float:
+def arithmetic_scorer(data_source, solution_str, ground_truth, extra_info=None, **kwargs) -> dict:
     from verl.rewards.scoring import arithmetic
 
-    return arithmetic.compute_score(solution_str, ground_truth)
+    return arithmetic.grade(solution_str, ground_truth)
 
 
 def reasoning_gym_scorer(data_source, solution_str, ground_truth, extra_info=None, **kwargs) -> float:

@@ -19,5 +19,14 @@ def extract_answer(solution_str: str) -> str:
     return text
 
 
+def grade(solution_str: str, ground_truth: str) -> dict:
+    """``{"score": 1.0 | 0.0, "verdict"}``: ``format`` when the answer is empty."""
+    answer = extract_answer(solution_str)
+    if not answer:
+        return {"score": 0.0, "verdict": "format"}
+    right = answer == str(ground_truth).strip()
+    return {"score": 1.0 if right else 0.0, "verdict": "passed" if right else "wrong_answer"}
+
+
 def compute_score(solution_str: str, ground_truth: str) -> float:
-    return 1.0 if extract_answer(solution_str) == str(ground_truth).strip() else 0.0
+    return grade(solution_str, ground_truth)["score"]

@@ -5,12 +5,19 @@ none. ``ground_truth`` (a dict or its JSON string) is one of
 
 - ``{"inputs": [...], "outputs": [...]}``: stdin/stdout cases; with ``"fn_name"`` the cases are calls
   ``fn_name(*inputs[i]) == outputs[i]`` (a function, or a method of class ``Solution``);
-- ``{"test": "<defines check(candidate)>", "entry_point": "<name>"}``: HumanEval style;
+- ``{"test": "<defines check(candidate)>", "entry_point": "<name>"[, "prompt"]}``: HumanEval style;
+  ``prompt`` (HumanEval's) defines the helpers some tests call (``poly``, ``encode_cyclic``): the
+  tests get them from there, never from the solution;
 - ``{"test_list": ["assert ...", ...]}`` (optional ``test_setup_code``, ``test_imports``): MBPP style.
 
-Returns ``{"score": 1.0 if every test passes else 0.0, "pass_rate", "failure", "num_tests",
-"num_passed"}`` where ``failure`` is the first failing test's kind: ``none``, ``syntax_error``,
-``wrong_answer``, ``runtime_error``, ``timeout``, ``memory_limit`` or ``sandbox_error``.
+Function-call tests run in `sandbox_harness`'s judge, apart from the solution: only plain data
+crosses, and comparisons run where the solution cannot reach (see the verl-rewards README for the
+tricks this defends against). stdin/stdout output is compared here, in the scorer's process.
+
+Returns ``{"score": 1.0 if every test passes else 0.0, "pass_rate", "failure", "verdict",
+"num_tests", "num_passed"}`` where ``failure`` is ``hack`` when any test caught one, else the first
+failing test's kind: ``none``, ``syntax_error``, ``wrong_answer``, ``runtime_error``, ``timeout``,
+``memory_limit`` or ``sandbox_error``; ``verdict`` is its coarse kind (`verdicts.VERDICTS`).
 """
 
 from __future__ import annotations
@@ -23,7 +30,16 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from verl.rewards.sandbox import RunResult, Sandbox, base, get_sandbox
-from verl.rewards.scoring.code_harness import SYNTAX_EXIT, assert_program, call_program, stdio_program
+from verl.rewards.scoring import sandbox_harness
+from verl.rewards.scoring.code_harness import (
+    HARNESS_EXIT,
+    SYNTAX_EXIT,
+    call_stdin,
+    judged_program,
+    stdio_program,
+    tests_stdin,
+)
+from verl.rewards.scoring.verdicts import verdict_of
 
 _FENCE = re.compile(r"```[ \t]*[\w+#.-]*[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL)
 
@@ -70,7 +86,7 @@ def _kind(res: RunResult) -> str:
         return "timeout"
     if res.status == base.MEMORY:
         return "memory_limit"
-    if res.status == base.SANDBOX_ERROR:
+    if res.status == base.SANDBOX_ERROR or res.exit_code == HARNESS_EXIT:
         return "sandbox_error"
     if res.exit_code == SYNTAX_EXIT:
         return "syntax_error"
@@ -98,12 +114,20 @@ def outputs_match(got: str, want: str) -> bool:
 
 
 def _values_match(got: Any, want: Any) -> bool:
-    if isinstance(want, float) or isinstance(got, float):
-        try:
-            return math.isclose(float(got), float(want), rel_tol=1e-6, abs_tol=1e-6)
-        except (TypeError, ValueError):
-            return False
-    return got == want
+    """``got`` (exactly builtin types, decoded in this process) equals the expected JSON value: floats
+    within 1e-6, tuples as lists (JSON has none), a number never equal to a string."""
+    if type(got) is tuple:
+        got = list(got)
+    if type(want) is float or type(got) is float:
+        numbers = (int, float)
+        return (
+            type(got) in numbers
+            and type(want) in numbers
+            and math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-6)
+        )
+    if type(got) is list and type(want) is list:
+        return len(got) == len(want) and all(_values_match(g, w) for g, w in zip(got, want))
+    return type(got) is type(want) and got == want
 
 
 def _stdin_text(x: Any) -> str:
@@ -118,35 +142,49 @@ def _run_stdio_case(sandbox: Sandbox, code: str, inp: Any, out: Any, timeout: fl
     return "none" if outputs_match(res.stdout, _stdin_text(out)) else "wrong_answer"
 
 
+def _verdict_lines(res: RunResult, token: str) -> list[str]:
+    """The judge's lines (what follows the token) in the program's stdout; only the judge writes there."""
+    prefix = token + " "
+    return [ln[len(prefix) :] for ln in res.stdout.splitlines() if ln.startswith(prefix)]
+
+
 def _run_call_case(
     sandbox: Sandbox, code: str, fn: str, args: Any, want: Any, timeout: float, memory_mb
 ) -> str:
     token = secrets.token_hex(16)
     args = args if isinstance(args, list) else [args]
-    res = sandbox.run(call_program(code, fn, args), token + "\n", timeout=timeout, memory_mb=memory_mb)
-    kind = _kind(res)
-    if kind != "none":
-        return kind
-    lines = [ln for ln in res.stdout.splitlines() if ln.startswith(token + " ")]
-    if not lines:
-        return "runtime_error"  # exited before returning (e.g. sys.exit inside the function)
-    got = json.loads(lines[-1][len(token) + 1 :])
+    res = sandbox.run(judged_program(code), call_stdin(token, fn, args), timeout=timeout, memory_mb=memory_mb)
+    lines = _verdict_lines(res, token)
+    if not lines:  # the program died before the call returned
+        kind = _kind(res)
+        return "runtime_error" if kind == "none" else kind
+    head, _, rest = lines[-1].partition(" ")
+    if head == "hack":
+        return "hack"
+    if head != "result":
+        return "runtime_error"
+    got = sandbox_harness.decode(json.loads(rest))
     ok = _values_match(got, want) or (
         isinstance(want, list) and len(want) == 1 and _values_match(got, want[0])
     )
     return "none" if ok else "wrong_answer"
 
 
-def _run_asserts(
-    sandbox: Sandbox, code: str, tests: list[str], setup: str, timeout: float, memory_mb
+_TEST_VERDICTS = {"ok": "none", "fail": "wrong_answer", "error": "runtime_error", "hack": "hack"}
+
+
+def _run_tests(
+    sandbox: Sandbox, code: str, tests: list[str], timeout: float, memory_mb, **spec: Any
 ) -> list[str]:
     token = secrets.token_hex(16)
-    res = sandbox.run(assert_program(code, tests, setup), token + "\n", timeout=timeout, memory_mb=memory_mb)
+    res = sandbox.run(
+        judged_program(code), tests_stdin(token, tests, **spec), timeout=timeout, memory_mb=memory_mb
+    )
     verdicts: dict[int, str] = {}
-    for ln in res.stdout.splitlines():
-        parts = ln.split()
-        if len(parts) == 3 and parts[0] == token and parts[1].isdigit():
-            verdicts[int(parts[1])] = {"ok": "none", "fail": "wrong_answer"}.get(parts[2], "runtime_error")
+    for line in _verdict_lines(res, token):
+        parts = line.split()
+        if len(parts) == 2 and parts[0].isdigit():
+            verdicts[int(parts[0])] = _TEST_VERDICTS.get(parts[1], "runtime_error")
     # Tests without a verdict did not run: the program died first (syntax error, crash, limit).
     died = _kind(res)
     if died == "none":
@@ -175,17 +213,16 @@ def compute_score(
         sandbox = get_sandbox(sandbox or "local", **(sandbox_options or {}))
     code = extract_code(solution_str)
     if "test_list" in gt:
-        setup = "\n".join(
-            x
-            for x in (gt.get("test_imports") and "\n".join(gt["test_imports"]), gt.get("test_setup_code"))
-            if x
-        )
-        kinds = _run_asserts(
-            sandbox, code, list(gt["test_list"]), setup, timeout or DEFAULT_PROGRAM_TIMEOUT, memory_mb
+        setup = "\n".join(x for x in (*(gt.get("test_imports") or ()), gt.get("test_setup_code")) if x)
+        kinds = _run_tests(
+            sandbox, code, list(gt["test_list"]), timeout or DEFAULT_PROGRAM_TIMEOUT, memory_mb, setup=setup
         )
     elif "test" in gt:
         test = f"{gt['test']}\ncheck({gt['entry_point']})\n"
-        kinds = _run_asserts(sandbox, code, [test], "", timeout or DEFAULT_PROGRAM_TIMEOUT, memory_mb)
+        kinds = _run_tests(
+            sandbox, code, [test], timeout or DEFAULT_PROGRAM_TIMEOUT, memory_mb,
+            prompt=gt.get("prompt") or "", entry_point=gt["entry_point"],
+        )  # fmt: skip
     else:
         cases = list(zip(gt["inputs"], gt["outputs"]))
         t = timeout or DEFAULT_CASE_TIMEOUT
@@ -200,11 +237,13 @@ def compute_score(
             kinds = list(ex.map(one, cases))
     n = len(kinds)
     passed = sum(k == "none" for k in kinds)
-    failure = next((k for k in kinds if k != "none"), "none")
+    # A refused hack outranks every other failure: it is what the run's metrics must show.
+    failure = "hack" if "hack" in kinds else next((k for k in kinds if k != "none"), "none")
     return {
         "score": 1.0 if n and passed == n else 0.0,
         "pass_rate": passed / n if n else 0.0,
         "failure": failure,
+        "verdict": verdict_of(failure),
         "num_tests": n,
         "num_passed": passed,
     }

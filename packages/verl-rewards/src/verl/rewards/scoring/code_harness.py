@@ -1,74 +1,56 @@
-"""Program texts the code scorer sends to a sandbox.
+"""Program texts (and their stdin) the code scorer sends to a sandbox.
 
-Every program embeds the candidate as a string and compiles it itself, so a syntax error is told
-apart from a runtime error by exit status ``SYNTAX_EXIT``. Programs whose verdict is computed
-inside the sandbox (call-based and assert-based tests) read a one-time token from the first line
-of stdin before running the candidate and print ``<token> <index> <ok|fail>`` per test, so output
-the candidate prints itself cannot pass as a verdict, nor can exiting early.
+stdin/stdout tests run the candidate alone: its output is compared in the scorer's process. Tests that
+call the candidate's functions (HumanEval ``check(candidate)``, MBPP asserts, call-based ``fn_name``
+cases) run `sandbox_harness` (its text, then ``main(<solution>)``): a judge process that keeps the
+candidate in a process of its own and lets only plain data cross. Its stdin carries a one-time token
+and the tests, so the program file itself holds neither; it prints ``<token> ...`` verdict lines.
+Every program compiles the candidate itself, so a syntax error is told apart from a runtime error by
+exit status ``SYNTAX_EXIT``.
 """
 
 from __future__ import annotations
 
 import json
+import pathlib
 
-SYNTAX_EXIT = 97
+from verl.rewards.scoring.sandbox_harness import HARNESS_EXIT, SYNTAX_EXIT
 
-_COMPILE = f"""
+__all__ = ["HARNESS_EXIT", "SYNTAX_EXIT", "call_stdin", "judged_program", "stdio_program", "tests_stdin"]
+
+_HARNESS = pathlib.Path(__file__).with_name("sandbox_harness.py").read_text(encoding="utf-8")
+
+_STDIO = f"""
 import sys as _sys
 try:
     _code = compile(SOLUTION, "solution.py", "exec")
 except (SyntaxError, ValueError) as _e:
     print("SyntaxError:", _e, file=_sys.stderr)
     _sys.exit({SYNTAX_EXIT})
-"""
-
-_STDIO = """
-_g = {"__name__": "__main__", "__builtins__": __builtins__}
-exec(_code, _g)
-"""
-
-_CALL = """
-import json as _json
-_token = _sys.stdin.readline().strip()
-_g = {"__name__": "__main__", "__builtins__": __builtins__}
-exec(_code, _g)
-if "Solution" in _g and hasattr(_g["Solution"], FN_NAME):
-    _fn = getattr(_g["Solution"](), FN_NAME)
-else:
-    _fn = _g[FN_NAME]
-_result = _fn(*ARGS)
-if isinstance(_result, tuple):
-    _result = list(_result)
-_sys.stdout.flush()
-print("\\n" + _token, _json.dumps(_result, default=repr), flush=True)
-"""
-
-_ASSERTS = """
-_token = _sys.stdin.readline().strip()
-_g = {"__name__": "__candidate__", "__builtins__": __builtins__}
-exec(_code, _g)
-exec(compile(SETUP, "setup.py", "exec"), _g)
-for _i, _t in enumerate(TESTS):
-    try:
-        exec(compile(_t, f"test_{_i}.py", "exec"), _g)
-        _v = "ok"
-    except AssertionError:
-        _v = "fail"
-    except Exception as _e:  # a crash in one test must not hide the others
-        print(f"test {_i}: {type(_e).__name__}: {_e}", file=_sys.stderr)
-        _v = "error"
-    print("\\n" + _token, _i, _v, flush=True)
+del _sys
+exec(_code, {{"__name__": "__main__", "__builtins__": __builtins__}})
 """
 
 
 def stdio_program(solution: str) -> str:
-    return f"SOLUTION = {solution!r}\n" + _COMPILE + _STDIO
+    return f"SOLUTION = {solution!r}\n" + _STDIO
 
 
-def call_program(solution: str, fn_name: str, args: list) -> str:
-    head = f"SOLUTION = {solution!r}\nFN_NAME = {fn_name!r}\nARGS = __import__('json').loads({json.dumps(args)!r})\n"
-    return head + _COMPILE + _CALL
+def judged_program(solution: str) -> str:
+    """The judge with the candidate's source; what to judge comes on stdin (`tests_stdin`, `call_stdin`)."""
+    return f"{_HARNESS}\n\nmain({solution!r})\n"
 
 
-def assert_program(solution: str, tests: list[str], setup: str = "") -> str:
-    return f"SOLUTION = {solution!r}\nSETUP = {setup!r}\nTESTS = {tests!r}\n" + _COMPILE + _ASSERTS
+def tests_stdin(
+    token: str, tests: list[str], setup: str = "", prompt: str = "", entry_point: str | None = None
+) -> str:
+    """Run each test (Python source) in the judge. With ``entry_point`` (HumanEval) only that name is the
+    candidate's and ``prompt`` defines the helpers the tests use; without it (MBPP) the tests call the
+    candidate's functions by name."""
+    spec = {"mode": "tests", "tests": tests, "setup": setup, "prompt": prompt, "entry_point": entry_point}
+    return token + "\n" + json.dumps(spec)
+
+
+def call_stdin(token: str, fn_name: str, args: list) -> str:
+    """Call ``fn_name(*args)`` (or ``Solution().fn_name``) once and print the encoded result."""
+    return token + "\n" + json.dumps({"mode": "call", "fn_name": fn_name, "args": args})

@@ -39,6 +39,20 @@ def _as_decimal(text: str) -> Decimal | None:
         return None
 
 
+def grade(solution_str: str, ground_truth: str, method: str = "strict") -> dict:
+    """``{"score": 1.0 | 0.0, "verdict"}``: ``passed``, ``wrong_answer``, or ``format`` when the response
+    commits to no number."""
+    answer = extract_solution(solution_str, method=method)
+    if answer is None:
+        return {"score": 0.0, "verdict": "format"}
+    want = _as_decimal(str(ground_truth).split("####")[-1])
+    got = _as_decimal(answer)
+    if want is None:
+        raise ValueError(f"GSM8K ground truth {ground_truth!r} is not a number")
+    right = got is not None and got == want
+    return {"score": 1.0 if right else 0.0, "verdict": "passed" if right else "wrong_answer"}
+
+
 def compute_score(
     solution_str: str,
     ground_truth: str,
@@ -47,11 +61,5 @@ def compute_score(
     score: float = 1.0,
 ) -> float:
     """``score`` for the right number, ``format_score`` for a wrong one, 0 when there is none."""
-    answer = extract_solution(solution_str, method=method)
-    if answer is None:
-        return 0.0
-    want = _as_decimal(str(ground_truth).split("####")[-1])
-    got = _as_decimal(answer)
-    if want is None:
-        raise ValueError(f"GSM8K ground truth {ground_truth!r} is not a number")
-    return score if got is not None and got == want else format_score
+    verdict = grade(solution_str, ground_truth, method)["verdict"]
+    return {"passed": score, "wrong_answer": format_score}.get(verdict, 0.0)

@@ -67,24 +67,40 @@ def verify_latex(answer: str, ground_truth: str) -> bool:
     return bool(verify(gold, pred, timeout_seconds=None))
 
 
+def equiv_verdict(answer: str, ground_truth: str, timeout: float = DEFAULT_TIMEOUT) -> str:
+    """``passed`` when answer and ground truth are the same math, ``wrong_answer`` when not,
+    ``timeout`` when math-verify did not decide within ``timeout`` s."""
+    if _strip_spaces(answer) == _strip_spaces(ground_truth):
+        return "passed"
+    try:
+        return (
+            "passed"
+            if call_with_time_limit(verify_latex, answer, ground_truth, timeout=timeout)
+            else "wrong_answer"
+        )
+    except TimeoutError:
+        return "timeout"
+
+
 def is_equiv(answer: str, ground_truth: str, timeout: float = DEFAULT_TIMEOUT) -> bool:
     """True when answer and ground truth are the same math; False on a miss or after ``timeout`` s."""
-    if _strip_spaces(answer) == _strip_spaces(ground_truth):
-        return True
-    try:
-        return bool(call_with_time_limit(verify_latex, answer, ground_truth, timeout=timeout))
-    except TimeoutError:
-        return False
+    return equiv_verdict(answer, ground_truth, timeout) == "passed"
 
 
-def compute_score(solution_str: str, ground_truth: str, timeout: float = DEFAULT_TIMEOUT) -> float:
-    """1.0 when the last boxed answer equals the ground truth, else 0.0 (no box: 0.0)."""
+def grade(solution_str: str, ground_truth: str, timeout: float = DEFAULT_TIMEOUT) -> dict:
+    """``{"score": 1.0 | 0.0, "verdict"}`` for the last boxed answer; ``format`` when there is none."""
     boxed = last_boxed_only_string(solution_str)
     if boxed is None:
-        return 0.0
+        return {"score": 0.0, "verdict": "format"}
     answer = remove_boxed(boxed)
     gt = str(ground_truth)
     gt_boxed = last_boxed_only_string(gt)
     if gt_boxed is not None:
         gt = remove_boxed(gt_boxed)
-    return 1.0 if is_equiv(answer, gt, timeout=timeout) else 0.0
+    verdict = equiv_verdict(answer, gt, timeout=timeout)
+    return {"score": 1.0 if verdict == "passed" else 0.0, "verdict": verdict}
+
+
+def compute_score(solution_str: str, ground_truth: str, timeout: float = DEFAULT_TIMEOUT) -> float:
+    """1.0 when the last boxed answer equals the ground truth, else 0.0 (no box: 0.0)."""
+    return grade(solution_str, ground_truth, timeout)["score"]

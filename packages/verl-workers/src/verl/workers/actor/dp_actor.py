@@ -26,8 +26,8 @@ import torch
 import torch.distributed as dist
 from verl import DataProto
 from verl.trainer.ppo.core_algos import GlobalBatchInfo, agg_loss, get_policy_loss_fn, kl_penalty
+from verl.utils.micro_batching import rows_per_micro_batch, token_budget_groups
 from verl.workers.engine.base import BaseEngine
-from verl.workers.engine.batching import rows_per_micro_batch, token_budget_groups
 
 _MODEL_INPUTS = ("input_ids", "attention_mask", "position_ids", "responses")
 
@@ -295,16 +295,16 @@ class DataParallelPPOActor:
 
 def _teacher_keys(distillation_loss: Any) -> list[str]:
     """The teacher's batch keys the loss reads: its log-probs, and its top-k ids for top-k losses."""
-    from verl.trainer.distillation.losses import get_distillation_loss_settings
+    from verl.trainer.ppo.distillation_losses import get_distillation_loss_settings
 
     use_topk = get_distillation_loss_settings(distillation_loss.loss_mode).use_topk
     return ["teacher_logprobs", "teacher_ids"] if use_topk else ["teacher_logprobs"]
 
 
 def _distillation_term(out, mb, mask, pg_loss, distill, mode, weights, info, share, metrics) -> torch.Tensor:
-    """The actor's loss with the distillation term (``verl.trainer.distillation.losses``); its metrics are
+    """The actor's loss with the distillation term (``verl.trainer.ppo.distillation_losses``); its metrics are
     added to ``metrics`` weighted by the micro-batch's token ``share``."""
-    from verl.trainer.distillation.losses import combine_losses, compute_distillation_loss
+    from verl.trainer.ppo.distillation_losses import combine_losses, compute_distillation_loss
 
     dev = out["log_probs"].device
     d_loss, d_metrics = compute_distillation_loss(
