@@ -57,3 +57,25 @@ def test_distillation_through_main_ppo(loss_mode, ray_cluster, task_data, tiny_c
     if loss_mode == "forward_kl_topk":  # the teacher's top-8 hold most of its mass
         assert 0.0 < train[0]["distillation/teacher_mass"] <= 1.0
         assert train[0]["distillation/student_mass"] == pytest.approx(train[0]["distillation/teacher_mass"], abs=1e-5)
+
+
+def test_self_distillation_example_through_main_ppo(ray_cluster, task_data, tiny_chat_model, tmp_path):
+    """examples/distillation/self_distill_addition.py's ``opsd`` run, at test size: the teacher is the
+    student's own start shown the answer (``privileged_context``, a system turn before the prompt). With the
+    same weights, the step-1 divergence is > 0 only because the teacher's prompt holds the hint (the run
+    above, without it, gives 0), and it goes through the example's own arguments and runner."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "distillation"))
+    import self_distill_addition as example
+
+    assets = {"student": tiny_chat_model, "train": task_data["train"], "test": task_data["test"]}
+    args = example.run_args("opsd", assets, tmp_path, steps=2, workers=2, prompts=4, n=4, test_freq=2, lr=1e-2, seed=1)
+    args += ["data.val_max_samples=8", "trainer.logger=[jsonl]"]
+    result = example.run_main_ppo(args, tmp_path)
+    assert [step for step, _ in result["val_curve"]] == [0, 2]  # before training and at the last step
+    train = [r for r in map(json.loads, open(tmp_path / "metrics.jsonl")) if "distillation/loss" in r]
+    assert [r["step"] for r in train] == [1, 2]
+    assert all(r["distillation/rows/default"] == 16.0 for r in train)
+    assert "actor/pg_loss" not in train[0]  # use_task_rewards=false: the distillation term alone
+    assert train[0]["distillation/divergence"] > 1e-4, train[0]["distillation/divergence"]
