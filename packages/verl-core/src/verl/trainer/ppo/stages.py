@@ -175,6 +175,11 @@ class StagesMixin:
     def stage_teacher(self, batch: DataProto, metrics: dict) -> DataProto:
         """On-policy distillation: each row's teacher log-probs (``teacher_logprobs``, ``teacher_ids``), from
         the teacher its ``distillation.teacher_key`` picks (``verl.trainer.distillation.teacher_step``)."""
+        if not getattr(self, "teacher_wgs", None):
+            raise RuntimeError(
+                f"distillation.enabled=true but {type(self).__name__} started no teacher worker group: its "
+                "init_workers must start them as RayPPOTrainer.init_workers does (teacher_pool.start_teachers)"
+            )
         return teacher_step.compute_teacher_log_probs(batch, self.teacher_wgs, self.config.distillation, metrics)
 
     def stage_values(self, batch: DataProto, metrics: dict) -> DataProto:
