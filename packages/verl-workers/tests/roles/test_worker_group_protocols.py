@@ -6,7 +6,7 @@ import inspect
 import pytest
 from verl.single_controller.base.decorator import registered_methods
 from verl.trainer.ppo import worker_groups as wg
-from verl.workers import fsdp_workers
+from verl.workers import fsdp_workers, teacher_worker
 
 
 def _protocol_methods(protocol) -> set[str]:
@@ -35,3 +35,9 @@ def test_the_reward_model_worker_registers_what_the_trainer_calls():
 
     RewardModelWorker = rm_worker.RewardModelWorker
     assert _protocol_methods(wg.RewardModelGroup) <= set(registered_methods(RewardModelWorker))
+
+
+def test_the_teacher_worker_registers_what_the_trainer_calls():
+    wanted = _protocol_methods(wg.TeacherGroup)
+    assert wanted == {"init_model", "compute_teacher_log_probs"}
+    assert wanted <= set(registered_methods(teacher_worker.TeacherWorker))

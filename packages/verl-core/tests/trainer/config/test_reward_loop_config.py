@@ -34,3 +34,12 @@ def test_refused_combinations_say_why():
     assert "reward.reward_loop_chunks=3 is more than the 2 prompts generated per round (data.train_batch_size)" in msg
     assert "reward.num_workers=0 must be >= 1" in _problems(loop, "reward.num_workers=0")
     assert "reward.reward_loop_chunks=0 must be >= 1" in _problems("reward.reward_loop_chunks=0")
+
+
+def test_refused_with_gkd_targets_replacing_generated_responses():
+    distill = ["distillation.enabled=true", "distillation.nnodes=1", "distillation.n_gpus_per_node=2",
+               "distillation.teacher_models.teacher_model.model_path=/models/teacher",
+               "distillation.teacher_models.teacher_model.inference.name=hf",
+               "distillation.teacher_models.teacher_model.inference.tensor_model_parallel_size=1"]  # fmt: skip
+    msg = _problems("reward.use_reward_loop=true", *distill, "distillation.distillation_loss.lmbda=0.5")
+    assert "lmbda=0.5 < 1 replaces some rows' responses with their targets after generation" in msg

@@ -129,9 +129,10 @@ class ActorRolloutRefWorker(Worker):
 
     def __init__(
         self, config: Any, role: str, total_training_steps: int | None = None, device: str | None = None,
-        seed: int | None = None, **_: Any,
+        seed: int | None = None, distillation_loss: Any = None, **_: Any,
     ):
         super().__init__()
+        self.distillation_loss = distillation_loss  # distillation.distillation_loss when OPD is on
         if role not in ROLES:
             raise ValueError(f"unknown ActorRolloutRefWorker role {role!r}; known: {', '.join(ROLES)}")
         self.config = config
@@ -195,6 +196,7 @@ class ActorRolloutRefWorker(Worker):
                     actor_cfg,
                     self.actor_engine,
                     ppo_mini_batch_size_per_rank=self.ppo_mini_batch_size_per_rank,
+                    distillation_loss=self.distillation_loss,
                 )
         if self._is_rollout:
             self.tokenizer = hf_tokenizer(

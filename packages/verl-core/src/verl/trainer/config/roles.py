@@ -75,7 +75,7 @@ class HFModelConfig:
 class PolicyLossConfig:
     """The policy loss (``verl.trainer.ppo.core_algos`` registry) and its options."""
 
-    loss_mode: str = opt("vanilla", "policy loss from the registry: vanilla | clip_cov | kl_cov | gpg | dro | ...")
+    loss_mode: str = opt("vanilla", "policy loss from the registry: vanilla | clip_cov | kl_cov | gpg | dro | dppo_tv | dppo_kl | ...")
     clip_cov_ratio: float = opt(0.0002, "clip_cov: share of tokens whose gradient is clipped")
     clip_cov_lb: float = opt(1.0, "clip_cov: lower bound of the covariance window")
     clip_cov_ub: float = opt(5.0, "clip_cov: upper bound of the covariance window")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from verl.trainer.config.distillation import DistillationConfig
 from verl.trainer.config.fields import opt, ref, section
 from verl.trainer.config.roles import KL_PENALTY_TYPES, ActorRolloutRefConfig, CriticConfig, RewardModelConfig
 
@@ -226,3 +227,4 @@ class PPOTrainerConfig:
     algorithm: AlgoConfig = section(AlgoConfig)
     trainer: TrainerConfig = section(TrainerConfig)
     ray_kwargs: RayKwargsConfig = section(RayKwargsConfig)
+    distillation: DistillationConfig = section(DistillationConfig)

@@ -86,7 +86,6 @@ REFUSED: tuple[tuple[str, str], ...] = (
     ('*.profiler.*', 'per-role profilers (nsys/torch/npu) are not implemented; timing_s/* metrics come with every step'),
     ('global_profiler.*', 'the global profiler (nsys/torch/npu) is not implemented; timing_s/* metrics come with every step'),
     ('transfer_queue.*', 'the TransferQueue data plane is not implemented; batches move as DataProto through Ray'),
-    ('distillation.*', 'on-policy distillation is not implemented in this trainer'),
     ('trainer.use_v1', "upstream's v1 trainer modes are not implemented; this is the colocated (v0) loop, asynchronous training is recipes/fully_async"),
     ('trainer.v1.*', "upstream's v1 trainer modes are not implemented; asynchronous training is recipes/fully_async"),
     ('skip.*', 'rollout dump/replay (skip.*) is not implemented; trainer.rollout_data_dir writes the rollouts as JSONL'),

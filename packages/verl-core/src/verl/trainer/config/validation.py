@@ -18,6 +18,7 @@ from verl.trainer.config.derived import (
     use_reference_policy,
     world_size,
 )
+from verl.trainer.config.distillation import check_distillation
 from verl.trainer.config.fields import ConfigError, schema_fields
 from verl.trainer.config.installed import check_installed
 from verl.trainer.config.lora import check_lora
@@ -51,6 +52,7 @@ def validate_config(cfg: DictConfig) -> None:
             "tokenizer_config.json instead"
         )
     check_lora(cfg, problems)
+    check_distillation(cfg, problems, _distillation_loss_settings)
     if "megatron" in (cfg.actor_rollout_ref.actor.strategy, cfg.actor_rollout_ref.ref.strategy, cfg.critic.strategy):
         on_cpu = resolve_device(cfg) == "cpu"
         check_megatron(cfg, problems, world_size(cfg), use_critic(cfg), on_cpu)
@@ -370,6 +372,13 @@ def _check_registered(problems: list[str], key: str, name: str, getter: str) -> 
     except (KeyError, ValueError, NotImplementedError) as e:
         msg = e.args[0] if e.args else str(e)
         problems.append(f"{key}={name!r}: {msg}")
+
+
+def _distillation_loss_settings(name: str):
+    """What the divergence ``name`` needs from a teacher, from core_algos' registry (an unknown name raises)."""
+    from verl.trainer.ppo.core_algos import get_distillation_loss_settings
+
+    return get_distillation_loss_settings(name)
 
 
 def _check_tool_call_format(cfg: DictConfig, problems: list[str]) -> None:

@@ -15,7 +15,8 @@ user or recipe needs:
   ``config`` supplies ``gamma``, ``lam``, ``norm_adv_by_std_in_grpo`` by attribute; groups are given by
   ``index`` (the ``uid`` array); a group of one gets advantage 0; outputs are zero outside the mask.
 - ``policy_losses``: ``register_policy_loss``, ``get_policy_loss_fn``, ``PolicyLossConfig`` and the
-  losses ``vanilla``, ``gspo``, ``gpg``, ``clip_cov``, ``kl_cov``, ``geo_mean``, ``cispo``, ``dro`` with the one
+  losses ``vanilla``, ``gspo``, ``gpg``, ``clip_cov``, ``kl_cov``, ``geo_mean``, ``cispo``, ``dro`` and
+  (``dppo``) ``dppo_tv``, ``dppo_kl`` with the one
   signature ``(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean",
   config=None, rollout_is_weights=None, global_batch_info=None) -> (pg_loss, metrics)``.
 - ``loss_agg``: ``agg_loss`` and ``GlobalBatchInfo`` (how a worker keeps the loss independent of the
@@ -30,6 +31,9 @@ user or recipe needs:
   an unknown name raises ``UnknownNameError`` (a ValueError as upstream, and a KeyError) with upstream's
   wording ("Unknown advantage estimator simply: <name>", "Unsupported loss mode: <name>. Supported modes
   are: [...]") and a did-you-mean.
+- ``distillation_losses``: the divergences of on-policy distillation (``distillation.distillation_loss.loss_mode``):
+  ``DISTILLATION_LOSS_REGISTRY``, ``register_distillation_loss``, ``get_distillation_loss_fn``,
+  ``get_distillation_loss_settings``.
 - ``kl``: ``kl_penalty``, ``FixedKLController``, ``AdaptiveKLController``, ``get_kl_controller``,
   ``compute_kl_in_reward``.
 - here: ``compute_value_loss``, ``compute_entropy_loss``; from ``verl.utils.torch_functional``:
@@ -60,6 +64,13 @@ from verl.trainer.ppo.advantages import (
     compute_rloo_outcome_advantage,
     compute_rloo_vectorized_outcome_advantage,
 )
+from verl.trainer.ppo.distillation_losses import (
+    DISTILLATION_LOSS_REGISTRY,
+    get_distillation_loss_fn,
+    get_distillation_loss_settings,
+    register_distillation_loss,
+)
+from verl.trainer.ppo.dppo import compute_policy_loss_dppo_kl, compute_policy_loss_dppo_tv
 from verl.trainer.ppo.kl import (
     KL_PENALTY_TYPES,
     AdaptiveKLController,
@@ -95,6 +106,7 @@ __all__ = [
     "ADV_ESTIMATOR_REGISTRY",
     "KL_PENALTY_TYPES",
     "LOSS_AGG_MODES",
+    "DISTILLATION_LOSS_REGISTRY",
     "POLICY_LOSS_REGISTRY",
     "AdaptiveKLController",
     "AdvantageEstimator",
@@ -112,6 +124,8 @@ __all__ = [
     "compute_opo_outcome_advantage",
     "compute_policy_loss_cispo",
     "compute_policy_loss_clip_cov",
+    "compute_policy_loss_dppo_kl",
+    "compute_policy_loss_dppo_tv",
     "compute_policy_loss_dro",
     "compute_policy_loss_geo_mean",
     "compute_policy_loss_gpg",
@@ -126,6 +140,8 @@ __all__ = [
     "compute_value_loss",
     "entropy_from_logits",
     "get_adv_estimator_fn",
+    "get_distillation_loss_fn",
+    "get_distillation_loss_settings",
     "get_kl_controller",
     "get_policy_loss_fn",
     "kl_penalty",
@@ -134,6 +150,7 @@ __all__ = [
     "masked_var",
     "masked_whiten",
     "register_adv_est",
+    "register_distillation_loss",
     "register_policy_loss",
 ]
 

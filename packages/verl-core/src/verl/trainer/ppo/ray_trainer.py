@@ -4,6 +4,8 @@ One training step (``train_step``) runs the pipeline ``build_pipeline`` makes fo
 
     gen -> reward -> filter -> balance -> old_log_prob -> ref -> values -> adv -> update_critic -> update_actor
 
+(with ``distillation.enabled`` also ``teacher`` after ``ref``, and ``gkd_mix`` after ``gen`` when lmbda < 1).
+
 Stage ``X`` is the public method ``stage_X`` (``verl.trainer.ppo.stages``), timed as ``timing_s/X``; the
 pipeline (``verl.trainer.ppo.pipeline``) lets a subclass insert, replace or wrap stages by name. Data,
 validation, checkpoints and tracking live in their own modules, mixed in here, so this file is the loop.
@@ -21,8 +23,11 @@ from omegaconf import DictConfig
 from verl.protocol import DataProto
 from verl.single_controller.base.resource_pool_manager import ResourcePoolManager
 from verl.trainer.config import resolve_device, use_critic, use_reference_policy
+from verl.trainer.config.distillation import distillation_enabled
+from verl.trainer.distillation import teacher_pool
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.checkpointing import CheckpointMixin, NothingToTrainError
+from verl.trainer.ppo.distillation_losses import teacher_topk
 from verl.trainer.ppo.dynamic_sampling import group_accumulator_for
 from verl.trainer.ppo.metric_utils import (
     compute_data_metrics,
@@ -37,7 +42,7 @@ from verl.trainer.ppo.roles import Role, naming_step
 from verl.trainer.ppo.stages import StagesMixin
 from verl.trainer.ppo.trainer_data import TrainerDataMixin
 from verl.trainer.ppo.validation import ValidationMixin
-from verl.trainer.ppo.worker_groups import ActorRolloutRefGroup, CriticGroup, RewardModelGroup
+from verl.trainer.ppo.worker_groups import ActorRolloutRefGroup, CriticGroup, RewardModelGroup, TeacherGroup
 from verl.utils.device import seed_everything
 
 __all__ = ["NothingToTrainError", "RayPPOTrainer", "ResourcePoolManager", "Role"]
@@ -83,6 +88,7 @@ class RayPPOTrainer(TrainerDataMixin, ValidationMixin, CheckpointMixin, Progress
     ref_policy_wg: ActorRolloutRefGroup
     critic_wg: CriticGroup
     rm_wg: RewardModelGroup
+    teacher_wgs: dict[str, TeacherGroup]  # on-policy distillation: {routing key: teacher group}
 
     def __init_subclass__(cls, **kwargs: Any):
         super().__init_subclass__(**kwargs)
@@ -155,6 +161,7 @@ class RayPPOTrainer(TrainerDataMixin, ValidationMixin, CheckpointMixin, Progress
         self.kl_ctrl_in_reward = core_algos.get_kl_controller(algo.kl_ctrl) if algo.use_kl_in_reward else None
         pad = tokenizer.pad_token_id if tokenizer is not None else None
         self.group_accumulator = group_accumulator_for(config, pad)  # None unless filter_groups.enable
+        self.teacher_wgs = {}
         self.create_dataloader(train_dataset, val_dataset, collate_fn, train_sampler)
 
     # ------------------------------------------------------------------------------------- workers
@@ -167,9 +174,9 @@ class RayPPOTrainer(TrainerDataMixin, ValidationMixin, CheckpointMixin, Progress
         cfg = self.config
         steps = self.total_training_steps
         env = dict(device=self.device_name, seed=int(cfg.trainer.seed))  # every worker: device, seed (+ rank)
-        roles: dict[Role, dict[str, Any]] = {
+        roles: dict[Any, dict[str, Any]] = {
             self.actor_role: dict(config=cfg.actor_rollout_ref, role=str(self.actor_role), total_training_steps=steps,
-                                  **env)
+                                  **env, **teacher_pool.actor_distillation_kwargs(cfg))
         }
         if self.use_critic:
             roles[Role.Critic] = dict(config=cfg.critic, total_training_steps=steps, **env)
@@ -177,6 +184,9 @@ class RayPPOTrainer(TrainerDataMixin, ValidationMixin, CheckpointMixin, Progress
             roles[Role.RefPolicy] = dict(config=cfg.actor_rollout_ref, role=str(Role.RefPolicy), **env)
         if self.use_rm:
             roles[Role.RewardModel] = dict(config=cfg.reward.reward_model, **env)
+        if distillation_enabled(cfg):
+            topk = teacher_topk(cfg.distillation.distillation_loss)
+            roles.update(teacher_pool.teacher_init_kwargs(cfg, env, self.role_worker_mapping, topk))
         roles = self.role_init_kwargs(roles)
         # The driver's torch threads (verl.utils.cpu_threads): all this process's CPUs when the worker
         # computes in it; one when the workers are Ray processes and the driver only moves batches, so
@@ -205,6 +215,7 @@ class RayPPOTrainer(TrainerDataMixin, ValidationMixin, CheckpointMixin, Progress
         if self.use_rm:
             self.rm_wg = all_wg[str(Role.RewardModel)]
             self.rm_wg.init_model()
+        self.teacher_wgs = teacher_pool.start_teachers(all_wg, cfg)
         self.actor_rollout_wg = all_wg[str(self.actor_role)]
         self.actor_rollout_wg.init_model()
         if self.ref_in_actor:
@@ -276,7 +287,12 @@ class RayPPOTrainer(TrainerDataMixin, ValidationMixin, CheckpointMixin, Progress
                    Stage("dump_rollout", self.stage_dump_rollout, when=lambda: bool(self.config.trainer.rollout_data_dir)),
                    Stage("testing", self.stage_testing, when=self.is_test_step),
                    Stage("save_checkpoint", self.stage_save_checkpoint, when=self.is_save_step)]  # fmt: skip
-        return Pipeline(stages)
+        pipeline = Pipeline(stages)
+        if distillation_enabled(self.config):  # the teachers score the student's samples before the update
+            pipeline.insert_after("ref", Stage("teacher", self.stage_teacher))
+            if float(self.config.distillation.distillation_loss.lmbda) < 1.0:
+                pipeline.insert_after("gen", Stage("gkd_mix", self.stage_gkd_mix))
+        return pipeline
 
     def is_test_step(self) -> bool:
         """Whether this step ends with validation (every ``trainer.test_freq`` steps and the last)."""

@@ -19,6 +19,7 @@ from omegaconf import DictConfig
 from verl.trainer.config import config_to_yaml, resolve_device, tokenizer_path
 from verl.trainer.config import use_critic as _use_critic
 from verl.trainer.config import use_reference_policy as _use_ref
+from verl.trainer.distillation.teacher_pool import teacher_resource_pools, teacher_roles
 from verl.utils.ray_start import ray_init_kwargs, reuse_driver_env_for_workers
 
 
@@ -52,13 +53,15 @@ def build_role_worker_mapping(config: DictConfig) -> dict:
         mapping[Role.Critic] = WORKER_CLASSES.get(critic_key)
     if config.reward.reward_model.enable:
         mapping[Role.RewardModel] = WORKER_CLASSES.get("reward_model")
+    mapping.update(teacher_roles(config))  # on-policy distillation's teachers (none when it is off)
     return mapping
 
 
 def build_resource_pool_manager(config: DictConfig, mapping: dict):
     """One pool of ``nnodes x n_gpus_per_node`` workers shared by every role (colocated); with
     ``reward.reward_model.enable_resource_pool`` the reward model gets a pool of its own
-    (``reward.reward_model.nnodes x n_gpus_per_node``)."""
+    (``reward.reward_model.nnodes x n_gpus_per_node``), and with ``distillation.enabled`` every teacher
+    one (``verl.trainer.distillation.teacher_pool``)."""
     from verl.trainer.ppo.ray_trainer import ResourcePoolManager, Role
 
     t = config.trainer
@@ -67,6 +70,8 @@ def build_resource_pool_manager(config: DictConfig, mapping: dict):
     n_workers = int(t.nnodes) * int(t.n_gpus_per_node)
     if own_rm_pool:
         n_workers += int(rm.nnodes) * int(rm.n_gpus_per_node)
+    teacher_spec, teacher_pools = teacher_resource_pools(config)  # one pool per teacher (distillation)
+    n_workers += sum(sum(nodes) for nodes in teacher_spec.values())
     use_gpu = resolve_device(config) == "cuda"
     cpus = 1.0
     if not use_gpu and t.worker_backend == "ray":
@@ -83,6 +88,8 @@ def build_resource_pool_manager(config: DictConfig, mapping: dict):
     if own_rm_pool:
         spec["reward_pool"] = [int(rm.n_gpus_per_node)] * int(rm.nnodes)
         pools[Role.RewardModel] = "reward_pool"
+    spec.update(teacher_spec)
+    pools.update({role: pool for role, pool in teacher_pools.items() if role in mapping})
     return ResourcePoolManager(spec, pools, use_gpu=use_gpu, num_cpus_per_worker=cpus)
 
 

@@ -4,8 +4,10 @@ Stage ``X`` is the method ``stage_X(batch, metrics) -> batch | None``, run by th
 (``verl.trainer.ppo.pipeline``) and timed as ``timing_s/X``; ``RayPPOTrainer.build_pipeline`` puts them
 in order for the config::
 
-    gen -> [greedy_baseline] -> reward -> filter -> balance -> old_log_prob -> ref -> values -> adv
-        -> update_critic -> update_actor -> [dump_rollout] -> [testing] -> [save_checkpoint]
+    gen -> [gkd_mix] -> [greedy_baseline] -> reward -> filter -> balance -> old_log_prob -> ref -> [teacher]
+        -> values -> adv -> update_critic -> update_actor -> [dump_rollout] -> [testing] -> [save_checkpoint]
+
+(``gkd_mix`` and ``teacher`` only with ``distillation.enabled``: on-policy distillation.)
 
 A subclass overrides ``stage_X`` to give a stage another body, or edits the pipeline in its
 ``build_pipeline`` to insert, replace or wrap stages by name. The names are upstream's timing keys.
@@ -21,6 +23,7 @@ from collections import defaultdict
 import numpy as np
 
 from verl.protocol import DataProto
+from verl.trainer.distillation import gkd, teacher_step
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.balance import balance_batch
 from verl.trainer.ppo.dumps import REWARD_EXTRA_KEYS
@@ -90,6 +93,11 @@ class StagesMixin:
         metrics["reward_loop/chunks"] = len(chunks)
         pad = self.tokenizer.pad_token_id if self.tokenizer is not None else 0
         return concat_rounds(chunks, pad) if len(chunks) > 1 else chunks[0]
+
+    def stage_gkd_mix(self, batch: DataProto, metrics: dict) -> DataProto:
+        """GKD's on-policy fraction (``distillation.distillation_loss.lmbda`` < 1): some rows' responses
+        become their dataset targets (``verl.trainer.distillation.gkd``)."""
+        return gkd.mix_in_targets(batch, self.tokenizer, self.config, metrics)
 
     def stage_greedy_baseline(self, batch: DataProto, metrics: dict) -> DataProto:
         """ReMax (``adv_estimator=remax``): the reward of a greedy rollout of each row's prompt, one number
@@ -206,6 +214,16 @@ class StagesMixin:
         batch, ref_metrics = merge_outputs(batch, self.ref_policy_wg.compute_ref_log_prob(batch))
         metrics.update(reduce_metrics(ref_metrics))
         return batch
+
+    def stage_teacher(self, batch: DataProto, metrics: dict) -> DataProto:
+        """On-policy distillation: each row's teacher log-probs (``teacher_logprobs``, ``teacher_ids``), from
+        the teacher its ``distillation.teacher_key`` picks (``verl.trainer.distillation.teacher_step``)."""
+        if not getattr(self, "teacher_wgs", None):
+            raise RuntimeError(
+                f"distillation.enabled=true but {type(self).__name__} started no teacher worker group: its "
+                "init_workers must start them as RayPPOTrainer.init_workers does (teacher_pool.start_teachers)"
+            )
+        return teacher_step.compute_teacher_log_probs(batch, self.teacher_wgs, self.config.distillation, metrics)
 
     def stage_values(self, batch: DataProto, metrics: dict) -> DataProto:
         """The critic's ``values`` when the estimator needs a critic."""

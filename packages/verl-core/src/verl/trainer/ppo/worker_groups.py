@@ -19,7 +19,7 @@ from typing import Protocol
 
 from verl.protocol import DataProto
 
-__all__ = ["ActorRolloutRefGroup", "CriticGroup", "RewardModelGroup"]
+__all__ = ["ActorRolloutRefGroup", "CriticGroup", "RewardModelGroup", "TeacherGroup"]
 
 
 class _Checkpointed(Protocol):
@@ -62,3 +62,14 @@ class RewardModelGroup(Protocol):
     def init_model(self) -> None: ...
 
     def compute_rm_score(self, data: DataProto) -> DataProto: ...
+
+
+class TeacherGroup(Protocol):
+    """A teacher of on-policy distillation (``TeacherRole(name)``, ``verl.trainer.distillation.teacher_pool``):
+    verl-workers' ``teacher_worker.TeacherWorker``."""
+
+    world_size: int
+
+    def init_model(self) -> None: ...
+
+    def compute_teacher_log_probs(self, data: DataProto) -> DataProto: ...
