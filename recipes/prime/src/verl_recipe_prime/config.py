@@ -36,7 +36,6 @@ from verl.trainer.config import (
     RewardModelConfig,
     RewardModelModelConfig,
     load_config,
-    resolve_device,
     tokenizer_path,
     validate_config,
     world_size,
@@ -276,15 +275,7 @@ def _prm_problems(cfg: DictConfig) -> list[str]:
         )
     else:
         problems += _prm_size_problems(cfg)
-    if resolve_device(cfg) == "cpu":
-        on = [
-            f for f in ("param_offload", "optimizer_offload", "offload_policy") if bool(model.fsdp_config[f])
-        ]
-        if on:
-            problems.append(
-                f"reward.reward_model.model.fsdp_config.{'/'.join(on)}=true means nothing on CPU; set them to false"
-            )
-    return problems
+    return problems  # offload flags on CPU: core's validation checks the reward model's fsdp_config
 
 
 def _prm_size_problems(cfg: DictConfig) -> list[str]:

@@ -18,6 +18,7 @@ key is still an error before anything starts. Keys (upstream's names where upstr
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from omegaconf import DictConfig
 from verl.trainer.config import (
@@ -26,6 +27,7 @@ from verl.trainer.config import (
     AlgoConfig,
     ConfigError,
     PPOTrainerConfig,
+    RefConfig,
     TrainerConfig,
     load_config,
     validate_config,
@@ -42,8 +44,14 @@ class SPINActorConfig(ActorConfig):
 
 
 @dataclass
+class SPINRefConfig(RefConfig):
+    READ_WHEN: ClassVar[None] = None  # the DPO loss needs the reference whatever the KL keys say
+
+
+@dataclass
 class SPINActorRolloutRefConfig(ActorRolloutRefConfig):
     actor: SPINActorConfig = field(default_factory=SPINActorConfig)
+    ref: SPINRefConfig = field(default_factory=SPINRefConfig)
 
 
 @dataclass

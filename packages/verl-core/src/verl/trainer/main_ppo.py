@@ -192,13 +192,18 @@ def build_trainer(
 
 
 def run_ppo(config: DictConfig, **build_kwargs: Any) -> dict[str, float]:
-    """Start Ray (unless running), record the config next to the outputs, train, say where things went."""
+    """Start Ray (unless running), record the config next to the outputs, train, say where things went.
+
+    The driver's own parts (tokenizer, reward managers) are built first, so what their options get wrong
+    (an option the reward manager does not take, overlong shaping without the dapo manager) is reported
+    before Ray starts."""
     _reuse_driver_env_for_workers()
     import ray
 
     from verl.utils.checkpoint import atomic_write_text
     from verl.utils.ray_start import init_ray
 
+    build_kwargs = _driver_parts(config, build_kwargs)
     if config.trainer.worker_backend == "local":
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # what ray_init_kwargs gives Ray workers
     elif not ray.is_initialized():
@@ -223,6 +228,21 @@ def run_ppo(config: DictConfig, **build_kwargs: Any) -> dict[str, float]:
         trainer.shutdown()
     _print_outputs(config, metrics)
     return metrics
+
+
+def _driver_parts(config: DictConfig, build_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``build_kwargs`` with the tokenizer and the reward managers made where not given (as `build_trainer`
+    would make them)."""
+    from verl.trainer.ppo.reward import load_reward_manager
+
+    kwargs = dict(build_kwargs)
+    if kwargs.get("tokenizer") is None:
+        kwargs["tokenizer"] = load_tokenizer(config)
+    if kwargs.get("reward_fn") is None:
+        kwargs["reward_fn"] = load_reward_manager(config, kwargs["tokenizer"], num_examine=config.reward.num_examine)
+    if kwargs.get("val_reward_fn") is None and config.data.val_files:
+        kwargs["val_reward_fn"] = load_reward_manager(config, kwargs["tokenizer"], num_examine=1)
+    return kwargs
 
 
 def _print_outputs(config: DictConfig, metrics: dict[str, float]) -> None:
@@ -258,6 +278,22 @@ def main(argv: list[str] | None = None) -> None:
     run_cli(argv, prog="verl-ppo", main=_train, about=__doc__)
 
 
+def checked_config(args: list[str]) -> DictConfig:
+    """``main_ppo``'s config from its arguments: loaded, validated (then read-only), and refused when it asks
+    for what only other trainers do, all before Ray starts."""
+    config = load_config(args)
+    validate_config(config)
+    if not config.actor_rollout_ref.hybrid_engine:
+        # the trainer refuses it too, for code that builds one directly
+        raise ConfigError(
+            [
+                "actor_rollout_ref.hybrid_engine=false puts the rollout on a pool of its own, which main_ppo's "
+                "colocated loop does not do; use the asynchronous trainers of recipes/fully_async"
+            ]
+        )
+    return config
+
+
 def _train(args: list[str]) -> None:
     _reuse_driver_env_for_workers()
     from verl.trainer.ppo.ray_trainer import NothingToTrainError
@@ -268,8 +304,7 @@ def _train(args: list[str]) -> None:
 
         demo_main([])
         return
-    config = load_config(args)
-    validate_config(config)
+    config = checked_config(args)
     # Hydra's run directory (hydra.run.dir=...): its .hydra/config.yaml and overrides.yaml, as upstream's
     # @hydra.main writes them (load_config refused every hydra.* setting it does not read)
     from verl.trainer.config.hydra_run import split_hydra, write_run_dir
@@ -277,14 +312,6 @@ def _train(args: list[str]) -> None:
     run_dir = write_run_dir(split_hydra(args)[1], config_to_yaml(config))
     if run_dir is not None:
         print(f"hydra run directory: {os.path.abspath(run_dir)}", flush=True)
-    if not config.actor_rollout_ref.hybrid_engine:
-        # refused here, before Ray starts (the trainer refuses it too, for code that builds one directly)
-        raise ConfigError(
-            [
-                "actor_rollout_ref.hybrid_engine=false puts the rollout on a pool of its own, which main_ppo's "
-                "colocated loop does not do; use the asynchronous trainers of recipes/fully_async"
-            ]
-        )
     try:
         run_ppo(config)
     except NothingToTrainError as e:

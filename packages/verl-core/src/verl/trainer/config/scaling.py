@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib.util
 import os
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from verl.trainer.config.derived import resolve_device
 
@@ -21,15 +21,17 @@ _ACTOR = "actor_rollout_ref.actor"
 
 def check_scaling(cfg: DictConfig, problems: list[str], ws: int, critic: bool, ref: bool) -> None:
     arr = cfg.actor_rollout_ref
-    roles = [(_ACTOR, arr.actor, arr.actor.strategy, "actor_rollout_ref.model", arr.model)]
+    roles = [(_ACTOR, arr.actor, arr.actor.strategy, "actor_rollout_ref.model", arr.model, f"{_ACTOR}.fsdp_config")]
     if ref:
-        roles.append(
-            ("actor_rollout_ref.ref", arr.ref, arr.ref.strategy, "actor_rollout_ref.model", arr.model)
-        )
+        roles.append(("actor_rollout_ref.ref", arr.ref, arr.ref.strategy, "actor_rollout_ref.model", arr.model,
+                      "actor_rollout_ref.ref.fsdp_config"))
     if critic:
-        roles.append(("critic", cfg.critic, cfg.critic.strategy, "critic.model", cfg.critic.model))
-    for key, section, strategy, model_key, model in roles:
+        roles.append(("critic", cfg.critic, cfg.critic.strategy, "critic.model", cfg.critic.model,
+                      "critic.model.fsdp_config"))
+    for key, section, strategy, model_key, model, fsdp_key in roles:
         _check_sp(problems, ws, key, int(section.ulysses_sequence_parallel_size), strategy, model_key, model)
+        if strategy in ("fsdp", "fsdp2"):
+            _check_fsdp_size(problems, ws, fsdp_key, int(OmegaConf.select(cfg, f"{fsdp_key}.fsdp_size")), key, strategy)
     if bool(arr.model.use_liger):
         _check_liger(cfg, problems)
     _check_fused_backend(cfg, problems)
@@ -61,6 +63,19 @@ def _check_sp(problems, ws: int, key: str, sp: int, strategy: str, model_key: st
         problems.append(f"{what} is implemented for strategy fsdp2; {key}.strategy is {strategy!r}")
     if not bool(model.use_remove_padding):
         problems.append(f"{what} splits packed sequences; set {model_key}.use_remove_padding=true")
+
+
+def _check_fsdp_size(problems: list[str], ws: int, fsdp_key: str, size: int, key: str, strategy: str) -> None:
+    """The engine's hybrid sharding (verl.workers.engine.fsdp): ``fsdp_size`` ranks per shard group."""
+    if size <= 0 or size >= ws:
+        return  # one shard group of every worker
+    if ws % size:
+        problems.append(f"{fsdp_key}.fsdp_size={size} must divide the {ws} workers (trainer.nnodes * n_gpus_per_node)")
+    elif strategy != "fsdp2":
+        problems.append(
+            f"{fsdp_key}.fsdp_size={size} < {ws} workers shards in groups (HSDP), which strategy fsdp2 implements; "
+            f"{key}.strategy is {strategy!r}: use fsdp2 or fsdp_size=-1"
+        )
 
 
 def _check_liger(cfg: DictConfig, problems: list[str]) -> None:

@@ -18,7 +18,8 @@ from verl.trainer.config.derived import (
     use_reference_policy,
     world_size,
 )
-from verl.trainer.config.fields import ConfigError, schema_fields
+from verl.trainer.config.fields import ConfigError, absolute, interpolation_target, schema_fields
+from verl.trainer.config.loader import explicit_keys
 from verl.trainer.config.installed import check_installed
 from verl.trainer.config.lora import check_lora
 from verl.trainer.config.megatron import check_megatron, data_parallel_size
@@ -60,6 +61,7 @@ def field_problems(cfg: DictConfig) -> list[str]:
     """The schema's own rules, from its fields' metadata: ``choices``, ``refused`` (any value but the
     default) and ``engines`` (read only by those rollout engines: any other refuses a value but the default)."""
     problems = []
+    explicit = explicit_keys(cfg)
     for key, info in schema_fields(OmegaConf.get_type(cfg)).items():
         value = OmegaConf.select(cfg, key)
         if isinstance(value, (DictConfig, ListConfig)):
@@ -79,7 +81,30 @@ def field_problems(cfg: DictConfig) -> list[str]:
                     f"does not read it: leave it at its default ({info.default!r}) or use rollout.name="
                     f"{info.engines[0]}"
                 )
+        elif info.gates and value != (default := _default(cfg, info)):
+            shut = [gate.text(here) for gate, here in info.gates if not gate_open(cfg, gate, here, explicit)]
+            if shut:
+                problems.append(
+                    f"{key}={value!r} is read only when {' and '.join(shut)}, which this config does not set, so "
+                    f"the value would do nothing: leave it at its default ({default!r}) or set that"
+                )
     return problems
+
+
+def gate_open(cfg: DictConfig, gate, here: str, explicit: frozenset[str]) -> bool:
+    """Whether a key under ``gate`` may hold a value other than its default: the gate holds, or the config sets
+    one of its switches itself (``use_kl_loss=false`` next to ``kl_loss_coef=0.0``: the config says the
+    feature is off, and its settings stay as written)."""
+    return gate.test(cfg, here) or any(absolute(here, k) in explicit for k in gate.switches)
+
+
+def _default(cfg: DictConfig, info) -> object:
+    """A field's default, where it follows another key that key's value in ``cfg``."""
+    target = interpolation_target(info.key, info.default)
+    if target is None:
+        return info.default
+    value = OmegaConf.select(cfg, target)
+    return OmegaConf.to_container(value, resolve=True) if isinstance(value, (DictConfig, ListConfig)) else value
 
 
 def _one_of(problems: list[str], key: str, value, allowed) -> None:
@@ -353,12 +378,6 @@ def _check_rollout_correction(cfg: DictConfig, problems: list[str]) -> None:
             f"{key}.{'/'.join(needs_lp)} compares with the rollout's log-probs, but "
             "actor_rollout_ref.rollout.calculate_log_probs=false; set it to true"
         )
-    if rc.rollout_is is not None and (rc.bypass_mode or cfg.actor_rollout_ref.actor.use_rollout_log_probs):
-        warnings.warn(
-            f"{key}.rollout_is={rc.rollout_is} has no effect when the rollout's log-probs are the old "
-            "log-probs (bypass_mode or actor.use_rollout_log_probs): the PPO ratio is already pi / pi_rollout",
-            stacklevel=3,
-        )
 
 
 def _check_registered(problems: list[str], key: str, name: str, getter: str) -> None:
@@ -414,7 +433,10 @@ def _check_offload_on_cpu(cfg: DictConfig, problems: list[str]) -> None:
     """Offload moves state from the GPU to host memory; on CPU it already lives there. The engine
     rejects the flags too, but only inside a started worker: say it before Ray starts."""
     flagged = {}
-    for where, section in _fsdp_sections(cfg).items():
+    sections = dict(_fsdp_sections(cfg))
+    if cfg.reward.reward_model.enable:
+        sections["reward.reward_model.model.fsdp_config"] = cfg.reward.reward_model.model.fsdp_config
+    for where, section in sections.items():
         on = [flag for flag in _OFFLOAD_FLAGS if bool(section[flag])]
         if on:
             flagged[where] = on
@@ -457,10 +479,9 @@ def fsdp_precision_problems(where: str, section: DictConfig, trained: bool) -> l
 
 def _fsdp_sections(cfg: DictConfig) -> dict[str, DictConfig]:
     arr = cfg.actor_rollout_ref
-    sections = {
-        "actor_rollout_ref.actor.fsdp_config": arr.actor.fsdp_config,
-        "actor_rollout_ref.ref.fsdp_config": arr.ref.fsdp_config,
-    }
+    sections = {"actor_rollout_ref.actor.fsdp_config": arr.actor.fsdp_config}
+    if use_reference_policy(cfg):
+        sections["actor_rollout_ref.ref.fsdp_config"] = arr.ref.fsdp_config
     if use_critic(cfg):
         sections["critic.model.fsdp_config"] = cfg.critic.model.fsdp_config
     return sections
