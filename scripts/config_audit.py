@@ -36,6 +36,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -141,6 +142,20 @@ def unread(schema: type, cfg: DictConfig, reads: set[str]) -> dict[str, Any]:
     return {k: v for k, v in non_default(schema, cfg).items() if k not in seen}
 
 
+def switched_off(schema: type, cfg: DictConfig, explicit: frozenset[str], key: str) -> bool:
+    """Whether validation accepted ``key`` only because the config sets the switch of one of its shut gates
+    itself (``use_kl_loss=false`` beside ``kl_loss_coef=0.0``: the config says the feature is off)."""
+    from verl.trainer.config import schema_fields
+    from verl.trainer.config.field_checks import gate_open
+    from verl.trainer.config.fields import open_prefix
+
+    fields = schema_fields(schema)
+    info = fields.get(key) or fields.get(open_prefix(schema, key) or "")
+    if info is None:
+        return False
+    return any(not gate.test(cfg, here) and gate_open(cfg, gate, here, explicit) for gate, here in info.gates)
+
+
 # --------------------------------------------------------------------------------------------- probe
 @dataclass
 class GroupResult:
@@ -149,6 +164,8 @@ class GroupResult:
     accepted: dict[str, Any] = field(default_factory=dict)
     refused: dict[str, str] = field(default_factory=dict)
     unread: dict[str, Any] = field(default_factory=dict)
+    off: dict[str, Any] = field(default_factory=dict)  # unread, under a gate the config switches off itself
+    explicit: frozenset[str] = frozenset()
     error: str = ""
     seconds: float = 0.0
 
@@ -162,6 +179,10 @@ def _named(problem: str, keys: list[str]) -> list[str]:
         section, _, leaf = k.rpartition(".")
         if m is None and section:  # "section: leaf=value ..." (Megatron's sizes are reported per section)
             m = re.search(rf"(?<![\w.]){re.escape(section)}: .*(?<![\w.]){re.escape(leaf)}=", problem)
+        parts = k.split(".")
+        for depth in range(len(parts) - 1, 1, -1):  # a key inside an open dict: the dict named as a whole
+            if m is None:
+                m = re.search(rf"(?<![\w.]){re.escape('.'.join(parts[:depth]))}=", problem)
         if m:
             found.append((m.start(), k))
     return [min(found)[1]] if found else []
@@ -180,7 +201,7 @@ def probe(entry, group, assets: list[str], context: list[str]) -> GroupResult:
     for _ in range(8):
         argv = [*base, *(mod.override(k, v) for k, v in settings.items())]
         try:
-            entry.check(argv)
+            cfg = entry.check(argv)
         except ConfigError as e:
             hit = False
             for problem in e.problems:
@@ -194,6 +215,9 @@ def probe(entry, group, assets: list[str], context: list[str]) -> GroupResult:
                 return result
             continue
         result.accepted = settings
+        from verl.trainer.config.loader import explicit_keys
+
+        result.explicit = explicit_keys(cfg)
         return result
     result.error = "still invalid after 8 rounds of dropping refused keys"
     return result
@@ -201,7 +225,7 @@ def probe(entry, group, assets: list[str], context: list[str]) -> GroupResult:
 
 # ----------------------------------------------------------------------------------------------- run
 def run_group(entry, group, result: GroupResult, assets: list[str], context: list[str], work: Path,
-              timeout: float) -> GroupResult:
+              timeout: float, retries: int = 2) -> GroupResult:
     """Run the entry point with the accepted keys in a child process that records reads; check them."""
     from verl.utils import config_reads
 
@@ -223,13 +247,26 @@ def run_group(entry, group, result: GroupResult, assets: list[str], context: lis
             stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout, cwd=str(out),
         )
     result.seconds = time.time() - start
+    if proc.returncode == 2 and retries > 0:
+        # refused by the entry point itself (a config error, exit 2) beyond what its loader checks: the keys
+        # its problems name are refused too, and the group runs again without them
+        problems = [line[4:] for line in (out / "log.txt").read_text().splitlines() if line.startswith("  - ")]
+        named = {k: p for p in problems for k in _named(p, list(result.accepted))}
+        if named:
+            shutil.rmtree(out)
+            for k, p in named.items():
+                result.refused[k] = p
+                result.accepted.pop(k)
+            return run_group(entry, group, result, assets, context, work, timeout, retries - 1)
     if proc.returncode != 0:
         tail = (out / "log.txt").read_text().splitlines()[-25:]
         result.error = f"the run failed (exit {proc.returncode}; {out / 'log.txt'}):\n" + "\n".join(tail)
         return result
     cfg = final_config(entry, run_dir)
     reads = config_reads.collect(reads_dir)
-    result.unread = unread(entry.schema, cfg, reads)
+    for key, value in unread(entry.schema, cfg, reads).items():
+        off = switched_off(entry.schema, cfg, result.explicit | {"trainer.default_local_dir"}, key)
+        (result.off if off else result.unread)[key] = value
     return result
 
 
@@ -250,6 +287,8 @@ def render(results: list[GroupResult]) -> str:
             lines.append("  ERROR: " + r.error.replace("\n", "\n    "))
         for k, v in sorted(r.unread.items()):
             lines.append(f"  NEVER READ: {k}={v!r}")
+        if r.off:
+            lines.append(f"  (off by the config's own switch, kept as written: {', '.join(sorted(r.off))})")
     return "\n".join(lines)
 
 

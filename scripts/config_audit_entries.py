@@ -35,7 +35,7 @@ class Entry:
     name: str
     target: str  # module:function run as the entry point (argv list)
     schema_path: str  # module:class of the entry's config schema
-    check_path: str  # module:function(argv) that loads and validates as the entry point does
+    check: Callable[[list[str]], Any]  # argv -> the validated config the entry point would run with
     base: list[str]
     groups: list[Group]
     assets: Callable[[Path], list[str]] | None = None
@@ -46,10 +46,33 @@ class Entry:
 
         return resolve(self.schema_path)
 
-    def check(self, argv: list[str]) -> None:
-        from config_audit import resolve
 
-        resolve(self.check_path)(argv)
+def main_check(argv: list[str]) -> Any:
+    from verl.trainer.main_ppo import checked_config
+
+    return checked_config(argv)
+
+
+def recipe_check(default: str, load: str, validate: str, made: tuple[str, ...] | Callable = ()) -> Callable[[list[str]], Any]:
+    """A recipe's config as its entry point loads it (``default``: its ``with_default_config``), with what
+    it would make (``made``) standing in as core's early check does (`load_with_built_in`)."""
+
+    def check(argv: list[str]) -> Any:
+        from config_audit import resolve
+        from omegaconf import OmegaConf
+        from verl.trainer.config.recipes import BUILT_IN
+
+        argv = resolve(default)(argv)
+        cfg = resolve(load)(argv)
+        unset = [k for k in (made(cfg) if callable(made) else made) if not OmegaConf.select(cfg, k)]
+        if unset:
+            if "data.train_files" in unset and not cfg.data.val_files:
+                unset.append("data.val_files")
+            cfg = resolve(load)([*argv, *(f"{k}={BUILT_IN}" for k in unset)])
+        resolve(validate)(cfg)
+        return cfg
+
+    return check
 
 
 # ------------------------------------------------------------------------------------------------ values
@@ -157,7 +180,7 @@ VALUES: dict[str, Any] = {
     "critic.checkpoint.load_contents": ["model", "optimizer"],
     "critic.ulysses_sequence_parallel_size": 2,
     "reward.reward_manager": "batch",
-    "reward.reward_kwargs.audit_kwarg": 1,
+    "reward.reward_kwargs.count_errors_as_zero": True,
     "reward.custom_reward_function.path": NO_VALUE,
     "reward.custom_reward_function.name": NO_VALUE,
     "reward.custom_reward_function.reward_kwargs.audit_kwarg": 1,
@@ -237,9 +260,9 @@ def group_settings(entry: Entry, group: Group) -> dict[str, Any]:
     from verl.trainer.config import schema_fields
 
     fields = schema_fields(entry.schema)
-    context = {s.split("=", 1)[0].lstrip("+~") for s in group.context}
-    if group.name == "base":  # the keys other groups set as their context open gates: not probed here
-        context |= {s.split("=", 1)[0].lstrip("+~") for g in entry.groups for s in g.context}
+    # the keys gates test (their switches) are set only as a group's context: probed beside the keys they
+    # gate, a switch set to shut its gate would make the config itself say "off" (accepted, not read)
+    context = {s.split("=", 1)[0].lstrip("+~") for s in group.context} | switches(entry.schema)
     extra = [k for k in {**VALUES, **group.values} if k not in fields and any(k.startswith(f + ".") for f in fields)]
     out = {}
     for key in [*fields, *extra]:
@@ -252,6 +275,16 @@ def group_settings(entry: Entry, group: Group) -> dict[str, Any]:
         if value is not NO_VALUE and (info is None or info.open or value != info.default):
             out[key] = value
     return out
+
+
+@functools.cache
+def switches(schema: type) -> frozenset[str]:
+    """Every key some gate of ``schema`` tests (`verl.trainer.config.fields.Gate.switches`)."""
+    from verl.trainer.config import schema_fields
+    from verl.trainer.config.fields import absolute
+
+    return frozenset(absolute(here, k) for info in schema_fields(schema).values() for g, here in info.gates
+                     for k in g.switches)
 
 
 def override(key: str, value: Any) -> str:
@@ -342,16 +375,15 @@ def main_assets(root: Path) -> list[str]:
 
 # ------------------------------------------------------------------------------------------- entries
 #: main_ppo's CPU default (``verl.trainer.demo.rl_args``: GRPO on the addition task), one worker, one step
-MAIN_BASE = [
+MAIN_BASE = [  # the demo's keys that hold their defaults (use_kl_loss=false, ...) left out: they are gates' switches
     "data.max_prompt_length=32", "data.max_response_length=6", "data.train_batch_size=16",
-    "algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=8", "actor_rollout_ref.rollout.temperature=1.0",
+    "actor_rollout_ref.rollout.n=8",
     "actor_rollout_ref.actor.ppo_mini_batch_size=16", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=128",
     "actor_rollout_ref.actor.optim.lr=1e-4",
-    "actor_rollout_ref.actor.optim.weight_decay=0.0", "actor_rollout_ref.actor.use_kl_loss=false",
-    "actor_rollout_ref.actor.entropy_coeff=0.0", "actor_rollout_ref.model.enable_gradient_checkpointing=false",
+    "actor_rollout_ref.actor.optim.weight_decay=0.0", "actor_rollout_ref.model.enable_gradient_checkpointing=false",
     "actor_rollout_ref.rollout.calculate_log_probs=true", "actor_rollout_ref.actor.use_rollout_log_probs=true",
     "trainer.device=cpu", "trainer.nnodes=1", "trainer.n_gpus_per_node=1", "trainer.total_training_steps=1",
-    "trainer.test_freq=10", "trainer.save_freq=-1", "trainer.val_before_train=true",
+    "trainer.test_freq=10",
     "trainer.logger=[jsonl,tensorboard]", "trainer.project_name=verl_demo", "trainer.experiment_name=grpo_arithmetic",
     "trainer.resume_mode=disable", "trainer.progress_bar=true", "data.val_max_samples=8",
 ]
@@ -359,53 +391,60 @@ _A = "actor_rollout_ref.actor"
 _R = "actor_rollout_ref.rollout"
 _OLD_LOG_PROBS = [f"{_A}.use_rollout_log_probs=false"]  # the actor computes the old log-probs
 
+_SIZES = ("*.megatron.*", "*ulysses*", "*fsdp_size", "*reshard_after_forward")  # probed with more workers
+_KL_RUN = "kl_checkpoint_cosine_clip_cov"
+
 MAIN_GROUPS = [
-    Group("base"),
+    Group("base", skip=(*_SIZES, f"{_A}.freeze_vision_tower")),  # a text model: probed in vlm_count
     Group(
-        "kl_checkpoint_cosine_clip_cov",
+        _KL_RUN,
         context=[f"{_A}.use_kl_loss=true", "algorithm.use_kl_in_reward=true", *_OLD_LOG_PROBS,
-                 "trainer.save_freq=1", f"{_A}.optim.lr_scheduler_type=cosine",
-                 f"{_A}.policy_loss.loss_mode=clip_cov", "algorithm.rollout_correction.rollout_is=token"],
+                 "trainer.save_freq=1", f"{_A}.optim.lr_scheduler_type=cosine", f"{_A}.optim.lr_warmup_steps=0",
+                 f"{_A}.policy_loss.loss_mode=clip_cov", "algorithm.rollout_correction.rollout_is=token",
+                 "algorithm.kl_ctrl.type=adaptive"],
         keys=(f"{_A}.kl_loss_*", "algorithm.kl_*", "actor_rollout_ref.ref.*", "*.checkpoint.*",
               "trainer.max_actor_ckpt_to_keep", f"{_A}.optim.*", f"{_A}.policy_loss.clip_cov_*",
               "algorithm.rollout_correction.*", f"{_R}.log_prob_*"),
-        skip=("*.megatron.*", "*ulysses*", "*fsdp_size"),
+        skip=(*_SIZES, f"{_A}.optim.lr"),  # the resume group must find the same learning rate
+        values={"trainer.max_actor_ckpt_to_keep": 2},
+    ),
+    Group(
+        "resume",
+        context=["trainer.resume_mode=resume_path", f"trainer.resume_from_path={{work}}/main_ppo/{_KL_RUN}/run/global_step_1",
+                 "trainer.total_training_steps=2", f"{_A}.use_kl_loss=true", "algorithm.use_kl_in_reward=true",
+                 *_OLD_LOG_PROBS, "trainer.save_freq=1", f"{_A}.optim.lr_scheduler_type=cosine",
+                 f"{_A}.optim.lr_warmup_steps=0", f"{_A}.policy_loss.loss_mode=clip_cov",
+                 "algorithm.rollout_correction.rollout_is=token", "algorithm.kl_ctrl.type=adaptive"],
+        keys=("*.checkpoint.load_contents",),
+        values={f"{_A}.checkpoint.load_contents": ["model"]},
     ),
     Group(
         "critic_kl_cov_dynamic_bsz",
-        context=["algorithm.adv_estimator=gae", "trainer.save_freq=1", "critic.optim.lr_scheduler_type=cosine",
+        context=["algorithm.adv_estimator=gae", "critic.enable=true", "trainer.save_freq=1",
+                 "critic.optim.lr_scheduler_type=cosine", "critic.optim.lr_warmup_steps=0",
                  f"{_A}.policy_loss.loss_mode=kl_cov", f"{_A}.use_dynamic_bsz=true", *_OLD_LOG_PROBS],
         keys=("critic.*", "algorithm.gamma", "algorithm.lam", "trainer.critic_warmup", "trainer.max_critic_ckpt_to_keep",
               f"{_A}.policy_loss.kl_cov_ratio", f"{_A}.policy_loss.ppo_kl_coef", "*max_token_len*"),
-        skip=("*.megatron.*", "*ulysses*", "*fsdp_size"),
-        values={"trainer.critic_warmup": 0},
+        skip=_SIZES,
+        values={"trainer.critic_warmup": 0, "trainer.max_critic_ckpt_to_keep": 2},
     ),
     Group(
-        "dapo_dro",
-        context=["reward.reward_manager=dapo", "reward.overlong_buffer.enable=true",
-                 "algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=acc",
-                 f"{_A}.policy_loss.loss_mode=dro", f"{_A}.policy_loss.dro_beta=0.5", "data.gen_batch_size=32"],
-        keys=("reward.overlong_buffer.*", "algorithm.filter_groups.*"),
-    ),
-    Group(
-        "lora_hf_local",
-        context=["actor_rollout_ref.model.lora_rank=4", f"{_R}.name=hf", "trainer.worker_backend=local"],
+        "lora_hf_local_bypass_rloo_dapo_dro",
+        context=["actor_rollout_ref.model.lora_rank=4", f"{_R}.name=hf", "trainer.worker_backend=local",
+                 "algorithm.rollout_correction.bypass_mode=true", *_OLD_LOG_PROBS, "algorithm.adv_estimator=rloo",
+                 "reward.reward_manager=dapo", "reward.overlong_buffer.enable=true",
+                 f"{_A}.policy_loss.loss_mode=dro", f"{_A}.policy_loss.dro_beta=0.5"],
         keys=("actor_rollout_ref.model.lora_*", "actor_rollout_ref.model.target_modules",
-              "actor_rollout_ref.model.exclude_modules", f"{_R}.micro_batch_size", f"{_R}.lora_sync"),
+              "actor_rollout_ref.model.exclude_modules", f"{_R}.micro_batch_size", f"{_R}.lora_sync",
+              "reward.overlong_buffer.*"),
     ),
     Group(
-        "multi_turn",
-        context=[f"{_R}.multi_turn.enable=true", "data.return_raw_chat=true",
-                 f"{_R}.multi_turn.tool_config_path={{assets}}/files/tools.yaml"],
-        keys=(f"{_R}.multi_turn.*", f"{_R}.agent.*"),
-    ),
-    Group(
-        "reward_model",
-        context=["reward.reward_model.enable=true", "reward.reward_model.model.path={assets}/tiny_rm",
-                 "reward.reward_model.micro_batch_size_per_gpu=16"],
-        keys=("reward.reward_model.*",),
-        skip=("*.megatron.*", "*ulysses*", "*fsdp_size", "reward.reward_model.enable_resource_pool",
-              "reward.reward_model.nnodes", "reward.reward_model.n_gpus_per_node"),
+        "multi_turn_reinforce_pp",
+        context=[f"{_R}.multi_turn.enable=true", f"{_R}.agent.default_agent_loop=tool_agent",
+                 f"{_R}.multi_turn.tool_config_path={{assets}}/files/tools.yaml",
+                 "algorithm.adv_estimator=reinforce_plus_plus"],
+        keys=(f"{_R}.multi_turn.*", f"{_R}.agent.*", "algorithm.gamma"),
+        values={f"{_R}.multi_turn.max_user_turns": NO_VALUE},  # no interaction: user turns come from tools
     ),
     Group(
         "reward_model_pool_custom_files",
@@ -414,32 +453,217 @@ MAIN_GROUPS = [
                  "reward.reward_model.nnodes=1", "reward.reward_model.n_gpus_per_node=1",
                  "reward.custom_reward_function.path={assets}/files/reward_fn.py",
                  "data.custom_cls.path={assets}/files/dataset_cls.py", "data.custom_cls.name=AuditDataset"],
-        keys=("reward.custom_reward_function.*",),
+        keys=("reward.reward_model.*", "reward.custom_reward_function.*"),
+        skip=_SIZES,
     ),
     Group(
         "two_workers",
-        context=["trainer.n_gpus_per_node=2", f"{_A}.ppo_micro_batch_size_per_gpu=64",
-                 f"{_R}.log_prob_micro_batch_size_per_gpu=64", *_OLD_LOG_PROBS, f"{_A}.use_kl_loss=true",
-                 "algorithm.adv_estimator=gae"],
-        keys=("*ulysses_sequence_parallel_size", "*.fsdp_size", f"{_A}.strategy", f"{_R}.layered_summon"),
-        values={f"{_A}.strategy": "fsdp", f"{_A}.fsdp_config.fsdp_size": 1, "critic.model.fsdp_config.fsdp_size": 2},
+        context=["trainer.n_gpus_per_node=2", f"{_A}.ppo_micro_batch_size_per_gpu=64", *_OLD_LOG_PROBS,
+                 f"{_A}.use_kl_loss=true", "algorithm.adv_estimator=gae", "actor_rollout_ref.model.use_remove_padding=true",
+                 "critic.model.use_remove_padding=true"],
+        keys=("*ulysses_sequence_parallel_size", "*.fsdp_size", "*.reshard_after_forward", f"{_R}.layered_summon"),
+        values={f"{_A}.fsdp_config.fsdp_size": 1, "critic.model.fsdp_config.fsdp_size": 1,
+                "actor_rollout_ref.ref.fsdp_config.fsdp_size": 1},
     ),
     Group(
         "megatron",
         context=[f"{_A}.strategy=megatron", "critic.strategy=megatron", "algorithm.adv_estimator=gae",
-                 f"{_A}.use_kl_loss=true", *_OLD_LOG_PROBS],
+                 f"{_A}.use_kl_loss=true", *_OLD_LOG_PROBS, "trainer.n_gpus_per_node=2",
+                 f"{_A}.ppo_micro_batch_size_per_gpu=64"],
         keys=("*.megatron.*",),
+        values={f"{_A}.megatron.tensor_model_parallel_size": 2, f"{_A}.megatron.pipeline_model_parallel_size": 1,
+                f"{_A}.megatron.context_parallel_size": 1, f"{_A}.megatron.expert_model_parallel_size": 1,
+                "critic.megatron.tensor_model_parallel_size": 2, "critic.megatron.pipeline_model_parallel_size": 1,
+                "critic.megatron.context_parallel_size": 1, "critic.megatron.expert_model_parallel_size": 1,
+                f"{_A}.megatron.virtual_pipeline_model_parallel_size": NO_VALUE,
+                "critic.megatron.virtual_pipeline_model_parallel_size": NO_VALUE},
     ),
 ]
+
+# ------------------------------------------------------------------------------------------- recipes
+@functools.cache
+def dapo_assets(root: Path) -> list[str]:
+    """DAPO's task and its plain-torch warm start, shortened (the filter needs groups that differ)."""
+    from verl_recipe_dapo import cpu_assets
+
+    out = root / "dapo"
+    train, test = out / "train.parquet", out / "test.parquet"
+    if not test.is_file():
+        train, test = cpu_assets.write_task(out)
+    model = out / "model"
+    if not (model / "config.json").is_file():
+        cpu_assets.WARM_START_STEPS = 40  # the smoke test's length: about 5-10 % right, groups differ
+        cpu_assets.warm_start_tiny_model(model, train)
+    return [f"data.train_files={train}", f"data.val_files={test}", f"actor_rollout_ref.model.path={model}"]
+
+
+@functools.cache
+def collabllm_assets(root: Path) -> list[str]:
+    from verl_recipe_collabllm import cpu_assets
+
+    out = root / "collabllm"
+    train, test = out / "data" / "train.parquet", out / "data" / "test.parquet"
+    if not test.is_file():
+        train, test = cpu_assets.write_task(out / "data")
+    model = out / "model"
+    if not (model / "config.json").is_file():
+        cpu_assets.build_warm_model(model, steps=2)
+    return [f"data.train_files={train}", f"data.val_files={test}", f"actor_rollout_ref.model.path={model}"]
+
+
+@functools.cache
+def vlm_assets(root: Path) -> list[str]:
+    from verl_recipe_vlm_count import cpu_assets
+
+    out = root / "vlm_count"
+    out.mkdir(parents=True, exist_ok=True)
+    cpu_assets.TRAIN_ROWS, cpu_assets.TEST_ROWS, cpu_assets.WARM_START_BATCH = 16, 4, 8  # the smoke test's sizes
+    train, test = out / "train.parquet", out / "test.parquet"
+    if not test.is_file():
+        train, test = cpu_assets.write_task(out)
+    model = out / "model"
+    if not (model / cpu_assets.MARKER).is_file():
+        cpu_assets.warm_start(model, cpu_assets.task_rows(16, cpu_assets.TRAIN_SEED, "train"), steps=1)
+    return [f"data.train_files={train}", f"data.val_files={test}", f"actor_rollout_ref.model.path={model}"]
+
+
+#: every recipe's run: one step, few validation prompts, the rest as its CPU default has it
+SHORT = ["trainer.total_training_steps=1", "data.val_max_samples=8"]
+_ASSET_KEYS = ("data.train_files", "actor_rollout_ref.model.path")
 
 ENTRIES: list[Entry] = [
     Entry(
         name="main_ppo",
         target="verl.trainer.main_ppo:main",
         schema_path="verl.trainer.config:PPOTrainerConfig",
-        check_path="verl.trainer.main_ppo:checked_config",
+        check=main_check,
         base=MAIN_BASE,
         assets=main_assets,
         groups=MAIN_GROUPS,
     ),
+    Entry(
+        name="dapo",
+        target="verl_recipe_dapo.main_dapo:main",
+        schema_path="verl.trainer.config:PPOTrainerConfig",
+        check=recipe_check("verl_recipe_dapo.main_dapo:with_default_config", "verl.trainer.config:load_config",
+                           "verl.trainer.config:validate_config", _ASSET_KEYS),
+        base=[*SHORT, "algorithm.filter_groups.max_num_gen_batches=0"],
+        assets=dapo_assets,
+        groups=[Group("base", skip=("data.gen_batch_size", "algorithm.filter_groups.*"))],
+    ),
+    Entry(
+        name="spin",
+        target="verl_recipe_spin.main_spin:main",
+        schema_path="verl_recipe_spin.config:SPINTrainerConfig",
+        check=recipe_check("verl_recipe_spin.main_spin:with_default_config", "verl_recipe_spin.config:load_spin_config",
+                           "verl_recipe_spin.config:validate_spin_config", _ASSET_KEYS),
+        base=[*SHORT, "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+              "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "trainer.ref_update_freq=1"],
+        assets=demo_asset_overrides,
+        groups=[Group("base", skip=("data.train_batch_size",))],
+    ),
+    Entry(
+        name="sppo",
+        target="verl_recipe_sppo.main_sppo:main",
+        schema_path="verl_recipe_sppo.config:SPPOTrainerConfig",
+        check=recipe_check("verl_recipe_sppo.main_sppo:with_default_config", "verl_recipe_sppo.config:load_sppo_config",
+                           "verl_recipe_sppo.config:validate_sppo_config", _ASSET_KEYS),
+        base=[*SHORT, "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+              "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16"],
+        assets=demo_asset_overrides,
+        groups=[Group("base")],
+    ),
+    Entry(
+        name="prime",
+        target="verl_recipe_prime.main_prime:main",
+        schema_path="verl_recipe_prime.config:PRIMETrainerConfig",
+        check=recipe_check("verl_recipe_prime.main_prime:with_default_config",
+                           "verl_recipe_prime.config:load_prime_config", "verl_recipe_prime.config:validate_prime_config",
+                           _ASSET_KEYS),
+        base=SHORT,
+        assets=demo_asset_overrides,
+        groups=[
+            Group("base"),
+            Group("prm_pool", context=["reward.reward_model.enable_resource_pool=true", "reward.reward_model.nnodes=1",
+                                       "reward.reward_model.n_gpus_per_node=1"], keys=("reward.reward_model.*",)),
+            Group("rloo_baseline", context=["reward.reward_model.enable=false"], keys=()),
+        ],
+    ),
+    Entry(
+        name="collabllm",
+        target="verl_recipe_collabllm.main:main",
+        schema_path="verl_recipe_collabllm.config:CollabLLMTrainerConfig",
+        check=recipe_check("verl_recipe_collabllm.main:with_default_config",
+                           "verl_recipe_collabllm.config:load_collabllm_config",
+                           "verl_recipe_collabllm.config:validate_collabllm_config",
+                           ("actor_rollout_ref.rollout.multi_turn.interaction_config_path",)),
+        base=[*SHORT, "data.train_batch_size=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+              "actor_rollout_ref.rollout.n=2"],
+        assets=collabllm_assets,
+        groups=[Group("base", skip=("data.train_batch_size", "actor_rollout_ref.rollout.n"))],
+    ),
+    Entry(
+        name="retool",
+        target="verl_recipe_retool.main:main",
+        schema_path="verl_recipe_retool.config:ReToolTrainerConfig",
+        check=recipe_check("verl_recipe_retool.main:with_default_config", "verl_recipe_retool.config:load_retool_config",
+                           "verl_recipe_retool.config:validate_retool_config",
+                           lambda cfg: ["data.train_files", "data.val_files", "actor_rollout_ref.model.path",
+                                        *(["actor_rollout_ref.rollout.multi_turn.tool_config_path"]
+                                          if cfg.retool.use_tool else [])]),
+        base=[*SHORT, "retool.cold_start_steps=1", "retool.task_train_size=8", "retool.task_test_size=4",
+              "data.train_batch_size=2", "data.gen_batch_size=2", "data.max_response_length=64",
+              "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+              "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4", "algorithm.filter_groups.enable=false"],
+        groups=[Group("base", skip=("retool.*",)), Group("no_tool", context=["retool.use_tool=false"], keys=())],
+    ),
+    Entry(
+        name="vlm_count",
+        target="verl_recipe_vlm_count.main:main",
+        schema_path="verl.trainer.config:PPOTrainerConfig",
+        check=lambda argv: _vlm_check(argv),
+        base=[*SHORT, "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+              "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8"],
+        assets=vlm_assets,
+        groups=[Group("base")],
+    ),
+    Entry(
+        name="fully_async",
+        target="verl_recipe_fully_async.main:main",
+        schema_path="verl_recipe_fully_async.config:FullyAsyncPPOConfig",
+        check=recipe_check("verl_recipe_fully_async.main:with_default_config",
+                           "verl_recipe_fully_async.config:load_async_config",
+                           "verl_recipe_fully_async.config:validate_async_config", _ASSET_KEYS),
+        base=["trainer.total_training_steps=2", "data.val_max_samples=8"],
+        assets=demo_asset_overrides,
+        groups=[Group("base", skip=("async_training.*", "rollout.*")),
+                Group("object_store", context=["async_training.weight_sync=object_store"], keys=("async_training.*",))],
+    ),
+    Entry(
+        name="one_step_off",
+        target="verl_recipe_fully_async.main:main_one_step_off",
+        schema_path="verl_recipe_fully_async.config:FullyAsyncPPOConfig",
+        check=lambda argv: _one_step_off_check(argv),
+        base=["trainer.total_training_steps=2", "data.val_max_samples=8"],
+        assets=demo_asset_overrides,
+        groups=[Group("base", keys=())],
+    ),
 ]
+
+
+def _vlm_check(argv: list[str]) -> Any:
+    from verl.trainer.config import validate_config
+    from verl_recipe_vlm_count.main import load_recipe_config
+
+    cfg = load_recipe_config(argv, build_assets=False)
+    validate_config(cfg)
+    return cfg
+
+
+def _one_step_off_check(argv: list[str]) -> Any:
+    from verl_recipe_fully_async.config import load_async_config, validate_async_config
+    from verl_recipe_fully_async.main import CPU_CONFIG, ONE_STEP_OFF_CONFIG, with_default_config
+
+    cfg = load_async_config(with_default_config(argv, (CPU_CONFIG, ONE_STEP_OFF_CONFIG)))
+    validate_async_config(cfg)
+    return cfg

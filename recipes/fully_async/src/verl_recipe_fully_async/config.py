@@ -25,7 +25,16 @@ import math
 from dataclasses import dataclass, field
 
 from omegaconf import DictConfig
-from verl.trainer.config import ConfigError, PPOTrainerConfig, load_config, validate_config
+from verl.trainer.config import (
+    ConfigError,
+    DataConfig,
+    PPOTrainerConfig,
+    TrainerConfig,
+    load_config,
+    opt,
+    ref,
+    validate_config,
+)
 
 from verl_recipe_fully_async.weight_transfer import TRANSPORTS
 
@@ -51,9 +60,21 @@ class AsyncTrainingConfig:
 
 
 @dataclass
+class AsyncDataConfig(DataConfig):
+    gen_batch_size: int = opt(ref("data.train_batch_size"), "prompts the rollout pool decodes together (a wave)")
+
+
+@dataclass
+class AsyncTrainerSection(TrainerConfig):
+    progress_bar: bool = opt(False, "show a progress bar", refused="the asynchronous trainer logs each step; it draws no progress bar")
+
+
+@dataclass
 class FullyAsyncPPOConfig(PPOTrainerConfig):
     """Core's trainer config plus the rollout pool and the asynchronous-training settings."""
 
+    data: AsyncDataConfig = field(default_factory=AsyncDataConfig)
+    trainer: AsyncTrainerSection = field(default_factory=AsyncTrainerSection)
     rollout: RolloutPoolConfig = field(default_factory=RolloutPoolConfig)
     async_training: AsyncTrainingConfig = field(default_factory=AsyncTrainingConfig)
 

@@ -143,7 +143,9 @@ def _main(defaults: tuple[str, ...], argv: list[str] | None) -> None:
     import ray
 
     if not ray.is_initialized():  # before the assets' SFT warm start would start it with its own settings
-        init_ray(**ray_init_kwargs(load_async_config(with_default_config(argv, defaults))))
+        early = load_async_config(with_default_config(argv, defaults))
+        OmegaConf.set_readonly(early, True)  # read as the run's config is (ray_kwargs do not depend on the assets)
+        init_ray(**ray_init_kwargs(early))
     cfg = load_recipe_config(argv, defaults)
     metrics = run_fully_async(cfg)
     print(

@@ -30,6 +30,7 @@ from verl.trainer.config import (
     AlgoConfig,
     ConfigError,
     DataConfig,
+    FSDPEngineConfig,
     OptimizerConfig,
     PPOTrainerConfig,
     RewardConfig,
@@ -79,6 +80,7 @@ class PRIMERewardModelModelConfig(RewardModelModelConfig):
     override_config: dict[str, Any] = field(default_factory=dict)
     enable_gradient_checkpointing: bool = _ref("actor_rollout_ref.model.enable_gradient_checkpointing")
     model_dtype: str = _ref("actor_rollout_ref.model.model_dtype")
+    fsdp_config: FSDPEngineConfig = field(default_factory=FSDPEngineConfig)  # the PRM is trained: an optimizer
     ref_type: str = "freeze"  # the reference is a frozen copy of the initial PRM
     update: str = "before"  # before: train then score (two forwards); after: score in the training forward
     beta_train: float = 0.05

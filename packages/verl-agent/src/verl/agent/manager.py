@@ -209,8 +209,9 @@ class AgentLoopManager:
             "input_ids": torch.cat([prompts, responses], dim=1),
             "attention_mask": attention_mask,
             "position_ids": position_ids,
-            "rollout_log_probs": log_probs,
         }
+        if self.config.calculate_log_probs:  # as the plain rollouts: the sampling log-probs only when asked for
+            tensors["rollout_log_probs"] = log_probs
         non_tensors = {
             "num_turns": np.array([o.num_turns for o in outputs], dtype=np.int64),
             "reward_score": np.array(

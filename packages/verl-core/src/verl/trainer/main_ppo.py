@@ -120,12 +120,18 @@ def build_resource_pool_manager(config: DictConfig, mapping: dict):
     return ResourcePoolManager(spec, pools, use_gpu=use_gpu, num_cpus_per_worker=cpus)
 
 
+def _trust_tokenizer_code(config: DictConfig) -> bool:
+    """The tokenizer's and processor's own code from their folder: upstream's ``data.trust_remote_code``, or the
+    model's ``trust_remote_code`` (the tokenizer lives with the model by default)."""
+    return bool(config.data.trust_remote_code) or bool(config.actor_rollout_ref.model.trust_remote_code)
+
+
 def load_tokenizer(config: DictConfig):
     """The tokenizer through verl-workers' registered loader (core never imports transformers)."""
     from verl.trainer.model_builders import load_tokenizer as _load
 
     tokenizer = _load(
-        tokenizer_path(config), trust_remote_code=bool(config.actor_rollout_ref.model.trust_remote_code)
+        tokenizer_path(config), trust_remote_code=_trust_tokenizer_code(config)
     )
     template = config.actor_rollout_ref.model.custom_chat_template
     if template is not None:
@@ -139,7 +145,7 @@ def load_processor(config: DictConfig):
     from verl.trainer.model_builders import load_processor as _load
 
     return _load(
-        tokenizer_path(config), trust_remote_code=bool(config.actor_rollout_ref.model.trust_remote_code)
+        tokenizer_path(config), trust_remote_code=_trust_tokenizer_code(config)
     )
 
 
@@ -200,9 +206,15 @@ def run_ppo(config: DictConfig, **build_kwargs: Any) -> dict[str, float]:
     _reuse_driver_env_for_workers()
     import ray
 
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
     from verl.utils.checkpoint import atomic_write_text
     from verl.utils.ray_start import init_ray
 
+    if not config.actor_rollout_ref.hybrid_engine and not (build_kwargs.get("trainer_cls") or RayPPOTrainer).separate_rollout_pool:
+        raise ConfigError([  # the trainer refuses it too, but only once Ray runs
+            "actor_rollout_ref.hybrid_engine=false puts the rollout on a pool of its own, which this trainer's "
+            "colocated loop does not do; use the asynchronous trainers of recipes/fully_async"
+        ])
     build_kwargs = _driver_parts(config, build_kwargs)
     if config.trainer.worker_backend == "local":
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # what ray_init_kwargs gives Ray workers
@@ -283,14 +295,20 @@ def checked_config(args: list[str]) -> DictConfig:
     for what only other trainers do, all before Ray starts."""
     config = load_config(args)
     validate_config(config)
+    problems = []
     if not config.actor_rollout_ref.hybrid_engine:
         # the trainer refuses it too, for code that builds one directly
-        raise ConfigError(
-            [
-                "actor_rollout_ref.hybrid_engine=false puts the rollout on a pool of its own, which main_ppo's "
-                "colocated loop does not do; use the asynchronous trainers of recipes/fully_async"
-            ]
+        problems.append(
+            "actor_rollout_ref.hybrid_engine=false puts the rollout on a pool of its own, which main_ppo's "
+            "colocated loop does not do; use the asynchronous trainers of recipes/fully_async"
         )
+    if config.algorithm.filter_groups.enable:
+        problems.append(
+            "algorithm.filter_groups.enable=true: main_ppo's trainer has no dynamic sampling (it would train on "
+            "every group); run verl-dapo (recipes/dapo), whose trainer filters the groups"
+        )
+    if problems:
+        raise ConfigError(problems)
     return config
 
 

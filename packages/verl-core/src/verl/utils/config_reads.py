@@ -6,11 +6,13 @@ What counts as a read of a key (its full dotted path from the config's root):
   and every value of ``section.items()`` / ``.values()`` / ``dict(section)`` / ``{**section}`` (these read each
   child); a list is one value (reading the list reads the key);
 - ``"b" in section``: the code consulted the key;
-- ``OmegaConf.to_container`` / ``to_object`` / ``to_yaml`` of a *section* reads every leaf under it: in this
-  code base a converted section is passed on whole (``ray.init(**ray_init)``, a reward manager's kwargs),
-  and a section converted and then partly used would hide keys, which the audit's own tests guard against.
-  The same conversion of the *root* is not a read: it is the run's record (``config.yaml``, the trackers'
-  hyper-parameters, Hydra's run directory), written whatever the code uses.
+- ``OmegaConf.to_container`` / ``to_object`` / ``to_yaml`` of a *section*, and ``OmegaConf.create`` /
+  ``merge`` with a section as a source, read every leaf under it: in this code base a converted or copied
+  section is passed on whole (``ray.init(**ray_init)``, a reward manager's kwargs, a worker's engine section
+  over the schema's defaults), and what reads the copy is not recorded (a copy is not read-only). A section
+  converted and then only partly used would hide keys. The same conversion of the *root* is not a read: it
+  is the run's record (``config.yaml``, the trackers' hyper-parameters, Hydra's run directory), written
+  whatever the code uses.
 
 Navigating to a section (``cfg.actor_rollout_ref``) and listing its keys (``keys()``, ``for k in section``)
 read nothing. Only reads of a **read-only** config count: `validate_config` makes the config read-only as its
@@ -111,6 +113,9 @@ def install(out_dir: str | os.PathLike | None = None) -> None:
         "to_object": OmegaConf.to_object,
         "to_yaml": OmegaConf.to_yaml,
         "select": OmegaConf.select,
+        "create": OmegaConf.create,
+        "merge": OmegaConf.merge,
+        "unsafe_merge": OmegaConf.unsafe_merge,
     }
     _state["originals"] = orig
     get_impl, contains = _guarded(orig["_get_impl"]), _guarded(orig["__contains__"])
@@ -138,6 +143,19 @@ def install(out_dir: str | os.PathLike | None = None) -> None:
 
         return staticmethod(inner)
 
+    def _copier(name):
+        copy = _guarded(orig[name])
+
+        def inner(*sources, **kwargs):
+            if not _inside():
+                for src in sources:
+                    if _counts(src) and src._get_parent() is not None:
+                        for leaf in _leaves(src, _path(src)):
+                            _record(leaf)
+            return copy(*sources, **kwargs)
+
+        return staticmethod(inner)
+
     select = _guarded(orig["select"])
 
     def _select(cfg, key, *args, **kwargs):
@@ -151,6 +169,8 @@ def install(out_dir: str | os.PathLike | None = None) -> None:
     DictConfig.__contains__ = __contains__
     for name in ("to_container", "to_object", "to_yaml"):
         setattr(OmegaConf, name, _converter(name))
+    for name in ("create", "merge", "unsafe_merge"):
+        setattr(OmegaConf, name, _copier(name))
     OmegaConf.select = staticmethod(_select)
 
 
@@ -160,7 +180,7 @@ def uninstall() -> None:
     if orig is not None:
         DictConfig._get_impl = orig["_get_impl"]
         DictConfig.__contains__ = orig["__contains__"]
-        for name in ("to_container", "to_object", "to_yaml", "select"):
+        for name in ("to_container", "to_object", "to_yaml", "select", "create", "merge", "unsafe_merge"):
             setattr(OmegaConf, name, staticmethod(orig[name]))
         _state["originals"] = None
     if _state["file"] is not None:

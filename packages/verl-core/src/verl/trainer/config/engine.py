@@ -95,9 +95,19 @@ class FSDPEngineConfig:
     mixed_precision: MixedPrecisionConfig = section(MixedPrecisionConfig)
 
 
-def fsdp_following(model_dtype_key: str) -> Any:
+_NOT_TRAINED = "this model is not trained here (no optimizer, no gradients), so there is nothing to set"
+
+
+@dataclass
+class FrozenFSDPEngineConfig(FSDPEngineConfig):
+    """The FSDP section of a model that is only run forward (the reference, the reward model)."""
+
+    optimizer_offload: bool = opt(False, "keep optimizer state in host memory between steps", refused=_NOT_TRAINED)
+
+
+def fsdp_following(model_dtype_key: str, cls: type = FSDPEngineConfig) -> Any:
     """An FSDP section whose model_dtype defaults to the model section's ``model_dtype``."""
-    return section(FSDPEngineConfig, "the fsdp/fsdp2 engine", model_dtype=ref(model_dtype_key))
+    return section(cls, "the fsdp/fsdp2 engine", model_dtype=ref(model_dtype_key))
 
 
 @dataclass
@@ -121,10 +131,24 @@ class McoreEngineConfig:
     override_ddp_config: dict[str, Any] = opt({}, "Megatron DistributedDataParallelConfig fields (open dict)")
 
 
+@dataclass
+class FrozenMcoreEngineConfig(McoreEngineConfig):
+    """The Megatron section of a model that is only run forward (the reference)."""
+
+    grad_offload: bool = opt(False, "keep gradients in host memory", refused=_NOT_TRAINED)
+    optimizer_offload: bool = opt(False, "keep optimizer state in host memory between steps", refused=_NOT_TRAINED)
+    use_distributed_optimizer: bool = opt(
+        True, "shard the optimizer state over data-parallel ranks", refused=_NOT_TRAINED
+    )
+    override_ddp_config: dict[str, Any] = opt(
+        {}, "Megatron DistributedDataParallelConfig fields (open dict)", refused=_NOT_TRAINED
+    )
+
+
 _ACTOR_MEGATRON = "actor_rollout_ref.actor.megatron"
 #: the reference's parallel sizes, offload and seed follow the actor's (upstream)
 REF_MEGATRON = section(
-    McoreEngineConfig,
+    FrozenMcoreEngineConfig,
     "the reference's Megatron section (sizes follow the actor's)",
     **{
         k: ref(f"{_ACTOR_MEGATRON}.{k}")

@@ -16,6 +16,7 @@ from verl.trainer.config.derived import use_critic, use_reference_policy
 from verl.trainer.config.engine import (
     REF_MEGATRON,
     CheckpointConfig,
+    FrozenFSDPEngineConfig,
     FSDPEngineConfig,
     McoreEngineConfig,
     OptimizerConfig,
@@ -55,6 +56,19 @@ OLD_LOG_PROBS = Gate(
     (f"{_ACTOR}.use_rollout_log_probs", "algorithm.rollout_correction.bypass_mode"),
 )
 LORA = above("actor_rollout_ref.model.lora_rank", 0)
+#: the plain rollouts take the dataset's left-padded prompts as they are; agent loops and served engines size by it
+_PROMPT_WIDTH = Gate(
+    lambda here: f"agent loops ({here}.multi_turn.enable=true) or a served engine ({here}.name=vllm or sglang) "
+    "generate",
+    lambda cfg, here: bool(_at(cfg, here).multi_turn.enable) or _at(cfg, here).name in SERVED,
+    (".multi_turn.enable",),
+)
+
+
+def _at(cfg: Any, key: str) -> Any:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.select(cfg, key)
 VALIDATES = is_set("data.val_files")
 
 
@@ -171,12 +185,13 @@ class RefConfig:
     log_prob_micro_batch_size_per_gpu: int | None = opt(8, "trajectories per worker per log-prob forward")
     log_prob_use_dynamic_bsz: bool = opt(ref(f"{_ACTOR}.use_dynamic_bsz"), "log-prob micro-batches by a token budget")
     log_prob_max_token_len_per_gpu: int = opt(
-        ref(f"{_ACTOR}.ppo_max_token_len_per_gpu"), "tokens per log-prob micro-batch per worker (dynamic batching)"
+        ref(f"{_ACTOR}.ppo_max_token_len_per_gpu"), "tokens per log-prob micro-batch per worker (dynamic batching)",
+        when=when(".log_prob_use_dynamic_bsz"),
     )
     ulysses_sequence_parallel_size: int = opt(
         ref(f"{_ACTOR}.ulysses_sequence_parallel_size"), "Ulysses sequence-parallel group size"
     )
-    fsdp_config: FSDPEngineConfig = fsdp_following("actor_rollout_ref.model.model_dtype")
+    fsdp_config: FSDPEngineConfig = fsdp_following("actor_rollout_ref.model.model_dtype", FrozenFSDPEngineConfig)
     megatron: McoreEngineConfig = REF_MEGATRON
 
 
@@ -244,7 +259,7 @@ class RolloutConfig:
     do_sample: bool = opt(True, "sample (false: greedy)")
     n: int = opt(5, "trajectories sampled per prompt (group estimators need n > 1)", common=True)
     ignore_eos: bool = opt(False, "keep generating after the end-of-sequence token")
-    prompt_length: int = opt(ref("data.max_prompt_length"), "prompt tokens the rollout accepts")
+    prompt_length: int = opt(ref("data.max_prompt_length"), "prompt tokens the rollout accepts", when=_PROMPT_WIDTH)
     response_length: int = opt(ref("data.max_response_length"), "tokens generated per response")
     dtype: str = opt("bfloat16", "the served engine's compute dtype (native/hf run the actor's weights)",
                      engines=SERVED)
@@ -256,7 +271,7 @@ class RolloutConfig:
     )
     log_prob_max_token_len_per_gpu: int = opt(
         ref(f"{_ACTOR}.ppo_max_token_len_per_gpu"), "tokens per log-prob micro-batch per worker (dynamic batching)",
-        when=OLD_LOG_PROBS,
+        when=(OLD_LOG_PROBS, when(".log_prob_use_dynamic_bsz")),
     )
     calculate_log_probs: bool = opt(False, "return the sampling log-probs with each response")
     micro_batch_size: int | None = opt(None, "hf rollout: prompts per generate() call (null: all at once)",
@@ -343,7 +358,7 @@ class RewardModelModelConfig:
     external_lib: str | None = opt(None, "a module imported before the model is built")
     trust_remote_code: bool = opt(False, "allow the model's own code")
     use_remove_padding: bool = opt(False, "pack the real tokens of a micro-batch in each forward")
-    fsdp_config: FSDPEngineConfig = section(FSDPEngineConfig)
+    fsdp_config: FSDPEngineConfig = section(FrozenFSDPEngineConfig)
 
 
 @dataclass

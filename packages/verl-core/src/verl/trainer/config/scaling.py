@@ -34,6 +34,13 @@ def check_scaling(cfg: DictConfig, problems: list[str], ws: int, critic: bool, r
             _check_fsdp_size(problems, ws, fsdp_key, int(OmegaConf.select(cfg, f"{fsdp_key}.fsdp_size")), key, strategy)
     if bool(arr.model.use_liger):
         _check_liger(cfg, problems)
+    if bool(arr.model.enable_activation_offload):
+        key = "actor_rollout_ref.model.enable_activation_offload=true"
+        if resolve_device(cfg) == "cpu":
+            problems.append(f"{key} means nothing on CPU (activations already live in host memory); set it to false")
+        elif not bool(arr.model.enable_gradient_checkpointing):
+            problems.append(f"{key} offloads what gradient checkpointing saves; set "
+                            "actor_rollout_ref.model.enable_gradient_checkpointing=true too")
     _check_fused_backend(cfg, problems)
     if arr.actor.strategy == "megatron":
         for flag, value in (

@@ -49,7 +49,10 @@ class DataConfig:
     val_batch_size: int | None = opt(
         None, "prompts per validation batch (null: the whole validation set)", when=VALIDATES
     )
-    gen_batch_size: int = opt(ref("data.train_batch_size"), "prompts generated per round (dynamic sampling)")
+    gen_batch_size: int = opt(
+        ref("data.train_batch_size"), "prompts generated per round (dynamic sampling)",
+        when=when("algorithm.filter_groups.enable"),
+    )
     train_max_samples: int = opt(-1, "use at most this many training rows (-1: all)")
     val_max_samples: int = opt(-1, "use at most this many validation rows (-1: all)", when=VALIDATES)
     return_raw_input_ids: bool = opt(False, "also return the prompt's token ids before left padding")
@@ -215,7 +218,7 @@ class TrainerConfig:
     save_freq: int = opt(-1, "checkpoint every N steps (-1: never)", common=True)
     test_freq: int = opt(-1, "validate every N steps (-1: never)", common=True, when=VALIDATES)
     val_before_train: bool = opt(True, "validate once before training", when=VALIDATES)
-    val_only: bool = opt(False, "only validate, then exit", when=VALIDATES)
+    val_only: bool = opt(False, "only validate, then exit", when=(VALIDATES, when(".val_before_train")))
     critic_warmup: int = opt(0, "steps that train only the critic", when=CRITIC_RUNS)
     resume_mode: str = opt("auto", "resume from the newest checkpoint, never, or resume_from_path", choices=RESUME_MODES)
     resume_from_path: str | None = opt(

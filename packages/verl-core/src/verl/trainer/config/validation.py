@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import warnings
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from verl.trainer.config.derived import (
     resolve_device,
@@ -18,8 +18,8 @@ from verl.trainer.config.derived import (
     use_reference_policy,
     world_size,
 )
-from verl.trainer.config.fields import ConfigError, absolute, interpolation_target, schema_fields
-from verl.trainer.config.loader import explicit_keys
+from verl.trainer.config.field_checks import field_problems, one_of
+from verl.trainer.config.fields import ConfigError
 from verl.trainer.config.installed import check_installed
 from verl.trainer.config.lora import check_lora
 from verl.trainer.config.megatron import check_megatron, data_parallel_size
@@ -55,61 +55,6 @@ def validate_config(cfg: DictConfig) -> None:
     if problems:
         raise ConfigError(problems)
     OmegaConf.set_readonly(cfg, True)
-
-
-def field_problems(cfg: DictConfig) -> list[str]:
-    """The schema's own rules, from its fields' metadata: ``choices``, ``refused`` (any value but the
-    default) and ``engines`` (read only by those rollout engines: any other refuses a value but the default)."""
-    problems = []
-    explicit = explicit_keys(cfg)
-    for key, info in schema_fields(OmegaConf.get_type(cfg)).items():
-        value = OmegaConf.select(cfg, key)
-        if isinstance(value, (DictConfig, ListConfig)):
-            value = OmegaConf.to_container(value, resolve=True)
-        if info.choices is not None and isinstance(value, list):
-            for entry in value:
-                _one_of(problems, f"{key} entry", entry, info.choices)
-        elif info.choices is not None and value not in info.choices:
-            _one_of(problems, key, value, info.choices)
-        elif info.refused is not None and value != info.default:
-            problems.append(f"{key}={value!r}: {info.refused} (accepted only at its default, {info.default!r})")
-        elif info.engines is not None and value != info.default:
-            engine = OmegaConf.select(cfg, key.rsplit(".", 1)[0] + ".name")
-            if engine not in info.engines:
-                problems.append(
-                    f"{key}={value!r} is read by the {' and '.join(info.engines)} rollout only; the {engine} rollout "
-                    f"does not read it: leave it at its default ({info.default!r}) or use rollout.name="
-                    f"{info.engines[0]}"
-                )
-        elif info.gates and value != (default := _default(cfg, info)):
-            shut = [gate.text(here) for gate, here in info.gates if not gate_open(cfg, gate, here, explicit)]
-            if shut:
-                problems.append(
-                    f"{key}={value!r} is read only when {' and '.join(shut)}, which this config does not set, so "
-                    f"the value would do nothing: leave it at its default ({default!r}) or set that"
-                )
-    return problems
-
-
-def gate_open(cfg: DictConfig, gate, here: str, explicit: frozenset[str]) -> bool:
-    """Whether a key under ``gate`` may hold a value other than its default: the gate holds, or the config sets
-    one of its switches itself (``use_kl_loss=false`` next to ``kl_loss_coef=0.0``: the config says the
-    feature is off, and its settings stay as written)."""
-    return gate.test(cfg, here) or any(absolute(here, k) in explicit for k in gate.switches)
-
-
-def _default(cfg: DictConfig, info) -> object:
-    """A field's default, where it follows another key that key's value in ``cfg``."""
-    target = interpolation_target(info.key, info.default)
-    if target is None:
-        return info.default
-    value = OmegaConf.select(cfg, target)
-    return OmegaConf.to_container(value, resolve=True) if isinstance(value, (DictConfig, ListConfig)) else value
-
-
-def _one_of(problems: list[str], key: str, value, allowed) -> None:
-    if value not in allowed:
-        problems.append(f"{key}={value!r} is not one of: {', '.join(map(str, allowed))}")
 
 
 def _check_required(cfg: DictConfig, problems: list[str]) -> None:
@@ -199,6 +144,20 @@ def _check_sizes(cfg: DictConfig, problems: list[str]) -> None:
             _positive(
                 problems, f"{key}.log_prob_micro_batch_size_per_gpu", sub.log_prob_micro_batch_size_per_gpu
             )
+    if rollout.response_length != data.max_response_length:
+        problems.append(
+            f"actor_rollout_ref.rollout.response_length={rollout.response_length} differs from "
+            f"data.max_response_length={data.max_response_length}: responses are generated up to "
+            "rollout.response_length and nothing else reads data.max_response_length; set data.max_response_length "
+            "(rollout.response_length follows it)"
+        )
+    for engine in sorted(set(rollout.engine_kwargs) - {rollout.name}):
+        options = rollout.engine_kwargs[engine]
+        options = OmegaConf.to_container(options, resolve=True) if isinstance(options, DictConfig) else options
+        problems.append(
+            f"actor_rollout_ref.rollout.engine_kwargs.{engine}={options} are options of the {engine} engine, which "
+            f"rollout.name={rollout.name} does not run; remove them or use rollout.name={engine}"
+        )
     if rollout.prompt_length < data.max_prompt_length:
         problems.append(
             f"actor_rollout_ref.rollout.prompt_length={rollout.prompt_length} is shorter than "
@@ -365,6 +324,31 @@ def _check_algorithm(cfg: DictConfig, problems: list[str]) -> None:
             "algorithm.filter_groups.enable=true needs algorithm.filter_groups.metric (e.g. acc or score)"
         )
     _check_rollout_correction(cfg, problems)
+    _check_reward_manager(cfg, problems)
+
+
+def _check_reward_manager(cfg: DictConfig, problems: list[str]) -> None:
+    """The manager named by ``reward.reward_manager`` exists, and takes overlong shaping when it is on (the
+    registry is filled by verl-rewards and recipes; without it installed the loader says what to install)."""
+    from verl.registries import REWARD_MANAGERS
+    from verl.utils.registry import UnknownNameError
+
+    name = cfg.reward.reward_manager
+    try:
+        cls = REWARD_MANAGERS.get(name)
+    except UnknownNameError as e:
+        problems.append(f"reward.reward_manager={name!r}: {e.args[0] if e.args else e}")
+        return
+    except ImportError:
+        return
+    if cfg.reward.overlong_buffer.enable:
+        from verl.trainer.ppo.reward import takes_option
+
+        if not takes_option(cls, "overlong_buffer"):
+            problems.append(
+                f"reward.overlong_buffer.enable=true needs a reward manager that shapes overlong responses "
+                f"(reward.reward_manager=dapo); {name!r} ({cls.__qualname__}) does not"
+            )
 
 
 def _check_rollout_correction(cfg: DictConfig, problems: list[str]) -> None:
@@ -372,6 +356,11 @@ def _check_rollout_correction(cfg: DictConfig, problems: list[str]) -> None:
     key = "algorithm.rollout_correction"
     if not float(rc.rollout_is_threshold) > 0:
         problems.append(f"{key}.rollout_is_threshold={rc.rollout_is_threshold} must be > 0 (the weights' upper bound)")
+    if rc.bypass_mode and cfg.actor_rollout_ref.actor.use_rollout_log_probs:
+        problems.append(
+            f"{key}.bypass_mode=true and actor_rollout_ref.actor.use_rollout_log_probs=true both make the rollout's "
+            "log-probs the old log-probs; set one of them"
+        )
     needs_lp = [k for k in ("rollout_is", "bypass_mode") if rc[k]]
     if needs_lp and not cfg.actor_rollout_ref.rollout.calculate_log_probs:
         problems.append(
@@ -468,7 +457,7 @@ def fsdp_precision_problems(where: str, section: DictConfig, trained: bool) -> l
     for key, value in (("model_dtype", section.model_dtype), ("mixed_precision.param_dtype", mp.param_dtype),
                        ("mixed_precision.reduce_dtype", mp.reduce_dtype),
                        ("mixed_precision.buffer_dtype", mp.buffer_dtype)):
-        _one_of(problems, f"{where}.{key}", str(value), tuple(DTYPE_NAMES))
+        one_of(problems, f"{where}.{key}", str(value), tuple(DTYPE_NAMES))
     if trained and DTYPE_NAMES.get(str(mp.param_dtype)) == "float16":
         problems.append(
             f"{where}.mixed_precision.param_dtype={mp.param_dtype} trains in fp16, which needs loss scaling "
