@@ -66,8 +66,6 @@ def recipe_check(default: str, load: str, validate: str, made: tuple[str, ...] |
         cfg = resolve(load)(argv)
         unset = [k for k in (made(cfg) if callable(made) else made) if not OmegaConf.select(cfg, k)]
         if unset:
-            if "data.train_files" in unset and not cfg.data.val_files:
-                unset.append("data.val_files")
             cfg = resolve(load)([*argv, *(f"{k}={BUILT_IN}" for k in unset)])
         resolve(validate)(cfg)
         return cfg
@@ -395,7 +393,9 @@ _SIZES = ("*.megatron.*", "*ulysses*", "*fsdp_size", "*reshard_after_forward")  
 _KL_RUN = "kl_checkpoint_cosine_clip_cov"
 
 MAIN_GROUPS = [
-    Group("base", skip=(*_SIZES, f"{_A}.freeze_vision_tower")),  # a text model: probed in vlm_count
+    # freeze_vision_tower: a text model here (probed in vlm_count); val_only: probed in a group of its own
+    Group("base", skip=(*_SIZES, f"{_A}.freeze_vision_tower", "trainer.val_only")),
+    Group("val_only", context=["trainer.val_only=true"], keys=()),
     Group(
         _KL_RUN,
         context=[f"{_A}.use_kl_loss=true", "algorithm.use_kl_in_reward=true", *_OLD_LOG_PROBS,
@@ -612,7 +612,7 @@ ENTRIES: list[Entry] = [
                                         *(["actor_rollout_ref.rollout.multi_turn.tool_config_path"]
                                           if cfg.retool.use_tool else [])]),
         base=[*SHORT, "retool.cold_start_steps=1", "retool.task_train_size=8", "retool.task_test_size=4",
-              "data.train_batch_size=2", "data.gen_batch_size=2", "data.max_response_length=64",
+              "data.train_batch_size=2", "data.gen_batch_size=2", "data.max_response_length=128",
               "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
               "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4", "algorithm.filter_groups.enable=false"],
         groups=[Group("base", skip=("retool.*",)), Group("no_tool", context=["retool.use_tool=false"], keys=())],
@@ -625,7 +625,7 @@ ENTRIES: list[Entry] = [
         base=[*SHORT, "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
               "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8"],
         assets=vlm_assets,
-        groups=[Group("base")],
+        groups=[Group("base", values={"data.image_key": NO_VALUE, "data.video_key": NO_VALUE})],  # the task's columns
     ),
     Entry(
         name="fully_async",

@@ -17,7 +17,7 @@ from verl_recipe_fully_async.main import (
     with_default_config,
 )
 
-DATA = ["data.train_files=x.parquet", "data.val_files=y.parquet", "actor_rollout_ref.model.path=m"]
+DATA = ["data.train_files=x.parquet", "actor_rollout_ref.model.path=m"]
 
 
 def _load(*files, overrides=()):

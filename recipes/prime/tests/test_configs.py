@@ -12,8 +12,7 @@ from verl_recipe_prime.config import (
 )
 from verl_recipe_prime.main_prime import CPU_CONFIG, PAPER_CONFIG, configs_dir, with_default_config
 
-FILES = ["data.train_files=/data/train.parquet", "data.val_files=/data/test.parquet",
-         "actor_rollout_ref.model.path=/models/sft"]
+FILES = ["data.train_files=/data/train.parquet", "actor_rollout_ref.model.path=/models/sft"]
 
 
 def _paper(*overrides):

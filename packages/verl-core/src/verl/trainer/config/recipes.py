@@ -46,10 +46,7 @@ def load_with_built_in(
     keys = made(cfg) if callable(made) else made
     unset = [key for key in keys if not OmegaConf.select(cfg, key)]
     if unset:
-        early = list(unset)
-        if "data.train_files" in unset and not OmegaConf.select(cfg, "data.val_files"):
-            early.append("data.val_files")  # built-in tasks come with their held-out split
-        validate(load([*argv, *(f"{key}={BUILT_IN}" for key in early)]))
+        validate(load([*argv, *(f"{key}={BUILT_IN}" for key in unset)]))
     # what the assets read of the config is as the run will have it (read-only, as validated configs are)
     OmegaConf.set_readonly(cfg, True)
     extra = overrides(cfg, unset)

@@ -22,7 +22,7 @@ from verl.trainer.config.engine import (
     OptimizerConfig,
     fsdp_following,
 )
-from verl.trainer.config.fields import Gate, above, is_set, opt, ref, section, when
+from verl.trainer.config.fields import Gate, above, opt, ref, section, when
 
 _ACTOR = "actor_rollout_ref.actor"
 STRATEGIES = ("fsdp2", "fsdp", "megatron")
@@ -69,7 +69,6 @@ def _at(cfg: Any, key: str) -> Any:
     from omegaconf import OmegaConf
 
     return OmegaConf.select(cfg, key)
-VALIDATES = is_set("data.val_files")
 
 
 @dataclass
@@ -198,8 +197,6 @@ class RefConfig:
 @dataclass
 class SamplingConfig:
     """Sampling of the validation rollouts."""
-
-    READ_WHEN: ClassVar[Gate] = VALIDATES
 
     temperature: float = opt(0.0, "sampling temperature")
     top_k: int = opt(-1, "top-k sampling (-1: off)")

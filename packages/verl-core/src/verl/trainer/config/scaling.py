@@ -10,7 +10,9 @@ kernels need a CUDA device and the ``liger-kernel`` package. ``use_fused_kernels
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -34,6 +36,8 @@ def check_scaling(cfg: DictConfig, problems: list[str], ws: int, critic: bool, r
             _check_fsdp_size(problems, ws, fsdp_key, int(OmegaConf.select(cfg, f"{fsdp_key}.fsdp_size")), key, strategy)
     if bool(arr.model.use_liger):
         _check_liger(cfg, problems)
+    if bool(arr.actor.freeze_vision_tower):
+        _check_vision_tower(arr.model.path, problems)
     if bool(arr.model.enable_activation_offload):
         key = "actor_rollout_ref.model.enable_activation_offload=true"
         if resolve_device(cfg) == "cpu":
@@ -70,6 +74,17 @@ def _check_sp(problems, ws: int, key: str, sp: int, strategy: str, model_key: st
         problems.append(f"{what} is implemented for strategy fsdp2; {key}.strategy is {strategy!r}")
     if not bool(model.use_remove_padding):
         problems.append(f"{what} splits packed sequences; set {model_key}.use_remove_padding=true")
+
+
+def _check_vision_tower(path: str | None, problems: list[str]) -> None:
+    """A local model folder's config.json says whether there is a vision tower to freeze (a hub id is left
+    to the worker, which refuses a text model too)."""
+    config = Path(str(path)) / "config.json"
+    if path and config.is_file() and "vision_config" not in json.loads(config.read_text()):
+        problems.append(
+            f"actor_rollout_ref.actor.freeze_vision_tower=true: the model at {path} has no vision tower (its "
+            "config.json has no vision_config); set it to false"
+        )
 
 
 def _check_fsdp_size(problems: list[str], ws: int, fsdp_key: str, size: int, key: str, strategy: str) -> None:

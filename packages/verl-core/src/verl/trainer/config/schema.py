@@ -8,7 +8,7 @@ Sizes: ``data.train_batch_size`` counts prompts; ``rollout.n`` turns each prompt
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from verl.trainer.config.fields import Gate, above, is_set, opt, ref, section, when
@@ -16,7 +16,6 @@ from verl.trainer.config.roles import (
     CRITIC_RUNS,
     KL_PENALTY_TYPES,
     OLD_LOG_PROBS,
-    VALIDATES,
     ActorRolloutRefConfig,
     CriticConfig,
     RewardModelConfig,
@@ -46,15 +45,15 @@ class DataConfig:
     max_prompt_length: int = opt(512, "prompt tokens kept (longer prompts: see truncation)", common=True)
     max_response_length: int = opt(512, "tokens generated per response", common=True)
     train_batch_size: int = opt(1024, "prompts per training step", common=True)
-    val_batch_size: int | None = opt(
-        None, "prompts per validation batch (null: the whole validation set)", when=VALIDATES
-    )
+    val_batch_size: int | None = opt(None, "prompts per validation batch (null: the whole validation set)")
     gen_batch_size: int = opt(
         ref("data.train_batch_size"), "prompts generated per round (dynamic sampling)",
-        when=when("algorithm.filter_groups.enable"),
+        # no switch: the loader draws gen_batch_size prompts per step, so another value without dynamic
+        # sampling would train on that many instead of train_batch_size
+        when=replace(when("algorithm.filter_groups.enable"), switches=()),
     )
     train_max_samples: int = opt(-1, "use at most this many training rows (-1: all)")
-    val_max_samples: int = opt(-1, "use at most this many validation rows (-1: all)", when=VALIDATES)
+    val_max_samples: int = opt(-1, "use at most this many validation rows (-1: all)")
     return_raw_input_ids: bool = opt(False, "also return the prompt's token ids before left padding")
     return_raw_chat: bool = opt(
         True, "return the prompt's chat messages (raw_prompt)",
@@ -63,7 +62,7 @@ class DataConfig:
     )
     return_full_prompt: bool = opt(False, "also return the rendered prompt text")
     shuffle: bool = opt(True, "shuffle the training prompts")
-    validation_shuffle: bool = opt(False, "shuffle the validation prompts", when=VALIDATES)
+    validation_shuffle: bool = opt(False, "shuffle the validation prompts")
     seed: int = opt(ref("trainer.seed"), "seed of the data order")
     filter_overlong_prompts: bool = opt(False, "drop prompts longer than max_prompt_length instead of truncating")
     filter_overlong_prompts_workers: int = opt(
@@ -216,9 +215,9 @@ class TrainerConfig:
     total_epochs: int = opt(30, "passes over the training prompts", common=True)
     total_training_steps: int | None = opt(None, "stop after this many steps (null: epochs x batches)", common=True)
     save_freq: int = opt(-1, "checkpoint every N steps (-1: never)", common=True)
-    test_freq: int = opt(-1, "validate every N steps (-1: never)", common=True, when=VALIDATES)
-    val_before_train: bool = opt(True, "validate once before training", when=VALIDATES)
-    val_only: bool = opt(False, "only validate, then exit", when=(VALIDATES, when(".val_before_train")))
+    test_freq: int = opt(-1, "validate every N steps (-1: never)", common=True)
+    val_before_train: bool = opt(True, "validate once before training")
+    val_only: bool = opt(False, "only validate, then exit", when=when(".val_before_train"))
     critic_warmup: int = opt(0, "steps that train only the critic", when=CRITIC_RUNS)
     resume_mode: str = opt("auto", "resume from the newest checkpoint, never, or resume_from_path", choices=RESUME_MODES)
     resume_from_path: str | None = opt(
@@ -237,9 +236,9 @@ class TrainerConfig:
         "ray", "ray: workers are Ray processes; local: one worker (nnodes * n_gpus_per_node = 1) in the driver",
         choices=("ray", "local"), common=True,
     )
-    log_val_generations: int = opt(0, "validation samples logged to the trackers as a table", when=VALIDATES)
+    log_val_generations: int = opt(0, "validation samples logged to the trackers as a table")
     rollout_data_dir: str | None = opt(None, "write each step's prompts, responses and scores as JSONL here")
-    validation_data_dir: str | None = opt(None, "write the validation generations as JSONL here", when=VALIDATES)
+    validation_data_dir: str | None = opt(None, "write the validation generations as JSONL here")
     ray_wait_register_center_timeout: int = opt(300, "seconds to wait for the register center", refused=_WORKERS_ONLY)
     seed: int = opt(1, "the driver, every worker (seed + rank) and, through data.seed, the data order")
     progress_bar: bool = opt(True, "show a progress bar")
