@@ -69,10 +69,10 @@ def test_concurrent_tool_loops_in_row_order(tokenizer, stop_ids, rollout_config)
         assert out.batch["response_mask"][i, n_resp:].sum() == 0 and am[i, p + n_resp :].sum() == 0
         lp = out.batch["rollout_log_probs"][i, :n_resp]
         assert torch.equal(lp, torch.where(torch.tensor(mask) == 1, -0.5, 0.0))
-    assert out.non_tensor_batch["num_turns"].tolist() == [3] * n
+    assert out.non_tensor_batch["num_turns"].tolist() == [4] * n  # user, call, tool, answer
     assert np.isnan(out.non_tensor_batch["reward_score"]).all()
     assert out.meta_info["metrics"]["agent/has_tool_call"] == [1.0] * n
-    assert out.meta_info["metrics"]["agent/num_turns"] == [3.0] * n
+    assert out.meta_info["metrics"]["agent/num_turns"] == [4.0] * n
     # rollout.calculate_log_probs=false (the default): no sampling log-probs, as from the plain rollouts
     plain = AgentLoopManager(rollout_config(response_length=300, agent__default_agent_loop="tool_agent"), server,
                              tokenizer, loop_kwargs={"tools": [get_function_tool("plus")]})  # fmt: skip
@@ -86,7 +86,7 @@ def test_agent_name_picks_the_loop(tokenizer, stop_ids, rollout_config):
     )
     out = manager.generate_sequences(rows(["1+2=", "3+4="], agent_name=["tool_agent", None]))
     # tool_agent runs two model turns; the default single_turn_agent stops after the call text.
-    assert out.non_tensor_batch["num_turns"].tolist() == [3, 1]
+    assert out.non_tensor_batch["num_turns"].tolist() == [4, 2]  # upstream counts the prompt too
     # the loops' extra fields reach the batch: tool_agent's conversation; None for the single-turn row
     messages = out.non_tensor_batch["messages"]
     assert [m["role"] for m in messages[0]] == ["user", "assistant", "tool", "assistant"]

@@ -44,3 +44,18 @@ def test_value_model_has_scalar_head(tiny_value_model_dir):
     model = AutoModelForTokenClassification.from_pretrained(tiny_value_model_dir)
     out = model(torch.tensor([[2, 5, 6]])).logits
     assert out.shape == (1, 3, 1)
+
+
+def test_tokenizer_padded_to_a_real_vocabulary_size(tmp_path):
+    """Filler tokens fill the vocabulary up to vocab_size; text tokenizes as before; every id decodes."""
+    import pytest
+
+    build_char_tokenizer(tmp_path, vocab_size=600)
+    tok = AutoTokenizer.from_pretrained(tmp_path)
+    assert len(tok) == 600
+    text = "a+b=12 xyz"
+    assert tok(text, add_special_tokens=False)["input_ids"] == build_char_tokenizer()(text, add_special_tokens=False)["input_ids"]
+    assert tok.decode([599]) == "<|unused_599|>"
+    assert tok.decode([len(SPECIAL_TOKENS) + len(CHARS)]) == f"<|unused_{len(SPECIAL_TOKENS) + len(CHARS)}|>"
+    with pytest.raises(ValueError, match="vocab_size=10 is below"):
+        build_char_tokenizer(vocab_size=10)

@@ -24,6 +24,20 @@ def test_lora_options_become_the_upstream_keys(monkeypatch):
     assert seen["extra_rl_args"] == [] and seen["lr"] == demo.DEFAULT_RL_LR
     demo.main(["--worker-backend", "local", "--workers", "1", "--lora-rank", "4"])
     assert seen["extra_rl_args"][0] == "trainer.worker_backend=local" and len(seen["extra_rl_args"]) == 3
+    assert seen["extra_sft_args"] == ["trainer.worker_backend=local"]  # the SFT warm start runs in-process too
+
+
+def test_the_device_reaches_both_stages(monkeypatch, tmp_path):
+    seen = {}
+    monkeypatch.setattr(demo, "run", lambda *a, **kw: seen.update(kw) or {})
+    demo.main(["--device", "cuda"])
+    assert seen["device"] == "cuda"
+    demo.main([])
+    assert seen["device"] == "cpu"
+    data = {"sft": "s.parquet", "train": "t.parquet", "test": "v.parquet"}
+    assert "trainer.device=cuda" in demo.sft_args("/m", data, tmp_path, 3, 1, device="cuda")
+    assert "trainer.device=cuda" in demo.rl_args("/m", data, tmp_path, 3, 1, device="cuda")
+    assert "trainer.device=cpu" in demo.rl_args("/m", data, tmp_path, 3, 1)
 
 
 def test_lora_alpha_without_a_rank_is_refused(capsys):

@@ -80,3 +80,14 @@ def test_ray_init_kwargs_merge_the_users_runtime_env():
     assert kw["runtime_env"]["working_dir"] == "/tmp"
     assert kw["runtime_env"]["env_vars"]["OMP_NUM_THREADS"] == "3"
     assert kw["runtime_env"]["env_vars"]["RAY_worker_niceness"] == "4"
+
+
+def test_local_backend_needs_one_worker_and_backend_names_are_checked():
+    cfg = load_sft_config(base("trainer.worker_backend=local", "trainer.n_gpus_per_node=2", "data.train_batch_size=8"))
+    with pytest.raises(ConfigError, match=r"worker_backend=local runs one worker .*nnodes\*n_gpus_per_node=1\*2=2"):
+        validate_sft_config(cfg)
+    cfg = load_sft_config(base("trainer.worker_backend=mpi", "trainer.n_gpus_per_node=1", "data.train_batch_size=8"))
+    with pytest.raises(ConfigError, match="trainer.worker_backend='mpi' is not one of: ray, local"):
+        validate_sft_config(cfg)
+    cfg = load_sft_config(base("trainer.worker_backend=local", "trainer.n_gpus_per_node=1", "data.train_batch_size=8"))
+    validate_sft_config(cfg)

@@ -90,8 +90,7 @@ def test_bad_backend_and_dtype_are_refused():
 @needs_interpreter
 def test_engine_with_triton_backend_gives_the_torch_gradients(dist_world1, tiny_model_dir):
     from verl.trainer.config import load_config
-    from verl.workers.engine import build_engine
-    from verl.workers.engine.testing import make_rl_batch
+    from verl.workers.engine.testing import actor_engine, make_rl_batch
 
     data = make_rl_batch(n=4, prompt_len=5, response_len=4, vocab=60, seed=5)
 
@@ -104,13 +103,7 @@ def test_engine_with_triton_backend_gives_the_torch_gradients(dist_world1, tiny_
                 f"actor_rollout_ref.model.fused_kernel_options.impl_backend={backend}",
             ],
         ).actor_rollout_ref
-        engine = build_engine(
-            "fsdp2",
-            model_config=arr.model,
-            engine_config=arr.actor.fsdp_config,
-            optim_config=arr.actor.optim,
-            total_training_steps=2,
-        )
+        engine = actor_engine(arr, 2)
 
         def loss(out, mb):
             mask = mb["response_mask"].float()

@@ -14,11 +14,10 @@ Outputs (printed at the end): ``sft/`` and ``rl/`` with ``config.yaml``, ``metri
 events, checkpoints, and ``rl/reward_curve.png``; ``summary.json`` holds the before/after accuracy.
 Options: ``--out DIR``, ``--sft-steps N``, ``--rl-steps N``, ``--workers N`` (quick runs for tests),
 ``--model-dtype bfloat16`` (bf16 compute on fp32 master weights in SFT and RL, as a GPU run does),
-``--sft-model DIR`` (skip the warm start, start GRPO from DIR), ``--worker-backend local`` (GRPO without Ray), ``--lora-rank R --lora-alpha A --lr LR``
+``--sft-model DIR`` (skip the warm start, start GRPO from DIR), ``--worker-backend local`` (both stages in this
+process, without Ray; with ``--workers 1``), ``--device cuda`` (both stages on the GPU), ``--lora-rank R --lora-alpha A --lr LR``
 (GRPO trains LoRA adapters instead of every weight; needs verl-workers[lora]; see docs/lora.md).
-
-Measured (2 cores, quiet machine, 2026-11-22): held-out greedy exact match 30.8% after the 180-step SFT
-warm start, 42.3% after 60 GRPO steps; 66 s in total (the GRPO part 27 s).
+What it reaches, with the commands: docs/measurements.md.
 """
 
 from __future__ import annotations
@@ -86,13 +85,14 @@ def build_model(model_dir: Path) -> str:
     return MODEL_BUILDERS.get("tiny_qwen2")(model_dir, **MODEL_SIZES)
 
 
-def sft_args(model: str, data: dict, out: Path, steps: int, workers: int, model_dtype: str = "float32") -> list[str]:
+def sft_args(model: str, data: dict, out: Path, steps: int, workers: int, model_dtype: str = "float32",
+             device: str = "cpu") -> list[str]:
     return [f"model.model_dtype={model_dtype}",
         f"data.train_files={data['sft']}", f"model.path={model}", "data.max_length=64",
         "data.train_batch_size=64", f"data.micro_batch_size_per_gpu={64 // workers}",
         "model.enable_gradient_checkpointing=false", "optim.lr=1e-3", "optim.lr_warmup_steps=10",
         "optim.lr_scheduler_type=constant", "optim.weight_decay=0.0",
-        "trainer.device=cpu", "trainer.nnodes=1", f"trainer.n_gpus_per_node={workers}",
+        f"trainer.device={device}", "trainer.nnodes=1", f"trainer.n_gpus_per_node={workers}",
         f"trainer.total_training_steps={steps}", "trainer.logger=[jsonl,tensorboard]",
         "trainer.project_name=verl_demo", "trainer.experiment_name=sft_warm_start",
         f"trainer.default_local_dir={out}", "trainer.resume_mode=disable",
@@ -100,7 +100,7 @@ def sft_args(model: str, data: dict, out: Path, steps: int, workers: int, model_
 
 
 def rl_args(model: str, data: dict, out: Path, steps: int, workers: int, model_dtype: str = "float32",
-            lr: float = DEFAULT_RL_LR) -> list[str]:
+            lr: float = DEFAULT_RL_LR, device: str = "cpu") -> list[str]:
     prompts, n = 16, 8
     return [f"actor_rollout_ref.model.model_dtype={model_dtype}",
         f"data.train_files={data['train']}", f"data.val_files={data['test']}",
@@ -115,7 +115,7 @@ def rl_args(model: str, data: dict, out: Path, steps: int, workers: int, model_d
         # one PPO epoch over one mini-batch from the weights that sampled: the rollout's log-probs are
         # the old log-probs, so the extra forward pass is skipped
         "actor_rollout_ref.rollout.calculate_log_probs=true", "actor_rollout_ref.actor.use_rollout_log_probs=true",
-        "trainer.device=cpu", "trainer.nnodes=1", f"trainer.n_gpus_per_node={workers}",
+        f"trainer.device={device}", "trainer.nnodes=1", f"trainer.n_gpus_per_node={workers}",
         f"trainer.total_training_steps={steps}", "trainer.test_freq=10", "trainer.save_freq=-1",
         "trainer.val_before_train=true", "trainer.logger=[jsonl,tensorboard]",
         "trainer.project_name=verl_demo", "trainer.experiment_name=grpo_arithmetic",
@@ -150,16 +150,17 @@ def warm_started_assets(root: str | os.PathLike, sft_steps: int = DEFAULT_SFT_ST
     return out
 
 
-def asset_overrides(config: Any, sft_steps: int = DEFAULT_SFT_STEPS) -> list[str]:
+def asset_overrides(config: Any, sft_steps: int = DEFAULT_SFT_STEPS, workers: int | None = None) -> list[str]:
     """``key=value`` overrides for a trainer config that leaves ``data.train_files`` or
     ``actor_rollout_ref.model.path`` unset: the task and the warm-started model of `warm_started_assets`
-    under ``{trainer.default_local_dir}/assets`` (built on first use, with the config's worker count).
-    Recipes' CPU defaults load their config, add these and load again."""
+    under ``{trainer.default_local_dir}/assets`` (built on first use, on ``workers`` SFT workers, by
+    default the config's worker count). Recipes' CPU defaults load their config, add these and load again."""
     need_data = not config.data.train_files
     need_model = not config.actor_rollout_ref.model.path
     if not (need_data or need_model):
         return []
-    workers = int(config.trainer.nnodes) * int(config.trainer.n_gpus_per_node)
+    if workers is None:
+        workers = int(config.trainer.nnodes) * int(config.trainer.n_gpus_per_node)
     assets = warm_started_assets(Path(config.trainer.default_local_dir) / "assets", sft_steps, workers)
     out = [f"data.train_files={assets['train']}", f"data.val_files={assets['test']}"] if need_data else []
     return out + ([f"actor_rollout_ref.model.path={assets['model']}"] if need_model else [])
@@ -184,11 +185,12 @@ def _seconds_per_step(metrics_file: Path) -> float:
 def run(out_dir: str | os.PathLike | None = None, sft_steps: int = DEFAULT_SFT_STEPS,
         rl_steps: int = DEFAULT_RL_STEPS, workers: int = 2, extra_rl_args: list[str] | None = None,
         model_dtype: str = "float32", sft_model: str | None = None, lr: float = DEFAULT_RL_LR,
-        extra_sft_args: list[str] | None = None) -> dict[str, Any]:
+        extra_sft_args: list[str] | None = None, device: str = "cpu") -> dict[str, Any]:
     """Run the whole pipeline; returns the summary (also written to ``<out>/summary.json``).
-    ``sft_model``: a Hugging Face folder to start GRPO from instead of running the SFT warm start."""
+    ``sft_model``: a Hugging Face folder to start GRPO from instead of running the SFT warm start.
+    ``device``: ``trainer.device`` of both stages (``cpu`` or ``cuda``)."""
     from verl.trainer.config import load_config, validate_config
-    from verl.trainer.main_ppo import run_ppo
+    from verl.trainer.ppo.run import run_ppo
     from verl.trainer.sft import load_sft_config, validate_sft_config
     from verl.trainer.sft_trainer import run_sft
 
@@ -201,7 +203,7 @@ def run(out_dir: str | os.PathLike | None = None, sft_steps: int = DEFAULT_SFT_S
           f"model: tiny Qwen2 in {model}", flush=True)
 
     if sft_model is None:
-        sft_cfg = load_sft_config(sft_args(model, data, out / "sft", sft_steps, workers, model_dtype)
+        sft_cfg = load_sft_config(sft_args(model, data, out / "sft", sft_steps, workers, model_dtype, device)
                                   + list(extra_sft_args or []))
         validate_sft_config(sft_cfg)
         print(f"[demo] SFT warm start: {sft_steps} steps", flush=True)
@@ -211,7 +213,7 @@ def run(out_dir: str | os.PathLike | None = None, sft_steps: int = DEFAULT_SFT_S
         sft, sft_steps = {"hf_model": str(sft_model)}, 0
     sft_time = time.time() - start
 
-    rl_args_ = rl_args(sft["hf_model"], data, out / "rl", rl_steps, workers, model_dtype, lr)
+    rl_args_ = rl_args(sft["hf_model"], data, out / "rl", rl_steps, workers, model_dtype, lr, device)
     rl_cfg = load_config(rl_args_ + list(extra_rl_args or []))
     validate_config(rl_cfg)
     print(f"[demo] GRPO from the SFT model: {rl_steps} steps, greedy validation on held-out problems", flush=True)
@@ -225,6 +227,7 @@ def run(out_dir: str | os.PathLike | None = None, sft_steps: int = DEFAULT_SFT_S
         "sft_steps": sft_steps,
         "rl_steps": rl_steps,
         "model_dtype": model_dtype,
+        "device": device,
         "rl_lr": lr,
         "lora_rank": int(rl_cfg.actor_rollout_ref.model.lora_rank),
         "lora_alpha": rl_cfg.actor_rollout_ref.model.lora_alpha,
@@ -271,18 +274,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                    help="data order and sampling seed of both stages (SFT and RL data.seed, trainer.seed); "
                         "default: the configs' own")
     p.add_argument("--worker-backend", default=None, choices=["ray", "local"],
-                   help="trainer.worker_backend for GRPO (local: in the driver process, one worker, no Ray)")
+                   help="trainer.worker_backend of SFT and GRPO (local: in the driver process, one worker, "
+                        "no Ray; needs --workers 1)")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="trainer.device of SFT and GRPO")
     args = p.parse_args(argv)
-    extra = [] if args.worker_backend is None else [f"trainer.worker_backend={args.worker_backend}"]
+    backend = [] if args.worker_backend is None else [f"trainer.worker_backend={args.worker_backend}"]
     seeded = [] if args.seed is None else [f"data.seed={args.seed}", f"trainer.seed={args.seed}"]
-    extra += seeded
+    extra = backend + seeded
     if args.lora_rank > 0:
         alpha = args.lora_alpha if args.lora_alpha is not None else 2 * args.lora_rank
         extra += [f"actor_rollout_ref.model.lora_rank={args.lora_rank}", f"actor_rollout_ref.model.lora_alpha={alpha}"]
     elif args.lora_alpha is not None:
         p.error(f"--lora-alpha={args.lora_alpha} needs --lora-rank > 0 (LoRA is off)")
     return run(args.out, args.sft_steps, args.rl_steps, args.workers, extra_rl_args=extra,
-               model_dtype=args.model_dtype, sft_model=args.sft_model, lr=args.lr, extra_sft_args=seeded)
+               model_dtype=args.model_dtype, sft_model=args.sft_model, lr=args.lr,
+               extra_sft_args=backend + seeded, device=args.device)
 
 
 if __name__ == "__main__":

@@ -11,8 +11,6 @@ from verl.trainer.ppo.ray_trainer import RayPPOTrainer, ResourcePoolManager, Rol
 from . import bandit_workers as bw
 
 cloudpickle.register_pickle_by_value(bw)
-# Under `uv run`, Ray would rebuild the uv environment for every worker process; reuse the driver's.
-os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 
 
 class BanditTrainer(RayPPOTrainer):
@@ -111,9 +109,9 @@ def test_ppo_gae_reward_rises(ray_cluster, tmp_path):
 class OverlapProbe(BanditTrainer):
     """Opens ``log_prob_started`` when the old-log-prob stage begins (on the driver's main thread)."""
 
-    def _stage_old_log_prob(self, batch, metrics):
+    def stage_old_log_prob(self, batch, metrics):
         self.log_prob_started.set()
-        return super()._stage_old_log_prob(batch, metrics)
+        return super().stage_old_log_prob(batch, metrics)
 
 
 def test_async_reward_overlaps_the_log_prob_passes(ray_cluster, tmp_path):

@@ -241,7 +241,7 @@ class ActorRolloutRefWorker(Worker):
         if engine.lora is None or not get_rollout_class(self.config.rollout.name).shares_trainer_weights:
             return engine.module
         from verl.workers.engine.hf_model import load_hf_model
-        from verl.workers.megatron_workers import HFWeightCopy
+        from verl.workers.rollout.weight_sync import HFWeightCopy
 
         module = load_hf_model(self.config.model, "causal_lm", engine.precision.param_dtype).to(engine.device)
         module.requires_grad_(False)

@@ -1,5 +1,6 @@
 """Ray backend of the single controller (importing this imports Ray)."""
 
+from verl.single_controller.base.resource_pool_manager import ResourcePoolManager
 from verl.single_controller.ray.base import (
     RayClassWithInitArgs,
     RayResourcePool,
@@ -10,7 +11,6 @@ from verl.single_controller.ray.base import (
     create_colocated_worker_cls_fused,
     create_colocated_worker_raw_cls,
 )
-from verl.single_controller.ray.resource_pool_manager import ResourcePoolManager
 
 __all__ = [
     "RayClassWithInitArgs",

@@ -20,8 +20,9 @@ from verl.protocol import DataProto
 from verl.single_controller.base import ClassWithInitArgs, ResourcePool, Worker, WorkerGroup
 from verl.single_controller.base.colocation import FusedWorker, create_colocated_worker_raw_cls
 from verl.single_controller.base.decorator import registered_methods
+from verl.single_controller.base.errors import WorkerDiedError, WorkerError
 from verl.single_controller.base.worker import get_free_port
-from verl.single_controller.ray.transport import install_tensor_transport
+from verl.utils.ray_transport import install_tensor_transport
 
 __all__ = [
     "RayResourcePool",
@@ -42,19 +43,6 @@ PROTECTED_WORKER_ENV = (
     "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "RAY_LOCAL_WORLD_SIZE", "MASTER_ADDR",
     "MASTER_PORT", "WG_PREFIX", "WG_BACKEND", "VERL_RAY_TENSOR_TRANSPORT", "VERL_WORKER_NUM_CPUS",
 )
-
-
-class WorkerError(RuntimeError):
-    """A worker method raised; the message names the worker rank, the method and the remote traceback."""
-
-    def __init__(self, message: str, rank: int, method: str):
-        super().__init__(message)
-        self.rank = rank
-        self.method = method
-
-
-class WorkerDiedError(WorkerError):
-    """A worker process died (killed, crashed, out of memory); its group cannot continue."""
 
 
 class RayResourcePool(ResourcePool):

@@ -235,7 +235,7 @@ class MultiTurnConfig:
     tool_config_path: str | None = opt(None, "YAML listing the tools")
     function_tool_path: str | None = opt(None, "a Python file of @function_tool functions (verl.tools)")
     interaction_config_path: str | None = opt(None, "YAML listing the interactions (simulated users)")
-    format: str = opt("hermes", "tool-call format of the chat template")
+    format: str = opt("hermes", "how the model writes tool calls: hermes | gpt-oss (verl.registries.TOOL_CALL_FORMATS)")
     tokenization_sanity_check_mode: str = opt(
         "warn", "compare each trajectory with the chat template's rendering",
         choices=("strict", "ignore_strippable", "warn", "disable"),

@@ -42,6 +42,7 @@ def validate_config(cfg: DictConfig) -> None:
     _check_trainer(cfg, problems)
     check_scaling(cfg, problems, world_size(cfg), use_critic(cfg), use_reference_policy(cfg))
     check_installed(cfg, problems)
+    _check_tool_call_format(cfg, problems)
     if cfg.actor_rollout_ref.model.custom_chat_template is not None and cfg.actor_rollout_ref.rollout.multi_turn.enable:
         problems.append(
             "actor_rollout_ref.model.custom_chat_template applies to the driver's tokenizer (single-turn prompts); "
@@ -370,19 +371,30 @@ def _check_rollout_correction(cfg: DictConfig, problems: list[str]) -> None:
 
 
 def _check_registered(problems: list[str], key: str, name: str, getter: str) -> None:
-    """Ask core_algos' registry when it is importable (another package part may not be installed yet)."""
-    try:
-        if getter == "get_adv_estimator_fn":
-            from verl.trainer.ppo.core_algos import get_adv_estimator_fn as get
-        else:
-            from verl.trainer.ppo.core_algos import get_policy_loss_fn as get
-    except ImportError:
-        return
+    """Ask core_algos' registry (where recipes register theirs too) whether ``name`` is there, in its words."""
+    if getter == "get_adv_estimator_fn":
+        from verl.trainer.ppo.core_algos import get_adv_estimator_fn as get
+    else:
+        from verl.trainer.ppo.core_algos import get_policy_loss_fn as get
     try:
         get(name)
     except (KeyError, ValueError, NotImplementedError) as e:
         msg = e.args[0] if e.args else str(e)
         problems.append(f"{key}={name!r}: {msg}")
+
+
+def _check_tool_call_format(cfg: DictConfig, problems: list[str]) -> None:
+    """``multi_turn.format`` names the agent loops' tool-call format (``verl.registries.TOOL_CALL_FORMATS``,
+    filled by verl-agent); an unknown one is refused with the supported ones."""
+    mt = cfg.actor_rollout_ref.rollout.multi_turn
+    if not mt.enable and mt.format == "hermes":
+        return
+    from verl.registries import TOOL_CALL_FORMATS
+
+    try:
+        TOOL_CALL_FORMATS.get(mt.format)
+    except KeyError as e:
+        problems.append(f"actor_rollout_ref.rollout.multi_turn.format={mt.format!r}: {e}")
 
 
 def _check_trainer(cfg: DictConfig, problems: list[str]) -> None:

@@ -23,8 +23,13 @@ user or recipe needs:
   take upstream's ``dp_size, batch_num_tokens, global_batch_size, loss_scale_factor`` or our
   keyword-only ``global_batch_info``.
 - The registries ``ADV_ESTIMATOR_REGISTRY`` / ``POLICY_LOSS_REGISTRY`` are mappings like upstream's
-  dicts; registering a taken name is an error, and an unknown name raises ``UnknownNameError`` (a
-  ValueError as upstream, and a KeyError) listing the known ones.
+  dicts. ``register_adv_est`` / ``register_policy_loss`` / ``get_adv_estimator_fn`` /
+  ``get_policy_loss_fn`` use the mapping this module holds under that name when they are called (code
+  written for upstream may swap in a plain dict). Registering the same function again under its name is
+  a no-op; another function under a taken name is a ``ValueError`` ("... has already been registered");
+  an unknown name raises ``UnknownNameError`` (a ValueError as upstream, and a KeyError) with upstream's
+  wording ("Unknown advantage estimator simply: <name>", "Unsupported loss mode: <name>. Supported modes
+  are: [...]") and a did-you-mean.
 - ``kl``: ``kl_penalty``, ``FixedKLController``, ``AdaptiveKLController``, ``get_kl_controller``,
   ``compute_kl_in_reward``.
 - here: ``compute_value_loss``, ``compute_entropy_loss``; from ``verl.utils.torch_functional``:
@@ -32,6 +37,11 @@ user or recipe needs:
 """
 
 from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, MutableMapping
+from enum import Enum
+from typing import Any
 
 import torch
 
@@ -49,8 +59,6 @@ from verl.trainer.ppo.advantages import (
     compute_remax_outcome_advantage,
     compute_rloo_outcome_advantage,
     compute_rloo_vectorized_outcome_advantage,
-    get_adv_estimator_fn,
-    register_adv_est,
 )
 from verl.trainer.ppo.kl import (
     KL_PENALTY_TYPES,
@@ -72,9 +80,8 @@ from verl.trainer.ppo.policy_losses import (
     compute_policy_loss_gspo,
     compute_policy_loss_kl_cov,
     compute_policy_loss_vanilla,
-    get_policy_loss_fn,
-    register_policy_loss,
 )
+from verl.utils.registry import UnknownNameError
 from verl.utils.torch_functional import (
     clip_by_value,
     entropy_from_logits,
@@ -131,6 +138,64 @@ __all__ = [
 ]
 
 
+# ---------------------------------------------------------------- the registries' public functions
+def _name(name_or_enum: Any) -> str:
+    return name_or_enum.value if isinstance(name_or_enum, Enum) else str(name_or_enum)
+
+
+def _describe(obj: Any) -> str:
+    return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', type(obj).__name__)}"
+
+
+def _add(registry: MutableMapping, name: str, fn: Callable, kind: str) -> Callable:
+    if name in registry and registry[name] is not fn:
+        raise ValueError(
+            f"{kind} {name} has already been registered: {_describe(registry[name])} vs {_describe(fn)}; "
+            "pick another name"
+        )
+    registry[name] = fn
+    return fn
+
+
+def _did_you_mean(name: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=1)
+    return f". Did you mean {close[0]!r}?" if close else ""
+
+
+def register_adv_est(name_or_enum: str | AdvantageEstimator) -> Callable[[Callable], Callable]:
+    """Decorator: register an advantage estimator under a name or an `AdvantageEstimator` (module doc)."""
+    return lambda fn: _add(ADV_ESTIMATOR_REGISTRY, _name(name_or_enum), fn, "Adv estimator")
+
+
+def get_adv_estimator_fn(
+    name_or_enum: str | AdvantageEstimator,
+) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    """The estimator registered under ``name_or_enum`` (module doc)."""
+    name, registry = _name(name_or_enum), ADV_ESTIMATOR_REGISTRY
+    if name not in registry:
+        known = sorted(registry)
+        raise UnknownNameError(
+            f"Unknown advantage estimator simply: {name}; known: {', '.join(known)}{_did_you_mean(name, known)}"
+        )
+    return registry[name]
+
+
+def register_policy_loss(name: str) -> Callable[[Callable], Callable]:
+    """Decorator: register a policy loss under ``name`` (``actor.policy_loss.loss_mode``; module doc)."""
+    return lambda fn: _add(POLICY_LOSS_REGISTRY, str(name), fn, "Policy loss")
+
+
+def get_policy_loss_fn(name: str) -> Callable[..., tuple[torch.Tensor, dict[str, float]]]:
+    """The policy loss registered under ``name`` (module doc)."""
+    registry = POLICY_LOSS_REGISTRY
+    if name not in registry:
+        known = sorted(registry)
+        raise UnknownNameError(
+            f"Unsupported loss mode: {name}. Supported modes are: {known}{_did_you_mean(str(name), known)}"
+        )
+    return registry[name]
+
+
 def compute_value_loss(
     vpreds: torch.Tensor,
     returns: torch.Tensor,
@@ -156,8 +221,14 @@ def compute_value_loss(
     err_unclipped = (vpreds - returns) ** 2
     err_clipped = (vpreds_clipped - returns) ** 2
     vf_loss = 0.5 * agg_loss(
-        torch.maximum(err_unclipped, err_clipped), response_mask, loss_agg_mode, dp_size, batch_num_tokens,
-        global_batch_size, loss_scale_factor, global_batch_info=global_batch_info,
+        torch.maximum(err_unclipped, err_clipped),
+        response_mask,
+        loss_agg_mode,
+        dp_size,
+        batch_num_tokens,
+        global_batch_size,
+        loss_scale_factor,
+        global_batch_info=global_batch_info,
     )
     vf_clipfrac = masked_mean((err_clipped > err_unclipped).float(), response_mask)
     return vf_loss, vf_clipfrac

@@ -118,15 +118,17 @@ def load_custom_reward_function(
 
 
 def _pickle_by_value(module: Any) -> None:
-    """Ray workers and scorer subprocesses cannot import the user's file by name: ship it by value."""
-    import ray.cloudpickle
+    """Ray workers and scorer subprocesses cannot import the user's file by name: ship it by value.
+    Ray's copy of cloudpickle where Ray is installed (it is not, on a local-backend machine), and the
+    standalone one (verl-rewards' time limiter; not a core dependency) where that is."""
+    import importlib
 
-    ray.cloudpickle.register_pickle_by_value(module)
-    try:  # the standalone cloudpickle (verl-rewards' time limiter) is not a core dependency
-        import cloudpickle
-    except ImportError:
-        return
-    cloudpickle.register_pickle_by_value(module)
+    for name in ("ray.cloudpickle", "cloudpickle"):
+        try:
+            pickler = importlib.import_module(name)
+        except ImportError:
+            continue
+        pickler.register_pickle_by_value(module)
 
 
 def get_custom_reward_fn(config: Any, batched: bool = False) -> Callable | None:

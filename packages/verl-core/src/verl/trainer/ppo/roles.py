@@ -6,7 +6,7 @@ import contextlib
 from enum import Enum
 
 from verl.protocol import DataProto
-from verl.single_controller.ray import WorkerError
+from verl.single_controller.base.errors import WorkerError
 
 __all__ = ["Role", "merge_outputs", "naming_step"]
 

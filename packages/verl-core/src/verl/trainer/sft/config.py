@@ -46,6 +46,11 @@ def validate_sft_config(cfg: DictConfig) -> None:
     problems += fsdp_precision_problems("model.fsdp_config", m.fsdp_config, trained=True)
     if not problems:
         ws = sft_world_size(cfg)
+        if t.worker_backend == "local" and ws != 1:
+            problems.append(
+                f"trainer.worker_backend=local runs one worker in the driver's process, but trainer.nnodes*"
+                f"n_gpus_per_node={t.nnodes}*{t.n_gpus_per_node}={ws}; set both to 1 or use trainer.worker_backend=ray"
+            )
         bs, mb = int(d.train_batch_size), int(d.micro_batch_size_per_gpu)
         if bs % ws:
             problems.append(

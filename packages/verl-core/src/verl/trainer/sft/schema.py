@@ -69,6 +69,10 @@ class SFTTrainerSection:
     device: str = opt("auto", "auto: cuda when available", choices=DEVICES, common=True)
     nnodes: int = opt(1, "nodes")
     n_gpus_per_node: int = opt(8, "workers per node (CPU workers when device is cpu)", common=True)
+    worker_backend: str = opt(
+        "ray", "ray: workers are Ray processes; local: one worker (nnodes * n_gpus_per_node = 1) in the driver",
+        choices=("ray", "local"),
+    )
     logger: list[str] = opt(["console"], "trackers", choices=LOGGERS, common=True)
     project_name: str = opt("verl_sft", "tracker project")
     experiment_name: str = opt("sft", "tracker run name")

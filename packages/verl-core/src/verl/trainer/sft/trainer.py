@@ -80,25 +80,39 @@ class SFTTrainer:
 
     # ------------------------------------------------------------------------------------ workers
     def init_workers(self) -> None:
-        """Start one worker per device (``nnodes`` x ``n_gpus_per_node``) and build the engines."""
-        from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
+        """Start one worker per device (``nnodes`` x ``n_gpus_per_node``) and build the engines.
+        ``trainer.worker_backend=local``: the one worker in this process (no Ray)."""
         from verl.trainer.config import resolve_device
 
         t = self.config.trainer
         device = resolve_device(self.config)
+        kwargs = dict(config=self.config, total_training_steps=self.total_training_steps, device=device)
+        if t.worker_backend == "local":
+            from verl.single_controller.base.worker_group import ClassWithInitArgs
+            from verl.single_controller.local import LocalWorkerGroup
+            from verl.utils.cpu_threads import available_cpus, set_torch_threads
+
+            set_torch_threads(available_cpus())  # the worker computes in this process
+            self.wg = LocalWorkerGroup(ClassWithInitArgs(self.worker_cls, **kwargs))
+            self.wg.init_model()
+            return
+        from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
+
         use_gpu = device == "cuda"
         pool = RayResourcePool(
             process_on_nodes=[int(t.n_gpus_per_node)] * int(t.nnodes), use_gpu=use_gpu, max_colocate_count=1,
             name_prefix="sft", num_cpus_per_worker=1.0 if use_gpu else 0.1,
         )
-        cia = RayClassWithInitArgs(cls=self.worker_cls, config=self.config,
-                                   total_training_steps=self.total_training_steps, device=device)
+        cia = RayClassWithInitArgs(cls=self.worker_cls, **kwargs)
         self.wg = RayWorkerGroup(resource_pool=pool, ray_cls_with_init=cia)
         self.wg.init_model()
 
     def shutdown(self) -> None:
         """Stop the workers and release their resources (e.g. before RL starts in the same Ray session)."""
         if self.wg is None:
+            return
+        if self.config.trainer.worker_backend == "local":
+            self.wg = None  # the worker and its model go with the last reference
             return
         import ray
 

@@ -26,8 +26,8 @@ import torch
 import torch.distributed as dist
 from verl import DataProto
 from verl.trainer.ppo.core_algos import GlobalBatchInfo, agg_loss, get_policy_loss_fn, kl_penalty
+from verl.utils.micro_batching import rows_per_micro_batch, token_budget_groups
 from verl.workers.engine.base import BaseEngine
-from verl.workers.engine.batching import rows_per_micro_batch, token_budget_groups
 
 _MODEL_INPUTS = ("input_ids", "attention_mask", "position_ids", "responses")
 

@@ -54,7 +54,7 @@ class BaseEngine(ABC):
     model_type: ModelType
     device: torch.device
     #: True when forwards pack real tokens (``model.use_remove_padding``): micro-batches are then
-    #: best formed by real-token budgets (``verl.workers.engine.batching.token_budget_groups``)
+    #: best formed by real-token budgets (``verl.utils.micro_batching.token_budget_groups``)
     remove_padding: bool = False
 
     @property

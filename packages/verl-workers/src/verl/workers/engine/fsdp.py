@@ -372,7 +372,7 @@ class FSDP2Engine(_FSDPEngineBase):
         if self._world == 1 and self.device.type == "cpu":
             # One CPU rank: sharding over a single rank saves nothing, but FSDP2 would still run its
             # unshard/reshard hooks around every layer and DTensor's Python dispatch on every optimizer
-            # op (measured 1.3-1.7x the plain update on small models). The plain module trains the same;
+            # op, a real cost on small models. The plain module trains the same;
             # DCP checkpoints hold the same keys and reshard to and from any number of ranks. Mixed
             # precision: the casts FSDP2 would make, made by ComputeCast.
             if self.precision.casts_for_compute:

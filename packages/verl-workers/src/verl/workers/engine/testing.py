@@ -115,3 +115,19 @@ def run_gloo(fn: Callable[..., Any], world_size: int, workdir: str, *args: Any) 
         os.remove(store)
     mp.start_processes(_gloo_entry, args=(payload, world_size, store), nprocs=world_size, join=True,
                        start_method="spawn")
+
+
+def actor_engine(arr: Any, total_training_steps: int = 2, strategy: str = "fsdp2", **options: Any):
+    """The actor's training engine for an ``actor_rollout_ref`` config section (its model, FSDP and optimizer
+    settings), as the actor worker builds it; ``options`` go to ``build_engine`` (``grad_clip``,
+    ``ulysses_sequence_parallel_size``, kernel options, ...)."""
+    from verl.workers.engine import build_engine
+
+    return build_engine(
+        strategy,
+        model_config=arr.model,
+        engine_config=arr.actor.fsdp_config,
+        optim_config=arr.actor.optim,
+        total_training_steps=total_training_steps,
+        **options,
+    )

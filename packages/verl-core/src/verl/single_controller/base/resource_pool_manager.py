@@ -1,11 +1,13 @@
-"""Named resource pools and which role runs on which pool (the trainer builds one of these)."""
+"""Named resource pools and which role runs on which pool (the trainer builds one of these).
+
+A description until the Ray backend asks for its pools: only ``create_resource_pool`` imports Ray, so
+``trainer.worker_backend=local`` builds and carries one without Ray installed.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
-
-from verl.single_controller.ray.base import RayResourcePool
 
 
 @dataclass
@@ -17,7 +19,7 @@ class ResourcePoolManager:
 
     resource_pool_spec: dict[str, list[int]]
     mapping: dict[Any, str]
-    resource_pool_dict: dict[str, RayResourcePool] = field(default_factory=dict)
+    resource_pool_dict: dict[str, Any] = field(default_factory=dict)  # name -> RayResourcePool
     use_gpu: bool = True
     max_colocate_count: int = 1
     num_cpus_per_worker: float = 1.0
@@ -31,6 +33,8 @@ class ResourcePoolManager:
                 )
 
     def create_resource_pool(self) -> None:
+        from verl.single_controller.ray.base import RayResourcePool
+
         for name, process_on_nodes in self.resource_pool_spec.items():
             self.resource_pool_dict[name] = RayResourcePool(
                 process_on_nodes=process_on_nodes,
@@ -40,7 +44,7 @@ class ResourcePoolManager:
                 num_cpus_per_worker=self.num_cpus_per_worker,
             )
 
-    def get_resource_pool(self, role: Any) -> RayResourcePool:
+    def get_resource_pool(self, role: Any) -> Any:
         if role not in self.mapping:
             raise KeyError(
                 f"no resource pool for role {role!r}; mapped roles: {', '.join(map(str, self.mapping))}"
