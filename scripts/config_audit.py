@@ -4,7 +4,7 @@
     uv run python scripts/config_audit.py --entry main_ppo --entry dapo [--work DIR] [--probe-only]
 
 For each entry point (``main_ppo``'s CPU default and every recipe's, shortened to one step on tiny sizes;
-`config_audit_entries.ENTRIES`) and each of its groups (a context that opens the keys' gates, e.g. GAE for the
+`config_audit_recipes.ENTRIES`) and each of its groups (a context that opens the keys' gates, e.g. GAE for the
 critic's keys, and the keys probed in it):
 
 1. **probe**: the group's keys are set to non-default values (`config_audit_entries.value_for`: choices, bools,
@@ -51,9 +51,11 @@ _ABSENT = object()
 _INTERP = re.compile(r"\$\{(\.*)([\w.\-]+)\}")
 
 
-def _entries_module():
-    name = "config_audit_entries"
+def _entries_module(name: str = "config_audit_entries"):
+    """A sibling script as a module (registered, so dataclasses and the siblings' imports find it)."""
     if name not in sys.modules:
+        if str(Path(__file__).parent) not in sys.path:
+            sys.path.insert(0, str(Path(__file__).parent))  # the siblings import each other by name
         spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
         mod = importlib.util.module_from_spec(spec)
         sys.modules[name] = mod
@@ -62,8 +64,12 @@ def _entries_module():
 
 
 def resolve(target: str) -> Any:
+    """``module:name`` or ``module:OBJ.attr`` (a recipe's ``RECIPE``, its ``RECIPE.main``)."""
     module, _, attr = target.partition(":")
-    return getattr(importlib.import_module(module), attr)
+    obj = importlib.import_module(module)
+    for name in attr.split("."):
+        obj = getattr(obj, name)
+    return obj
 
 
 # ------------------------------------------------------------------------------------ config values
@@ -298,9 +304,8 @@ def refusals(results: list[GroupResult]) -> str:
 
 def audit(names: list[str] | None, work: Path, probe_only: bool = False, timeout: float = 900,
           groups: list[str] | None = None, log=print) -> list[GroupResult]:
-    mod = _entries_module()
     results = []
-    for entry in mod.ENTRIES:
+    for entry in _entries_module("config_audit_recipes").ENTRIES:
         if names and entry.name not in names:
             continue
         assets = entry.assets(work / "assets") if entry.assets else []

@@ -1,4 +1,5 @@
-"""What `config_audit` runs: each entry point's CPU default (shortened), its groups, and the probe values.
+"""What `config_audit` runs for ``main_ppo`` (its CPU default, shortened, and its groups) and the probe values
+(the recipes' entries: `config_audit_recipes`).
 
 A group is a context (``key=value`` settings that open gates, e.g. ``algorithm.adv_estimator=gae`` for the
 critic's keys) and the keys probed in it (fnmatch patterns over the schema's keys). Every entry's ``base``
@@ -34,7 +35,7 @@ class Group:
 class Entry:
     name: str
     target: str  # module:function run as the entry point (argv list)
-    schema_path: str  # module:class of the entry's config schema
+    schema_path: str  # module:class of the entry's config schema (or a recipe's ``RECIPE.schema``)
     check: Callable[[list[str]], Any]  # argv -> the validated config the entry point would run with
     base: list[str]
     groups: list[Group]
@@ -43,34 +44,15 @@ class Entry:
     @property
     def schema(self) -> type:
         from config_audit import resolve
+        from verl.trainer.config import PPOTrainerConfig
 
-        return resolve(self.schema_path)
+        return resolve(self.schema_path) or PPOTrainerConfig  # a recipe without keys of its own: core's
 
 
 def main_check(argv: list[str]) -> Any:
     from verl.trainer.main_ppo import checked_config
 
     return checked_config(argv)
-
-
-def recipe_check(default: str, load: str, validate: str, made: tuple[str, ...] | Callable = ()) -> Callable[[list[str]], Any]:
-    """A recipe's config as its entry point loads it (``default``: its ``with_default_config``), with what
-    it would make (``made``) standing in as core's early check does (`load_with_built_in`)."""
-
-    def check(argv: list[str]) -> Any:
-        from config_audit import resolve
-        from omegaconf import OmegaConf
-        from verl.trainer.config.recipes import BUILT_IN
-
-        argv = resolve(default)(argv)
-        cfg = resolve(load)(argv)
-        unset = [k for k in (made(cfg) if callable(made) else made) if not OmegaConf.select(cfg, k)]
-        if unset:
-            cfg = resolve(load)([*argv, *(f"{k}={BUILT_IN}" for k in unset)])
-        resolve(validate)(cfg)
-        return cfg
-
-    return check
 
 
 # ------------------------------------------------------------------------------------------------ values
@@ -331,6 +313,13 @@ AUDIT_FILES = {
         "    pass\n"
     ),
     "tools.yaml": "tools:\n  - class_name: verl.agent.examples.tool_arithmetic.CalculatorTool\n",
+    # a score whose parity differs between the sampled texts of one prompt, so dynamic sampling keeps most
+    # groups of the random-init model (every exact-match score is 0 there: every group would be dropped)
+    "varied_reward.py": (
+        "def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):\n"
+        "    acc = float(sum(map(ord, solution_str)) % 2)\n"
+        "    return {'score': acc, 'acc': acc}\n"
+    ),
     "function_tools.py": (
         "from verl.tools.function_tool import function_tool\n\n\n@function_tool\n"
         "def add(a: int, b: int) -> int:\n    \"\"\"Add two integers.\"\"\"\n    return a + b\n"
@@ -397,6 +386,11 @@ MAIN_GROUPS = [
     Group("base", skip=(*_SIZES, f"{_A}.freeze_vision_tower", "trainer.val_only")),
     Group("val_only", context=["trainer.val_only=true"], keys=()),
     Group(
+        "dynamic_sampling",  # core's filter stage (DAPO's dynamic sampling): groups kept by the spread of acc
+        context=["algorithm.filter_groups.enable=true", "reward.custom_reward_function.path={assets}/files/varied_reward.py"],
+        keys=("algorithm.filter_groups.*", "data.gen_batch_size"),
+    ),
+    Group(
         _KL_RUN,
         context=[f"{_A}.use_kl_loss=true", "algorithm.use_kl_in_reward=true", *_OLD_LOG_PROBS,
                  "trainer.save_freq=1", f"{_A}.optim.lr_scheduler_type=cosine", f"{_A}.optim.lr_warmup_steps=0",
@@ -420,7 +414,7 @@ MAIN_GROUPS = [
     ),
     Group(
         "critic_kl_cov_dynamic_bsz",
-        context=["algorithm.adv_estimator=gae", "critic.enable=true", "trainer.save_freq=1",
+        context=["algorithm.adv_estimator=gae", "critic.enable=true", "trainer.save_freq=1", "trainer.val_before_train=false",
                  "critic.optim.lr_scheduler_type=cosine", "critic.optim.lr_warmup_steps=0",
                  f"{_A}.policy_loss.loss_mode=kl_cov", f"{_A}.use_dynamic_bsz=true", *_OLD_LOG_PROBS],
         keys=("critic.*", "algorithm.gamma", "algorithm.lam", "trainer.critic_warmup", "trainer.max_critic_ckpt_to_keep",
@@ -480,190 +474,13 @@ MAIN_GROUPS = [
     ),
 ]
 
-# ------------------------------------------------------------------------------------------- recipes
-@functools.cache
-def dapo_assets(root: Path) -> list[str]:
-    """DAPO's task and its plain-torch warm start, shortened (the filter needs groups that differ)."""
-    from verl_recipe_dapo import cpu_assets
 
-    out = root / "dapo"
-    train, test = out / "train.parquet", out / "test.parquet"
-    if not test.is_file():
-        train, test = cpu_assets.write_task(out)
-    model = out / "model"
-    if not (model / "config.json").is_file():
-        cpu_assets.WARM_START_STEPS = 40  # the smoke test's length: about 5-10 % right, groups differ
-        cpu_assets.warm_start_tiny_model(model, train)
-    return [f"data.train_files={train}", f"data.val_files={test}", f"actor_rollout_ref.model.path={model}"]
-
-
-@functools.cache
-def collabllm_assets(root: Path) -> list[str]:
-    from verl_recipe_collabllm import cpu_assets
-
-    out = root / "collabllm"
-    train, test = out / "data" / "train.parquet", out / "data" / "test.parquet"
-    if not test.is_file():
-        train, test = cpu_assets.write_task(out / "data")
-    model = out / "model"
-    if not (model / "config.json").is_file():
-        cpu_assets.build_warm_model(model, steps=2)
-    return [f"data.train_files={train}", f"data.val_files={test}", f"actor_rollout_ref.model.path={model}"]
-
-
-@functools.cache
-def vlm_assets(root: Path) -> list[str]:
-    from verl_recipe_vlm_count import cpu_assets
-
-    out = root / "vlm_count"
-    out.mkdir(parents=True, exist_ok=True)
-    cpu_assets.TRAIN_ROWS, cpu_assets.TEST_ROWS, cpu_assets.WARM_START_BATCH = 16, 4, 8  # the smoke test's sizes
-    train, test = out / "train.parquet", out / "test.parquet"
-    if not test.is_file():
-        train, test = cpu_assets.write_task(out)
-    model = out / "model"
-    if not (model / cpu_assets.MARKER).is_file():
-        cpu_assets.warm_start(model, cpu_assets.task_rows(16, cpu_assets.TRAIN_SEED, "train"), steps=1)
-    return [f"data.train_files={train}", f"data.val_files={test}", f"actor_rollout_ref.model.path={model}"]
-
-
-#: every recipe's run: one step, few validation prompts, the rest as its CPU default has it
-SHORT = ["trainer.total_training_steps=1", "data.val_max_samples=8"]
-_ASSET_KEYS = ("data.train_files", "actor_rollout_ref.model.path")
-
-ENTRIES: list[Entry] = [
-    Entry(
-        name="main_ppo",
-        target="verl.trainer.main_ppo:main",
-        schema_path="verl.trainer.config:PPOTrainerConfig",
-        check=main_check,
-        base=MAIN_BASE,
-        assets=main_assets,
-        groups=MAIN_GROUPS,
-    ),
-    Entry(
-        name="dapo",
-        target="verl_recipe_dapo.main_dapo:main",
-        schema_path="verl.trainer.config:PPOTrainerConfig",
-        check=recipe_check("verl_recipe_dapo.main_dapo:with_default_config", "verl.trainer.config:load_config",
-                           "verl.trainer.config:validate_config", _ASSET_KEYS),
-        base=[*SHORT, "algorithm.filter_groups.max_num_gen_batches=0"],
-        assets=dapo_assets,
-        groups=[Group("base", skip=("data.gen_batch_size", "algorithm.filter_groups.*"))],
-    ),
-    Entry(
-        name="spin",
-        target="verl_recipe_spin.main_spin:main",
-        schema_path="verl_recipe_spin.config:SPINTrainerConfig",
-        check=recipe_check("verl_recipe_spin.main_spin:with_default_config", "verl_recipe_spin.config:load_spin_config",
-                           "verl_recipe_spin.config:validate_spin_config", _ASSET_KEYS),
-        base=[*SHORT, "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-              "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "trainer.ref_update_freq=1"],
-        assets=demo_asset_overrides,
-        groups=[Group("base", skip=("data.train_batch_size",))],
-    ),
-    Entry(
-        name="sppo",
-        target="verl_recipe_sppo.main_sppo:main",
-        schema_path="verl_recipe_sppo.config:SPPOTrainerConfig",
-        check=recipe_check("verl_recipe_sppo.main_sppo:with_default_config", "verl_recipe_sppo.config:load_sppo_config",
-                           "verl_recipe_sppo.config:validate_sppo_config", _ASSET_KEYS),
-        base=[*SHORT, "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-              "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16"],
-        assets=demo_asset_overrides,
-        groups=[Group("base")],
-    ),
-    Entry(
-        name="prime",
-        target="verl_recipe_prime.main_prime:main",
-        schema_path="verl_recipe_prime.config:PRIMETrainerConfig",
-        check=recipe_check("verl_recipe_prime.main_prime:with_default_config",
-                           "verl_recipe_prime.config:load_prime_config", "verl_recipe_prime.config:validate_prime_config",
-                           _ASSET_KEYS),
-        base=SHORT,
-        assets=demo_asset_overrides,
-        groups=[
-            Group("base"),
-            Group("prm_pool", context=["reward.reward_model.enable_resource_pool=true", "reward.reward_model.nnodes=1",
-                                       "reward.reward_model.n_gpus_per_node=1"], keys=("reward.reward_model.*",)),
-            Group("rloo_baseline", context=["reward.reward_model.enable=false"], keys=()),
-        ],
-    ),
-    Entry(
-        name="collabllm",
-        target="verl_recipe_collabllm.main:main",
-        schema_path="verl_recipe_collabllm.config:CollabLLMTrainerConfig",
-        check=recipe_check("verl_recipe_collabllm.main:with_default_config",
-                           "verl_recipe_collabllm.config:load_collabllm_config",
-                           "verl_recipe_collabllm.config:validate_collabllm_config",
-                           ("actor_rollout_ref.rollout.multi_turn.interaction_config_path",)),
-        base=[*SHORT, "data.train_batch_size=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-              "actor_rollout_ref.rollout.n=2"],
-        assets=collabllm_assets,
-        groups=[Group("base", skip=("data.train_batch_size", "actor_rollout_ref.rollout.n"))],
-    ),
-    Entry(
-        name="retool",
-        target="verl_recipe_retool.main:main",
-        schema_path="verl_recipe_retool.config:ReToolTrainerConfig",
-        check=recipe_check("verl_recipe_retool.main:with_default_config", "verl_recipe_retool.config:load_retool_config",
-                           "verl_recipe_retool.config:validate_retool_config",
-                           lambda cfg: ["data.train_files", "data.val_files", "actor_rollout_ref.model.path",
-                                        *(["actor_rollout_ref.rollout.multi_turn.tool_config_path"]
-                                          if cfg.retool.use_tool else [])]),
-        base=[*SHORT, "retool.cold_start_steps=1", "retool.task_train_size=8", "retool.task_test_size=4",
-              "data.train_batch_size=2", "data.gen_batch_size=2", "data.max_response_length=128",
-              "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-              "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4", "algorithm.filter_groups.enable=false"],
-        groups=[Group("base", skip=("retool.*",)), Group("no_tool", context=["retool.use_tool=false"], keys=())],
-    ),
-    Entry(
-        name="vlm_count",
-        target="verl_recipe_vlm_count.main:main",
-        schema_path="verl.trainer.config:PPOTrainerConfig",
-        check=lambda argv: _vlm_check(argv),
-        base=[*SHORT, "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-              "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8"],
-        assets=vlm_assets,
-        groups=[Group("base", values={"data.image_key": NO_VALUE, "data.video_key": NO_VALUE})],  # the task's columns
-    ),
-    Entry(
-        name="fully_async",
-        target="verl_recipe_fully_async.main:main",
-        schema_path="verl_recipe_fully_async.config:FullyAsyncPPOConfig",
-        check=recipe_check("verl_recipe_fully_async.main:with_default_config",
-                           "verl_recipe_fully_async.config:load_async_config",
-                           "verl_recipe_fully_async.config:validate_async_config", _ASSET_KEYS),
-        base=["trainer.total_training_steps=2", "data.val_max_samples=8"],
-        assets=demo_asset_overrides,
-        groups=[Group("base", skip=("async_training.*", "rollout.*")),
-                Group("object_store", context=["async_training.weight_sync=object_store"], keys=("async_training.*",))],
-    ),
-    Entry(
-        name="one_step_off",
-        target="verl_recipe_fully_async.main:main_one_step_off",
-        schema_path="verl_recipe_fully_async.config:FullyAsyncPPOConfig",
-        check=lambda argv: _one_step_off_check(argv),
-        base=["trainer.total_training_steps=2", "data.val_max_samples=8"],
-        assets=demo_asset_overrides,
-        groups=[Group("base", keys=())],
-    ),
-]
-
-
-def _vlm_check(argv: list[str]) -> Any:
-    from verl.trainer.config import validate_config
-    from verl_recipe_vlm_count.main import load_recipe_config
-
-    cfg = load_recipe_config(argv, build_assets=False)
-    validate_config(cfg)
-    return cfg
-
-
-def _one_step_off_check(argv: list[str]) -> Any:
-    from verl_recipe_fully_async.config import load_async_config, validate_async_config
-    from verl_recipe_fully_async.main import CPU_CONFIG, ONE_STEP_OFF_CONFIG, with_default_config
-
-    cfg = load_async_config(with_default_config(argv, (CPU_CONFIG, ONE_STEP_OFF_CONFIG)))
-    validate_async_config(cfg)
-    return cfg
+MAIN_ENTRY = Entry(
+    name="main_ppo",
+    target="verl.trainer.main_ppo:main",
+    schema_path="verl.trainer.config:PPOTrainerConfig",
+    check=main_check,
+    base=MAIN_BASE,
+    assets=main_assets,
+    groups=MAIN_GROUPS,
+)

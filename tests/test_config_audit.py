@@ -23,6 +23,7 @@ def _script(name: str):
 
 audit = _script("config_audit")
 entries = _script("config_audit_entries")
+recipes = _script("config_audit_recipes")
 
 REQUIRED = ["data.train_files=train.parquet", "actor_rollout_ref.model.path=/models/tiny", "trainer.device=cpu"]
 
@@ -113,21 +114,20 @@ def test_every_switch_of_a_gate_is_set_by_some_group():
     from verl.trainer.config import PPOTrainerConfig, schema_fields
     from verl.trainer.config.fields import interpolation_target
 
-    main = next(e for e in entries.ENTRIES if e.name == "main_ppo")
+    main = entries.MAIN_ENTRY
     contexts = {c.split("=", 1)[0].lstrip("+~") for g in main.groups for c in [*g.context, *main.base]}
     fields = schema_fields(PPOTrainerConfig)
     missing = {
         k for k in entries.switches(PPOTrainerConfig) - contexts
         if interpolation_target(k, fields[k].default) not in contexts  # set through the key it follows
     }
-    # data.val_files: the assets set it; filter_groups.enable: main_ppo refuses it (recipes/dapo's trainer filters)
-    assert missing <= {"data.val_files", "algorithm.filter_groups.enable"}, sorted(missing)
+    assert missing <= {"data.val_files"}, sorted(missing)  # the assets set it
 
 
 @pytest.mark.slow
 @pytest.mark.e2e
 @pytest.mark.timeout(3600)
-@pytest.mark.parametrize("name", [e.name for e in entries.ENTRIES])
+@pytest.mark.parametrize("name", [e.name for e in recipes.ENTRIES])
 def test_every_key_set_is_read_or_refused(tmp_path, name):
     """Each entry point's CPU default, shortened, with every probed key at a non-default value, group by
     group: nothing accepted goes unread (scripts/config_audit.py; docs/config-audit.md)."""

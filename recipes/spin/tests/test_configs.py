@@ -145,7 +145,7 @@ def test_upstreams_update_and_ties_are_the_default_and_ours_are_options():
     assert problems == [
         "algorithm.spin_update=one_step takes one optimizer step per batch (upstream: the batch's gradients "
         "accumulated), but actor_rollout_ref.actor.ppo_mini_batch_size=8 with data.train_batch_size=16 and "
-        "ppo_epochs=1 make 2 steps; set ppo_mini_batch_size=16 and ppo_epochs=1, or algorithm.spin_update=mini_batches"
+        "actor_rollout_ref.actor.ppo_epochs=1 make 2 steps; set ppo_mini_batch_size=16 and ppo_epochs=1, or algorithm.spin_update=mini_batches"
     ]
     assert not spin_problems(load_spin_config(RECIPE.with_default_config([*several, "algorithm.spin_update=mini_batches"])))
     text = "\n".join(spin_problems(load_spin_config(RECIPE.with_default_config(

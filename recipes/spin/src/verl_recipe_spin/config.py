@@ -146,7 +146,7 @@ def spin_problems(cfg: DictConfig) -> list[str]:
             problems.append(
                 "algorithm.spin_update=one_step takes one optimizer step per batch (upstream: the batch's "
                 f"gradients accumulated), but actor_rollout_ref.actor.ppo_mini_batch_size={mini} with "
-                f"data.train_batch_size={batch} and ppo_epochs={actor.ppo_epochs} make "
+                f"data.train_batch_size={batch} and actor_rollout_ref.actor.ppo_epochs={actor.ppo_epochs} make "
                 f"{-(-batch // mini) * int(actor.ppo_epochs)} steps; set ppo_mini_batch_size={batch} and "
                 "ppo_epochs=1, or algorithm.spin_update=mini_batches"
             )

@@ -222,7 +222,8 @@ def ray_init_overrides(out_dir: str | os.PathLike) -> list[str]:
 
 def main(argv: list[str] | None = None) -> None:
     """``python -m verl.utils.config_reads DIR module:function [-- args ...]``: record this process's reads
-    under DIR (and tell Ray workers the same through the environment), then call ``function(args)``."""
+    under DIR (and tell Ray workers the same through the environment), then call ``function(args)``
+    (``module:OBJ.method`` calls a method, e.g. a recipe's ``RECIPE.main``)."""
     import importlib
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -234,7 +235,10 @@ def main(argv: list[str] | None = None) -> None:
     os.environ[ENV] = str(Path(out_dir).absolute())
     install(out_dir)
     module, _, func = target.partition(":")
-    getattr(importlib.import_module(module), func)(rest)
+    obj = importlib.import_module(module)
+    for attr in func.split("."):  # a function, or a method of a module's object (``RECIPE.main``)
+        obj = getattr(obj, attr)
+    obj(rest)
 
 
 if __name__ == "__main__":
