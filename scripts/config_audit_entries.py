@@ -66,6 +66,10 @@ NOT_PROBED = (
     "actor_rollout_ref.model.tokenizer_path", "data.tokenizer",
 )
 
+#: keys that change what a run does as a whole (val_only: validate, then stop): never probed beside others,
+#: only set as a group's context (main_ppo's val_only group)
+ALONE = ("trainer.val_only",)
+
 #: hand-picked non-default values (a one-step run on the tiny model stays valid with each)
 VALUES: dict[str, Any] = {
     "data.prompt_key": "prompt",  # the data's column: a different name would not load
@@ -248,7 +252,7 @@ def group_settings(entry: Entry, group: Group) -> dict[str, Any]:
     for key in [*fields, *extra]:
         if not any(fnmatch.fnmatchcase(key, p) for p in group.keys):
             continue
-        if any(fnmatch.fnmatchcase(key, p) for p in (*NOT_PROBED, *group.skip)) or key in context:
+        if any(fnmatch.fnmatchcase(key, p) for p in (*NOT_PROBED, *ALONE, *group.skip)) or key in context:
             continue
         info = fields.get(key)
         value = value_for(key, info, group) if info is not None else {**VALUES, **group.values}[key]
@@ -382,9 +386,10 @@ _SIZES = ("*.megatron.*", "*ulysses*", "*fsdp_size", "*reshard_after_forward")  
 _KL_RUN = "kl_checkpoint_cosine_clip_cov"
 
 MAIN_GROUPS = [
-    # freeze_vision_tower: a text model here (probed in vlm_count); val_only: probed in a group of its own
-    Group("base", skip=(*_SIZES, f"{_A}.freeze_vision_tower", "trainer.val_only")),
-    Group("val_only", context=["trainer.val_only=true"], keys=()),
+    Group("base", skip=(*_SIZES, f"{_A}.freeze_vision_tower")),  # a text model here (probed in vlm_count)
+    # a run that only validates reads no training setting (as upstream's): the base's training keys at defaults
+    Group("val_only", context=["trainer.val_only=true", f"{_A}.ppo_micro_batch_size_per_gpu=4", "trainer.test_freq=-1"],
+          keys=()),
     Group(
         "dynamic_sampling",  # core's filter stage (DAPO's dynamic sampling): groups kept by the spread of acc
         context=["algorithm.filter_groups.enable=true", "reward.custom_reward_function.path={assets}/files/varied_reward.py"],

@@ -39,5 +39,5 @@ def test_hybrid_engine_false_is_refused_before_ray_starts(monkeypatch):
 
     monkeypatch.setattr(main_ppo, "run_ppo", no_run)
     monkeypatch.setenv("VERL_DEBUG", "1")  # the ConfigError itself, not the exit
-    with pytest.raises(ConfigError, match="hybrid_engine=false .* recipes/fully_async"):
+    with pytest.raises(ConfigError, match="hybrid_engine=False: .* recipes/fully_async"):
         main_ppo.main([*VALID, "actor_rollout_ref.hybrid_engine=false"])

@@ -15,7 +15,7 @@ import os
 
 from omegaconf import DictConfig
 
-from verl.trainer.config import ConfigError, config_to_yaml, load_config, validate_config
+from verl.trainer.config import config_to_yaml, load_config, validate_config
 from verl.trainer.ppo.run import (
     build_resource_pool_manager,
     build_role_worker_mapping,
@@ -51,18 +51,9 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def checked_config(args: list[str]) -> DictConfig:
-    """``main_ppo``'s config from its arguments: loaded, validated (then read-only), and refused when it asks
-    for what only other trainers do, all before Ray starts."""
+    """``main_ppo``'s config from its arguments: loaded and validated (then read-only), before Ray starts."""
     config = load_config(args)
     validate_config(config)
-    if not config.actor_rollout_ref.hybrid_engine:
-        # the trainer refuses it too, for code that builds one directly
-        raise ConfigError(
-            [
-                "actor_rollout_ref.hybrid_engine=false puts the rollout on a pool of its own, which main_ppo's "
-                "colocated loop does not do; use the asynchronous trainers of recipes/fully_async"
-            ]
-        )
     return config
 
 

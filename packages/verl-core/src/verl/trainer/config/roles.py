@@ -296,7 +296,11 @@ class RolloutConfig:
 class ActorRolloutRefConfig:
     """The policy: one worker group holds the actor (trained), the rollout (generates) and the reference."""
 
-    hybrid_engine: bool = opt(True, "actor and rollout share workers (the colocated loop)")
+    hybrid_engine: bool = opt(
+        True, "actor and rollout share workers (the colocated loop)",
+        refused="the PPO-family trainer runs the rollout on the actor's workers; a rollout on a pool of its own "
+        "is what the asynchronous trainers of recipes/fully_async do (verl-fully-async, verl-one-step-off)",
+    )
     model: HFModelConfig = section(HFModelConfig)
     actor: ActorConfig = section(ActorConfig)
     ref: RefConfig = section(RefConfig)

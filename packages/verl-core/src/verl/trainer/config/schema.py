@@ -74,7 +74,12 @@ class DataConfig:
     apply_chat_template_kwargs: dict[str, Any] = opt({}, "extra keyword arguments of apply_chat_template (open dict)")
     image_key: str = opt("images", "column of a row's images (bytes, {bytes, path}, paths or PIL)")
     video_key: str = opt("videos", "column of a row's videos (video rows are refused: not supported yet)")
-    return_multi_modal_inputs: bool = opt(True, "carry pixel_values / image_grid_thw as multi_modal_inputs")
+    return_multi_modal_inputs: bool = opt(
+        True, "carry pixel_values / image_grid_thw as multi_modal_inputs",
+        refused="the engines read an image or video row's pixels from its multi_modal_inputs (without them the "
+        "row cannot train, which the dataset reports only once a worker reads it) and a text row has none; "
+        "there is nothing to turn off",
+    )
     mm_processor_kwargs: dict[str, Any] = opt({}, "min_pixels / max_pixels for qwen_vl_utils.fetch_image (open dict)")
     custom_cls: CustomClsConfig = section(CustomClsConfig)
 

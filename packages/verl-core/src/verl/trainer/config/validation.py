@@ -481,7 +481,9 @@ def fsdp_precision_problems(where: str, section: DictConfig, trained: bool) -> l
 def _fsdp_sections(cfg: DictConfig) -> dict[str, DictConfig]:
     arr = cfg.actor_rollout_ref
     sections = {"actor_rollout_ref.actor.fsdp_config": arr.actor.fsdp_config}
-    if use_reference_policy(cfg):
+    # the reference runs for a KL term, or always where the schema's reference section has no gate (a recipe
+    # whose loss needs it: SPIN's DPO)
+    if use_reference_policy(cfg) or OmegaConf.get_type(arr.ref).READ_WHEN is None:
         sections["actor_rollout_ref.ref.fsdp_config"] = arr.ref.fsdp_config
     if use_critic(cfg):
         sections["critic.model.fsdp_config"] = cfg.critic.model.fsdp_config
