@@ -154,3 +154,21 @@ def test_upstreams_update_and_ties_are_the_default_and_ours_are_options():
     assert "algorithm.spin_update='often' is not one of: one_step, mini_batches" in text
     ok = load_spin_config(RECIPE.with_default_config(["algorithm.spin_mode=reward", "actor_rollout_ref.rollout.n=8", "algorithm.spin_ties=drop"]))
     assert not spin_problems(ok)
+
+
+@pytest.mark.parametrize(
+    "override, problem",
+    [
+        ("actor_rollout_ref.ref.fsdp_config.param_offload=true",
+         "actor_rollout_ref.ref.fsdp_config.param_offload=true means nothing on CPU"),
+        ("actor_rollout_ref.ref.ulysses_sequence_parallel_size=2",
+         "actor_rollout_ref.ref.ulysses_sequence_parallel_size=2 is implemented for strategy fsdp2"),
+    ],
+)
+def test_the_reference_sections_are_checked_before_ray_although_no_kl_term_runs(override, problem):
+    """The DPO loss runs the reference (the schema opens its section): its settings are checked as the
+    actor's are, at validation, not by the worker once Ray runs."""
+    argv = RECIPE.with_default_config([*PATHS, "actor_rollout_ref.actor.strategy=fsdp", override])
+    with pytest.raises(ConfigError) as e:
+        validate_spin_config(load_spin_config(argv))
+    assert any(p.startswith(problem) for p in e.value.problems), e.value.problems

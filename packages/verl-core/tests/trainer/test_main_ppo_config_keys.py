@@ -41,3 +41,18 @@ def test_hybrid_engine_false_is_refused_before_ray_starts(monkeypatch):
     monkeypatch.setenv("VERL_DEBUG", "1")  # the ConfigError itself, not the exit
     with pytest.raises(ConfigError, match="hybrid_engine=False: .* recipes/fully_async"):
         main_ppo.main([*VALID, "actor_rollout_ref.hybrid_engine=false"])
+
+
+def test_hybrid_engine_false_is_refused_by_the_schema_for_every_colocated_trainer():
+    """A recipe on core's trainer validates with core's schema: refused there, before its assets are built."""
+    from verl.trainer.config import validate_config
+
+    with pytest.raises(ConfigError, match="hybrid_engine=False: .* recipes/fully_async"):
+        validate_config(load_config([*VALID, "actor_rollout_ref.hybrid_engine=false"]))
+
+
+def test_return_multi_modal_inputs_false_is_refused_at_validation():
+    from verl.trainer.config import validate_config
+
+    with pytest.raises(ConfigError, match="return_multi_modal_inputs=False: .* nothing to turn off"):
+        validate_config(load_config([*VALID, "data.return_multi_modal_inputs=false"]))

@@ -40,7 +40,7 @@ def validate_config(cfg: DictConfig) -> None:
     _check_sizes(cfg, problems)
     _check_algorithm(cfg, problems)
     _check_trainer(cfg, problems)
-    check_scaling(cfg, problems, world_size(cfg), use_critic(cfg), use_reference_policy(cfg))
+    check_scaling(cfg, problems, world_size(cfg), use_critic(cfg), _reference_runs(cfg))
     check_installed(cfg, problems)
     _check_tool_call_format(cfg, problems)
     if cfg.actor_rollout_ref.model.custom_chat_template is not None and cfg.actor_rollout_ref.rollout.multi_turn.enable:
@@ -478,12 +478,16 @@ def fsdp_precision_problems(where: str, section: DictConfig, trained: bool) -> l
     return problems
 
 
+def _reference_runs(cfg: DictConfig) -> bool:
+    """The reference runs for a KL term, or always where the schema's reference section has no gate (a
+    recipe whose loss needs it: SPIN's DPO)."""
+    return use_reference_policy(cfg) or OmegaConf.get_type(cfg.actor_rollout_ref.ref).READ_WHEN is None
+
+
 def _fsdp_sections(cfg: DictConfig) -> dict[str, DictConfig]:
     arr = cfg.actor_rollout_ref
     sections = {"actor_rollout_ref.actor.fsdp_config": arr.actor.fsdp_config}
-    # the reference runs for a KL term, or always where the schema's reference section has no gate (a recipe
-    # whose loss needs it: SPIN's DPO)
-    if use_reference_policy(cfg) or OmegaConf.get_type(arr.ref).READ_WHEN is None:
+    if _reference_runs(cfg):
         sections["actor_rollout_ref.ref.fsdp_config"] = arr.ref.fsdp_config
     if use_critic(cfg):
         sections["critic.model.fsdp_config"] = cfg.critic.model.fsdp_config
