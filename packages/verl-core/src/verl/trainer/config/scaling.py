@@ -38,6 +38,12 @@ def check_scaling(cfg: DictConfig, problems: list[str], ws: int, critic: bool, r
         _check_liger(cfg, problems)
     if bool(arr.actor.freeze_vision_tower):
         _check_vision_tower(arr.model.path, problems)
+    if bool(arr.model.use_remove_padding) and _has_vision_tower(arr.model.path):
+        # the engines refuse packed M-RoPE (3-D) positions, but only at the first forward pass of a step
+        problems.append(
+            f"actor_rollout_ref.model.use_remove_padding=true: the model at {arr.model.path} is a vision-language "
+            "model, whose M-RoPE (3-D) position ids the packed forward does not support yet; set it to false"
+        )
     if bool(arr.model.enable_activation_offload):
         key = "actor_rollout_ref.model.enable_activation_offload=true"
         if resolve_device(cfg) == "cpu":
@@ -74,6 +80,12 @@ def _check_sp(problems, ws: int, key: str, sp: int, strategy: str, model_key: st
         problems.append(f"{what} is implemented for strategy fsdp2; {key}.strategy is {strategy!r}")
     if not bool(model.use_remove_padding):
         problems.append(f"{what} splits packed sequences; set {model_key}.use_remove_padding=true")
+
+
+def _has_vision_tower(path: str | None) -> bool:
+    """A local model folder whose config.json has a ``vision_config`` (a hub id: unknown here, False)."""
+    config = Path(str(path)) / "config.json"
+    return bool(path) and config.is_file() and "vision_config" in json.loads(config.read_text())
 
 
 def _check_vision_tower(path: str | None, problems: list[str]) -> None:

@@ -23,6 +23,7 @@ from verl.trainer.config.fields import ConfigError
 from verl.trainer.config.installed import check_installed
 from verl.trainer.config.lora import check_lora
 from verl.trainer.config.megatron import check_megatron, data_parallel_size
+from verl.trainer.config.reward_checks import check_reward
 from verl.trainer.config.scaling import check_scaling
 
 # Estimators whose baseline is the group of n samples: with n == 1 every advantage is 0.
@@ -325,31 +326,7 @@ def _check_algorithm(cfg: DictConfig, problems: list[str]) -> None:
             "algorithm.filter_groups.enable=true needs algorithm.filter_groups.metric (e.g. acc or score)"
         )
     _check_rollout_correction(cfg, problems)
-    _check_reward_manager(cfg, problems)
-
-
-def _check_reward_manager(cfg: DictConfig, problems: list[str]) -> None:
-    """The manager named by ``reward.reward_manager`` exists, and takes overlong shaping when it is on (the
-    registry is filled by verl-rewards and recipes; without it installed the loader says what to install)."""
-    from verl.registries import REWARD_MANAGERS
-    from verl.utils.registry import UnknownNameError
-
-    name = cfg.reward.reward_manager
-    try:
-        cls = REWARD_MANAGERS.get(name)
-    except UnknownNameError as e:
-        problems.append(f"reward.reward_manager={name!r}: {e.args[0] if e.args else e}")
-        return
-    except ImportError:
-        return
-    if cfg.reward.overlong_buffer.enable:
-        from verl.trainer.ppo.reward import takes_option
-
-        if not takes_option(cls, "overlong_buffer"):
-            problems.append(
-                f"reward.overlong_buffer.enable=true needs a reward manager that shapes overlong responses "
-                f"(reward.reward_manager=dapo); {name!r} ({cls.__qualname__}) does not"
-            )
+    check_reward(cfg, problems)
 
 
 def _check_rollout_correction(cfg: DictConfig, problems: list[str]) -> None:
