@@ -163,12 +163,15 @@ def test_upstreams_update_and_ties_are_the_default_and_ours_are_options():
          "actor_rollout_ref.ref.fsdp_config.param_offload=true means nothing on CPU"),
         ("actor_rollout_ref.ref.ulysses_sequence_parallel_size=2",
          "actor_rollout_ref.ref.ulysses_sequence_parallel_size=2 is implemented for strategy fsdp2"),
+        ("actor_rollout_ref.actor.use_dynamic_bsz=true",  # with use_remove_padding=true, set below
+         "actor_rollout_ref.actor.use_dynamic_bsz=true with model.use_remove_padding packs micro-batches"),
     ],
 )
-def test_the_reference_sections_are_checked_before_ray_although_no_kl_term_runs(override, problem):
+def test_settings_the_workers_refuse_are_refused_before_ray(override, problem):
     """The DPO loss runs the reference (the schema opens its section): its settings are checked as the
-    actor's are, at validation, not by the worker once Ray runs."""
-    argv = RECIPE.with_default_config([*PATHS, "actor_rollout_ref.actor.strategy=fsdp", override])
+    actor's are; token-budget micro-batches would split the pairs. At validation, not in a worker."""
+    argv = RECIPE.with_default_config([*PATHS, "actor_rollout_ref.actor.strategy=fsdp",
+                                       "actor_rollout_ref.model.use_remove_padding=true", override])
     with pytest.raises(ConfigError) as e:
         validate_spin_config(load_spin_config(argv))
     assert any(p.startswith(problem) for p in e.value.problems), e.value.problems

@@ -56,3 +56,33 @@ def test_return_multi_modal_inputs_false_is_refused_at_validation():
 
     with pytest.raises(ConfigError, match="return_multi_modal_inputs=False: .* nothing to turn off"):
         validate_config(load_config([*VALID, "data.return_multi_modal_inputs=false"]))
+
+
+def _problems(*overrides) -> list[str]:
+    from verl.trainer.config import validate_config
+
+    try:
+        validate_config(load_config([*VALID, *overrides]))
+    except ConfigError as e:
+        return e.problems
+    return []
+
+
+def test_clip_ratio_is_refused_when_both_sides_are_set_apart_from_it():
+    a = "actor_rollout_ref.actor"
+    assert _problems(f"{a}.clip_ratio=0.1") == []  # both sides follow it
+    assert _problems(f"{a}.clip_ratio=0.1", f"{a}.clip_ratio_high=0.28") == []  # the low side follows it
+    assert _problems(f"{a}.clip_ratio=0.1", f"{a}.clip_ratio_low=0.2", f"{a}.clip_ratio_high=0.28") == [
+        f"{a}.clip_ratio=0.1 reaches the loss only through clip_ratio_low/high, which this config sets to "
+        "0.2/0.28; leave it at its default (0.2) or drop the sides it should set"
+    ]
+
+
+def test_agent_loops_on_the_trainers_engines_refuse_the_batched_generate_options_and_tool_keys_need_tools():
+    r = "actor_rollout_ref.rollout"
+    multi_turn = [f"{r}.multi_turn.enable=true", f"{r}.name=hf"]
+    problems = _problems(*multi_turn, f"{r}.ignore_eos=true", f"{r}.micro_batch_size=2", f"{r}.multi_turn.tool_timeout=5")
+    assert sorted(p.split(" is read only when ")[0] for p in problems) == [
+        f"{r}.ignore_eos=True", f"{r}.micro_batch_size=2", f"{r}.multi_turn.tool_timeout=5.0"
+    ], problems
+    assert _problems(f"{r}.name=hf", f"{r}.ignore_eos=true", f"{r}.micro_batch_size=2") == []  # one generate call

@@ -155,6 +155,12 @@ def spin_problems(cfg: DictConfig) -> list[str]:
             "trainer.balance_batch=true reorders rows across workers, which separates SPIN's "
             "(chosen, rejected) pairs; set it to false"
         )
+    if actor.use_dynamic_bsz and cfg.actor_rollout_ref.model.use_remove_padding:
+        problems.append(
+            "actor_rollout_ref.actor.use_dynamic_bsz=true with model.use_remove_padding packs micro-batches by a "
+            "token budget, which regroups rows freely and separates SPIN's (chosen, rejected) pairs (the worker "
+            "refuses it at the first update); set it to false"
+        )
     if algo.use_kl_in_reward:
         problems.append(
             "algorithm.use_kl_in_reward=true: SPIN's pairs come from the rule reward and the KL is the "

@@ -105,3 +105,6 @@ def test_remove_padding_is_refused_for_a_local_vision_language_model(tmp_path):
         "forward does not support yet; set it to false"
     ]
     validate_config(load_config([*REQUIRED, on, f"actor_rollout_ref.model.path={text}"]))  # a text model: fine
+    fused = _problems("actor_rollout_ref.model.use_fused_kernels=true", f"actor_rollout_ref.model.path={vl}")
+    assert any(p.startswith(f"actor_rollout_ref.model.use_fused_kernels=true: the model at {vl} is a vision-language")
+               for p in fused), fused  # fmt: skip

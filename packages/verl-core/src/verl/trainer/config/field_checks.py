@@ -26,14 +26,13 @@ def field_problems(cfg: DictConfig) -> list[str]:
             one_of(problems, key, value, info.choices)
         elif info.refused is not None and value != info.default:
             problems.append(f"{key}={value!r}: {info.refused} (accepted only at its default, {info.default!r})")
-        elif info.engines is not None and value != info.default:
-            engine = OmegaConf.select(cfg, key.rsplit(".", 1)[0] + ".name")
-            if engine not in info.engines:
-                problems.append(
-                    f"{key}={value!r} is read by the {' and '.join(info.engines)} rollout only; the {engine} rollout "
-                    f"does not read it: leave it at its default ({info.default!r}) or use rollout.name="
-                    f"{info.engines[0]}"
-                )
+        elif info.engines is not None and value != info.default and (
+            engine := OmegaConf.select(cfg, key.rsplit(".", 1)[0] + ".name")
+        ) not in info.engines:  # read by the named engine: its gates, if any, are checked next
+            problems.append(
+                f"{key}={value!r} is read by the {' and '.join(info.engines)} rollout only; the {engine} rollout "
+                f"does not read it: leave it at its default ({info.default!r}) or use rollout.name={info.engines[0]}"
+            )
         elif info.gates and value != (default := _default(cfg, info)):
             shut = [gate.text(here) for gate, here in info.gates if not gate_open(cfg, gate, here, explicit)]
             if shut:

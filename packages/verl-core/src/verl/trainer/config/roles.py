@@ -65,6 +65,20 @@ _PROMPT_WIDTH = Gate(
 )
 
 
+#: agent loops on the trainer's own engines (native, hf) go through verl-agent's HF server, which generates
+#: request by request: the batched generate call's options do not reach it
+_ONE_GENERATE_CALL = Gate(
+    lambda here: f"one generate call per batch ({here}.multi_turn.enable=false) or a served engine "
+    f"({here}.name=vllm or sglang)",
+    lambda cfg, here: not bool(_at(cfg, here).multi_turn.enable) or _at(cfg, here).name in SERVED,
+)
+_TOOLS = Gate(
+    lambda here: f"the agent loops have tools ({here}.tool_config_path or {here}.function_tool_path is set)",
+    lambda cfg, here: _at(cfg, here).tool_config_path is not None or _at(cfg, here).function_tool_path is not None,
+    (".tool_config_path", ".function_tool_path"),
+)
+
+
 def _at(cfg: Any, key: str) -> Any:
     from omegaconf import OmegaConf
 
@@ -226,19 +240,19 @@ class MultiTurnConfig:
     enable: bool = opt(False, "run agent loops (tools, interactions) instead of one generate call")
     max_assistant_turns: int | None = opt(None, "assistant turns per conversation (null: until max length)")
     max_user_turns: int | None = opt(None, "user/tool turns per conversation (null: until max length)")
-    max_parallel_calls: int = opt(1, "tool calls run per turn")
-    max_tool_response_length: int = opt(256, "tokens kept of each tool response")
+    max_parallel_calls: int = opt(1, "tool calls run per turn", when=_TOOLS)
+    max_tool_response_length: int = opt(256, "tokens kept of each tool response", when=_TOOLS)
     tool_response_truncate_side: str = opt(
-        "middle", "which part of a long tool response is cut", choices=("left", "right", "middle")
+        "middle", "which part of a long tool response is cut", choices=("left", "right", "middle"), when=_TOOLS
     )
-    tool_timeout: float = opt(60.0, "seconds a tool call may take; then the model sees an error")
+    tool_timeout: float = opt(60.0, "seconds a tool call may take; then the model sees an error", when=_TOOLS)
     tool_config_path: str | None = opt(None, "YAML listing the tools")
     function_tool_path: str | None = opt(None, "a Python file of @function_tool functions (verl.tools)")
     interaction_config_path: str | None = opt(None, "YAML listing the interactions (simulated users)")
     format: str = opt("hermes", "how the model writes tool calls: hermes | gpt-oss (verl.registries.TOOL_CALL_FORMATS)")
     tokenization_sanity_check_mode: str = opt(
-        "warn", "compare each trajectory with the chat template's rendering",
-        choices=("strict", "ignore_strippable", "warn", "disable"),
+        "warn", "compare each trajectory with the chat template's rendering (the tool agent loop)",
+        choices=("strict", "ignore_strippable", "warn", "disable"), when=_TOOLS,
     )
 
 
@@ -255,7 +269,7 @@ class RolloutConfig:
     top_p: float = opt(1.0, "nucleus sampling threshold")
     do_sample: bool = opt(True, "sample (false: greedy)")
     n: int = opt(5, "trajectories sampled per prompt (group estimators need n > 1)", common=True)
-    ignore_eos: bool = opt(False, "keep generating after the end-of-sequence token")
+    ignore_eos: bool = opt(False, "keep generating after the end-of-sequence token", when=_ONE_GENERATE_CALL)
     prompt_length: int = opt(ref("data.max_prompt_length"), "prompt tokens the rollout accepts", when=_PROMPT_WIDTH)
     response_length: int = opt(ref("data.max_response_length"), "tokens generated per response")
     dtype: str = opt("bfloat16", "the served engine's compute dtype (native/hf run the actor's weights)",
@@ -272,7 +286,7 @@ class RolloutConfig:
     )
     calculate_log_probs: bool = opt(False, "return the sampling log-probs with each response")
     micro_batch_size: int | None = opt(None, "hf rollout: prompts per generate() call (null: all at once)",
-                                       engines=("hf",))
+                                       engines=("hf",), when=_ONE_GENERATE_CALL)
     tensor_model_parallel_size: int = opt(1, "the served engine's tensor-parallel size", engines=SERVED)
     gpu_memory_utilization: float = opt(0.5, "share of GPU memory for weights and KV cache", engines=SERVED)
     max_num_batched_tokens: int = opt(8192, "tokens per engine step", engines=SERVED)

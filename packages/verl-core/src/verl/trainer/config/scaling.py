@@ -38,12 +38,14 @@ def check_scaling(cfg: DictConfig, problems: list[str], ws: int, critic: bool, r
         _check_liger(cfg, problems)
     if bool(arr.actor.freeze_vision_tower):
         _check_vision_tower(arr.model.path, problems)
-    if bool(arr.model.use_remove_padding) and _has_vision_tower(arr.model.path):
-        # the engines refuse packed M-RoPE (3-D) positions, but only at the first forward pass of a step
-        problems.append(
-            f"actor_rollout_ref.model.use_remove_padding=true: the model at {arr.model.path} is a vision-language "
-            "model, whose M-RoPE (3-D) position ids the packed forward does not support yet; set it to false"
-        )
+    # the engines refuse these for image inputs, but only at the first forward pass of a step
+    vl_unsupported = {"use_remove_padding": "whose M-RoPE (3-D) position ids the packed forward does not support yet",
+                      "use_fused_kernels": "which the fused kernels' language-model-only forward cannot take images into"}
+    on = [flag for flag in vl_unsupported if bool(arr.model[flag])]
+    if on and _has_vision_tower(arr.model.path):
+        for flag in on:
+            problems.append(f"actor_rollout_ref.model.{flag}=true: the model at {arr.model.path} is a vision-language "
+                            f"model, {vl_unsupported[flag]}; set it to false")
     if bool(arr.model.enable_activation_offload):
         key = "actor_rollout_ref.model.enable_activation_offload=true"
         if resolve_device(cfg) == "cpu":

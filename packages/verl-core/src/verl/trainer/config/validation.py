@@ -254,6 +254,12 @@ def _check_algorithm(cfg: DictConfig, problems: list[str]) -> None:
         actor.policy_loss.loss_mode,
         "get_policy_loss_fn",
     )
+    clip, low, high = float(actor.clip_ratio), float(actor.clip_ratio_low), float(actor.clip_ratio_high)
+    if clip != 0.2 and low != clip and high != clip:  # both sides set apart from it: it reaches no loss
+        problems.append(
+            f"actor_rollout_ref.actor.clip_ratio={clip} reaches the loss only through clip_ratio_low/high, which "
+            f"this config sets to {low}/{high}; leave it at its default (0.2) or drop the sides it should set"
+        )
     dro_beta = actor.policy_loss.dro_beta
     if actor.policy_loss.loss_mode == "dro" and (dro_beta is None or float(dro_beta) <= 0):
         problems.append(
