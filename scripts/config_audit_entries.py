@@ -441,6 +441,7 @@ MAIN_GROUPS = [
         "multi_turn_reinforce_pp",
         context=[f"{_R}.multi_turn.enable=true", f"{_R}.agent.default_agent_loop=tool_agent",
                  f"{_R}.multi_turn.tool_config_path={{assets}}/files/tools.yaml",
+                 f"{_R}.multi_turn.function_tool_path={{assets}}/files/function_tools.py",
                  "algorithm.adv_estimator=reinforce_plus_plus"],
         keys=(f"{_R}.multi_turn.*", f"{_R}.agent.*", "algorithm.gamma"),
         values={f"{_R}.multi_turn.max_user_turns": NO_VALUE},  # no interaction: user turns come from tools
