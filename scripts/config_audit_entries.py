@@ -326,7 +326,8 @@ AUDIT_FILES = {
     ),
     "function_tools.py": (
         "from verl.tools.function_tool import function_tool\n\n\n@function_tool\n"
-        "def add(a: int, b: int) -> int:\n    \"\"\"Add two integers.\"\"\"\n    return a + b\n"
+        "def add(a: int, b: int) -> int:\n    \"\"\"Add two integers.\n\n    Args:\n        a: the first\n"
+        "        b: the second\n    \"\"\"\n    return a + b\n"
     ),
 }
 
