@@ -86,3 +86,13 @@ def test_agent_loops_on_the_trainers_engines_refuse_the_batched_generate_options
         f"{r}.ignore_eos=True", f"{r}.micro_batch_size=2", f"{r}.multi_turn.tool_timeout=5.0"
     ], problems
     assert _problems(f"{r}.name=hf", f"{r}.ignore_eos=true", f"{r}.micro_batch_size=2") == []  # one generate call
+
+
+def test_dynamic_sampling_refuses_greedy_groups_that_can_never_vary():
+    on = ["algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=acc"]
+    assert _problems(*on) == []
+    assert _problems(*on, "actor_rollout_ref.rollout.do_sample=false") == [
+        "actor_rollout_ref.rollout.do_sample=false gives every trajectory of a prompt the same tokens, so under "
+        "algorithm.filter_groups.enable=true no group's metric ever varies and generation would never fill a "
+        "batch; sample (do_sample=true) or turn dynamic sampling off"
+    ]

@@ -331,6 +331,13 @@ def _check_algorithm(cfg: DictConfig, problems: list[str]) -> None:
         problems.append(
             "algorithm.filter_groups.enable=true needs algorithm.filter_groups.metric (e.g. acc or score)"
         )
+    rollout = cfg.actor_rollout_ref.rollout
+    if algo.filter_groups.enable and not rollout.do_sample and int(rollout.n) > 1:
+        problems.append(
+            "actor_rollout_ref.rollout.do_sample=false gives every trajectory of a prompt the same tokens, so "
+            "under algorithm.filter_groups.enable=true no group's metric ever varies and generation would never "
+            "fill a batch; sample (do_sample=true) or turn dynamic sampling off"
+        )
     _check_rollout_correction(cfg, problems)
     check_reward(cfg, problems)
 
