@@ -149,5 +149,5 @@ def test_recipe_wheel_runs_its_cpu_default_outside_the_workspace(uv, wheels, tmp
         cwd=tmp_path,
     )
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows if "dapo/num_gen_batches" in r] == [1, 2], stdout[-2000:]
+    assert [r["step"] for r in rows if "train/num_gen_batches" in r] == [1, 2], stdout[-2000:]
     assert (out / "reward_curve.png").is_file()

@@ -76,7 +76,6 @@ def _base_overrides(
         "actor_rollout_ref.rollout.n=8",
         "actor_rollout_ref.rollout.temperature=1.0",
         "actor_rollout_ref.rollout.ignore_eos=true",  # fixed lengths, as in the bare and TRL steps
-        "actor_rollout_ref.rollout.dtype=float32",
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=64",
         "actor_rollout_ref.actor.strategy=fsdp2",
         "actor_rollout_ref.actor.ppo_mini_batch_size=8",  # one optimizer step per generation

@@ -11,6 +11,7 @@ returns samples as they finish (``stream_worker``).
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
@@ -209,6 +210,11 @@ class AsyncActorRolloutWorker(StreamingRolloutMixin, ActorRolloutRefWorker):
     def resume_wave(self) -> None:
         if self._wave is not None and not isinstance(self._wave, DataProto):
             self._wave.resume()
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def process_info(self) -> dict:
+        """This worker's pid, role and rank (the kill-and-resume tests find the processes to kill by it)."""
+        return {"pid": os.getpid(), "role": self.role, "rank": dist.get_rank()}
 
 
 __all__ = ["AsyncActorRolloutWorker"]

@@ -36,7 +36,7 @@ def bandit_config(tmp_path, *overrides):
     return cfg
 
 
-def make_trainer(cfg, n_train=32, n_val=12, critic=False, trainer_cls=BanditTrainer):
+def make_trainer(cfg, n_train=32, n_val=12, critic=False, trainer_cls=BanditTrainer, reward_fn=bw.bandit_reward_fn):
     mapping = {Role.ActorRollout: bw.BanditActorRolloutRef, Role.RefPolicy: bw.BanditActorRolloutRef}
     pools = {Role.ActorRollout: "global_pool", Role.RefPolicy: "global_pool"}
     if critic:
@@ -45,7 +45,7 @@ def make_trainer(cfg, n_train=32, n_val=12, critic=False, trainer_cls=BanditTrai
     rpm = ResourcePoolManager({"global_pool": [cfg.trainer.n_gpus_per_node]}, pools, use_gpu=False,
                               num_cpus_per_worker=0.1)
     trainer = trainer_cls(cfg, tokenizer=None, role_worker_mapping=mapping, resource_pool_manager=rpm,
-                          reward_fn=bw.bandit_reward_fn, val_reward_fn=bw.bandit_reward_fn,
+                          reward_fn=reward_fn, val_reward_fn=bw.bandit_reward_fn,
                           train_dataset=bw.make_prompts(n_train, seed=1), val_dataset=bw.make_prompts(n_val, seed=2),
                           collate_fn=bw.collate_rows)
     trainer.init_workers()

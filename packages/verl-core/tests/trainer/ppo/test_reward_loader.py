@@ -364,7 +364,7 @@ def test_disabled_judge_is_dropped_and_reward_model_judge_is_read(managers, judg
 def test_validation_refuses_a_custom_function_the_manager_cannot_call(managers, tmp_path):
     """Checked with the config, before Ray and before a recipe's assets: a batch scorer under a per-sample
     manager names the manager, the file and the signature it needs."""
-    from verl.trainer.config.reward_checks import check_reward
+    from verl.trainer.config.rewards import check_reward
 
     batch_fn = _write(tmp_path, """
         def compute_score(data_sources, solution_strs, ground_truths, extra_infos):

@@ -313,7 +313,10 @@ class ActorRolloutRefWorker(Worker):
         try:
             return self.rollout.generate_sequences(prompts)
         finally:
-            self.rollout.release()
+            # meta_info["more_chunks"]: the reward loop's next chunk of this round follows (no training in
+            # between), so the engine keeps its memory instead of sleeping and waking once per chunk
+            if not prompts.meta_info.get("more_chunks", False):
+                self.rollout.release()
 
     # ------------------------------------------------------------------ log-probs
     @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn("actor"))

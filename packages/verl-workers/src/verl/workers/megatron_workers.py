@@ -148,7 +148,10 @@ class ActorRolloutRefWorker(_MegatronRole):
         try:
             return self.rollout.generate_sequences(prompts)
         finally:
-            self.rollout.release()
+            # meta_info["more_chunks"]: the reward loop's next chunk of this round follows (no training in
+            # between), so the engine keeps its memory instead of sleeping and waking once per chunk
+            if not prompts.meta_info.get("more_chunks", False):
+                self.rollout.release()
 
     @register(dispatch_mode=Dispatch.MEGATRON_COMPUTE_PROTO)
     def compute_log_prob(self, data: DataProto) -> DataProto:

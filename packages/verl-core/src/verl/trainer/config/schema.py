@@ -121,6 +121,13 @@ class RewardConfig:
     reward_kwargs: dict[str, Any] = opt({}, "keyword arguments of the reward manager (open dict)")
     num_examine: int = opt(0, "decoded samples printed per batch")
     launch_reward_fn_async: bool = opt(False, "score in the background while log-probs are computed")
+    use_reward_loop: bool = opt(
+        False,
+        "the reward loop: generate in reward_loop_chunks chunks and score each chunk's samples while the next "
+        "generates (upstream: reward_model.use_reward_loop)",
+    )
+    num_workers: int = opt(8, "reward loop: samples scored at once (driver threads)")
+    reward_loop_chunks: int = opt(4, "reward loop: chunks of whole groups the step's prompts generate in")
     custom_reward_function: CustomRewardFunctionConfig = section(CustomRewardFunctionConfig)
     sandbox: dict[str, Any] = opt(
         {"name": "local", "timeout": 10.0, "memory_mb": 1024},

@@ -23,7 +23,7 @@ from verl.trainer.config.fields import ConfigError
 from verl.trainer.config.installed import check_installed
 from verl.trainer.config.lora import check_lora
 from verl.trainer.config.megatron import check_megatron, data_parallel_size
-from verl.trainer.config.reward_checks import check_reward
+from verl.trainer.config.rewards import check_reward, check_reward_scheduling
 from verl.trainer.config.scaling import check_scaling
 
 # Estimators whose baseline is the group of n samples: with n == 1 every advantage is 0.
@@ -41,6 +41,7 @@ def validate_config(cfg: DictConfig) -> None:
     _check_sizes(cfg, problems)
     _check_algorithm(cfg, problems)
     _check_trainer(cfg, problems)
+    check_reward_scheduling(cfg, problems)
     check_scaling(cfg, problems, world_size(cfg), use_critic(cfg), _reference_runs(cfg))
     check_installed(cfg, problems)
     _check_tool_call_format(cfg, problems)
@@ -318,11 +319,6 @@ def _check_algorithm(cfg: DictConfig, problems: list[str]) -> None:
             "actor_rollout_ref.actor.use_rollout_log_probs=true takes old_log_probs from the rollout, but "
             "actor_rollout_ref.rollout.calculate_log_probs=false, so the rollout returns none; set "
             "rollout.calculate_log_probs=true (or use_rollout_log_probs=false to recompute them)"
-        )
-    if cfg.reward.launch_reward_fn_async and algo.filter_groups.enable:
-        problems.append(
-            "reward.launch_reward_fn_async=true scores while the log-probs are computed, but "
-            "algorithm.filter_groups.enable=true drops groups by score before those passes; use one of them"
         )
     val_n = cfg.actor_rollout_ref.rollout.val_kwargs.n
     if int(val_n) < 1:

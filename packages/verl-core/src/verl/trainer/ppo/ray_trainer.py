@@ -32,6 +32,7 @@ from verl.trainer.ppo.metric_utils import (
 )
 from verl.trainer.ppo.pipeline import Pipeline, Stage
 from verl.trainer.ppo.progress import ProgressMixin
+from verl.trainer.ppo.reward_loop import RewardLoop
 from verl.trainer.ppo.roles import Role, naming_step
 from verl.trainer.ppo.stages import StagesMixin
 from verl.trainer.ppo.trainer_data import TrainerDataMixin
@@ -142,6 +143,14 @@ class RayPPOTrainer(TrainerDataMixin, ValidationMixin, CheckpointMixin, Progress
         if self.use_rm and Role.RewardModel not in self.role_worker_mapping:
             raise ValueError("reward.reward_model.enable=true but role_worker_mapping has no Role.RewardModel")
 
+        if config.reward.use_reward_loop:  # scores samples while the batch generates (ppo.reward_loop)
+            if self.separate_rollout_pool:
+                raise ValueError(
+                    f"reward.use_reward_loop=true is core's loop for the colocated rollout; {type(self).__name__} "
+                    "generates on a rollout pool of its own and scores each sample as it finishes already; set "
+                    "reward.use_reward_loop=false"
+                )
+            self.reward_loop = RewardLoop(reward_fn, int(config.reward.num_workers))
         algo = config.algorithm
         self.kl_ctrl_in_reward = core_algos.get_kl_controller(algo.kl_ctrl) if algo.use_kl_in_reward else None
         pad = tokenizer.pad_token_id if tokenizer is not None else None
@@ -248,6 +257,8 @@ class RayPPOTrainer(TrainerDataMixin, ValidationMixin, CheckpointMixin, Progress
         ``reward.launch_reward_fn_async`` the reward stage overlaps the log-prob and value passes (they do
         not need the scores) and is joined before the filter, which then runs after those passes; the
         batch is balanced before scoring starts, as the scored snapshot must have the final row order.
+        With ``reward.use_reward_loop`` the stages stay the same: ``gen`` generates in chunks and the reward
+        loop scores each while the next generates; ``reward`` collects the scores (``ppo.reward_loop``).
         """
         stages = [Stage("gen", self.stage_gen)]
         if self.config.algorithm.adv_estimator == "remax":
@@ -291,7 +302,10 @@ class RayPPOTrainer(TrainerDataMixin, ValidationMixin, CheckpointMixin, Progress
 
     def shutdown(self) -> None:
         """Free this run's Ray resources: removing the pools' placement groups ends the worker processes
-        scheduled in them, so the next run in the same Ray session gets its CPUs/GPUs back."""
+        scheduled in them, so the next run in the same Ray session gets its CPUs/GPUs back; and end the
+        reward loop's threads."""
+        if self.reward_loop is not None:
+            self.reward_loop.close()
         for pool in self.resource_pool_manager.resource_pool_dict.values():  # none with the local backend
             pool.remove()
 

@@ -218,7 +218,14 @@ def compute_reward(
     Returns ``(reward_tensor [N, R], reward_extra_info {key: list of N})``; the result's
     ``reward_metrics`` (e.g. the agent rewards' means) are added to ``metrics`` when given.
     """
-    result = reward_fn(data, return_dict=True)
+    return check_reward_result(data, reward_fn(data, return_dict=True), reward_fn, metrics)
+
+
+def check_reward_result(
+    data: DataProto, result: Any, reward_fn: Callable, metrics: dict | None = None
+) -> tuple[torch.Tensor, dict[str, list]]:
+    """`compute_reward`'s checks and return value for ``result``, what ``reward_fn`` returned for ``data``
+    with ``return_dict=True`` (in one pass, or assembled by the reward loop)."""
     if not isinstance(result, dict) or "reward_tensor" not in result:
         raise TypeError(
             f"reward function {reward_fn!r} returned {type(result).__name__}; with return_dict=True it must "

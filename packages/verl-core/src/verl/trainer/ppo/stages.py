@@ -9,11 +9,14 @@ in order for the config::
 
 A subclass overrides ``stage_X`` to give a stage another body, or edits the pipeline in its
 ``build_pipeline`` to insert, replace or wrap stages by name. The names are upstream's timing keys.
+With ``reward.use_reward_loop``, ``gen`` generates in chunks that the reward loop scores while the next
+chunk generates (``ppo.reward_loop``), and ``reward`` collects the scores.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections import defaultdict
 
 import numpy as np
 
@@ -21,8 +24,10 @@ from verl.protocol import DataProto
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.balance import balance_batch
 from verl.trainer.ppo.dumps import REWARD_EXTRA_KEYS
+from verl.trainer.ppo.dynamic_sampling import concat_rounds
 from verl.trainer.ppo.metric_utils import reduce_metrics
-from verl.trainer.ppo.reward import compute_reward
+from verl.trainer.ppo.reward import check_reward_result, compute_reward
+from verl.trainer.ppo.reward_loop import RewardLoop, chunk_bounds
 from verl.trainer.ppo.roles import merge_outputs
 from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
 
@@ -34,6 +39,9 @@ PROMPT_TENSOR_KEYS = ("input_ids", "attention_mask", "position_ids")
 
 class StagesMixin:
     """The stage bodies of ``RayPPOTrainer`` (expects its attributes: config, worker groups, reward_fn)."""
+
+    #: the reward loop (``reward.use_reward_loop``), else None: the reward stage scores in one pass
+    reward_loop: RewardLoop | None = None
 
     # --------------------------------------------------------------------------------- generation
     def rollout_input(self, batch: DataProto, do_sample: bool, validate: bool) -> DataProto:
@@ -47,11 +55,41 @@ class StagesMixin:
         rollout = self.config.actor_rollout_ref.rollout
         batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
         batch = batch.repeat(repeat_times=rollout.n, interleave=True)
+        if self.reward_loop is not None:
+            return self.generate_scored(batch, metrics)
         output = self.actor_rollout_wg.generate_sequences(self.rollout_input(batch, rollout.do_sample, False))
         batch.pop(batch_keys=list(PROMPT_TENSOR_KEYS))
         batch, gen_metrics = merge_outputs(batch, output)
         metrics.update(reduce_metrics(gen_metrics))
         return batch
+
+    def generate_scored(self, batch: DataProto, metrics: dict) -> DataProto:
+        """With ``reward.use_reward_loop``: generate ``batch`` (prompt rows, groups adjacent) in
+        ``reward.reward_loop_chunks`` chunks of whole groups, handing each chunk to the reward loop as soon
+        as it is generated, so its samples are scored while the next chunk generates (``ppo.reward_loop``);
+        the reward stage collects the scores. Returns the chunks' rows as one batch, in order."""
+        rollout = self.config.actor_rollout_ref.rollout
+        loop = self.reward_loop
+        loop.start()
+        chunks, gen_metrics = [], defaultdict(list)
+        bounds = chunk_bounds(len(batch) // rollout.n, rollout.n, self.config.reward.reward_loop_chunks)
+        for k, (start, end) in enumerate(bounds):
+            chunk = batch.slice(start, end)
+            gen_input = self.rollout_input(chunk, rollout.do_sample, False)
+            gen_input.meta_info["more_chunks"] = k + 1 < len(bounds)  # the engine stays awake until the last
+            loop.record("gen_start", k)
+            output = self.actor_rollout_wg.generate_sequences(gen_input)
+            loop.record("gen_end", k)
+            chunk.pop(batch_keys=list(PROMPT_TENSOR_KEYS))
+            chunk, chunk_metrics = merge_outputs(chunk, output)
+            loop.submit(chunk, k)
+            chunks.append(chunk)
+            for key, value in chunk_metrics.items():
+                gen_metrics[key].extend(value if isinstance(value, list) else [value])
+        metrics.update(reduce_metrics(dict(gen_metrics)))
+        metrics["reward_loop/chunks"] = len(chunks)
+        pad = self.tokenizer.pad_token_id if self.tokenizer is not None else 0
+        return concat_rounds(chunks, pad) if len(chunks) > 1 else chunks[0]
 
     def stage_greedy_baseline(self, batch: DataProto, metrics: dict) -> DataProto:
         """ReMax (``adv_estimator=remax``): the reward of a greedy rollout of each row's prompt, one number
@@ -85,7 +123,12 @@ class StagesMixin:
         """``reward_fn``'s scores -> ``token_level_scores``, its extra columns -> ``non_tensor_batch`` (and the
         means of the numeric ones -> ``reward_extra/<key>/mean``). The rule part of the reward stage, on its
         own for a recipe whose reward model runs in another stage."""
-        reward_tensor, extra = compute_reward(batch, self.reward_fn, metrics=metrics)
+        if self.reward_loop is not None and self.reward_loop.active:  # scored while generating
+            result = self.reward_loop.result(batch)
+            reward_tensor, extra = check_reward_result(batch, result, self.reward_fn, metrics=metrics)
+            metrics["reward_loop/overlapped_chunks"] = self.reward_loop.overlapped_chunks()
+        else:
+            reward_tensor, extra = compute_reward(batch, self.reward_fn, metrics=metrics)
         batch.batch["token_level_scores"] = reward_tensor
         batch.meta_info[REWARD_EXTRA_KEYS] = sorted(extra)  # for the rollout dump (trainer.rollout_data_dir)
         for key, values in extra.items():
