@@ -391,6 +391,8 @@ MAIN_GROUPS = [
     # a run that only validates reads no training setting (as upstream's): the base's training keys at defaults
     Group("val_only", context=["trainer.val_only=true", f"{_A}.ppo_micro_batch_size_per_gpu=4", "trainer.test_freq=-1"],
           keys=()),
+    Group("reward_loop", context=["reward.use_reward_loop=true"], keys=("reward.num_workers", "reward.reward_loop_chunks"),
+          values={"reward.reward_loop_chunks": 2}),  # chunks of whole groups: 16 prompts in 2
     Group(
         "dynamic_sampling",  # core's filter stage (DAPO's dynamic sampling): groups kept by the spread of acc
         context=["algorithm.filter_groups.enable=true", "reward.custom_reward_function.path={assets}/files/varied_reward.py"],

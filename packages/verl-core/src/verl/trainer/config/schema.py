@@ -126,8 +126,10 @@ class RewardConfig:
         "the reward loop: generate in reward_loop_chunks chunks and score each chunk's samples while the next "
         "generates (upstream: reward_model.use_reward_loop)",
     )
-    num_workers: int = opt(8, "reward loop: samples scored at once (driver threads)")
-    reward_loop_chunks: int = opt(4, "reward loop: chunks of whole groups the step's prompts generate in")
+    num_workers: int = opt(8, "reward loop: samples scored at once (driver threads)", when=when(".use_reward_loop"))
+    reward_loop_chunks: int = opt(
+        4, "reward loop: chunks of whole groups the step's prompts generate in", when=when(".use_reward_loop")
+    )
     custom_reward_function: CustomRewardFunctionConfig = section(CustomRewardFunctionConfig)
     sandbox: dict[str, Any] = opt(
         {"name": "local", "timeout": 10.0, "memory_mb": 1024},
