@@ -168,6 +168,17 @@ def test_engine_log_probs_equal_model_forward_on_mixed_batch(dist_world1, vlm_di
         torch.testing.assert_close(log_probs[i], want, atol=2e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("dtype_key", ["actor_rollout_ref.model.model_dtype", "actor_rollout_ref.actor.fsdp_config.model_dtype"])
+def test_a_bf16_model_takes_the_processors_float32_pixels(dist_world1, vlm_dir, dataset, dtype_key):
+    """The vision tower runs in the forward's dtype: bf16 weights get bf16 pixels (the processor makes float32)
+    and the log-probs stay those of the fp32 model, to bf16's precision."""
+    data = _rl_batch(dataset)
+    want, _ = _actor(vlm_dir).compute_log_prob(data)
+    got, _ = _actor(vlm_dir, f"{dtype_key}=bfloat16").compute_log_prob(data)
+    assert got.dtype == torch.float32 and torch.isfinite(got).all()
+    torch.testing.assert_close(got, want, atol=0.15, rtol=0.05)
+
+
 def test_freeze_vision_tower_trains_the_language_model_only(dist_world1, vlm_dir, dataset):
     data = _rl_batch(dataset, seed=1)
     actor = _actor(vlm_dir, "actor_rollout_ref.actor.freeze_vision_tower=true")

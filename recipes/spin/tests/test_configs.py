@@ -145,7 +145,7 @@ def test_upstreams_update_and_ties_are_the_default_and_ours_are_options():
     assert problems == [
         "algorithm.spin_update=one_step takes one optimizer step per batch (upstream: the batch's gradients "
         "accumulated), but actor_rollout_ref.actor.ppo_mini_batch_size=8 with data.train_batch_size=16 and "
-        "ppo_epochs=1 make 2 steps; set ppo_mini_batch_size=16 and ppo_epochs=1, or algorithm.spin_update=mini_batches"
+        "actor_rollout_ref.actor.ppo_epochs=1 make 2 steps; set ppo_mini_batch_size=16 and ppo_epochs=1, or algorithm.spin_update=mini_batches"
     ]
     assert not spin_problems(load_spin_config(RECIPE.with_default_config([*several, "algorithm.spin_update=mini_batches"])))
     text = "\n".join(spin_problems(load_spin_config(RECIPE.with_default_config(
@@ -154,3 +154,24 @@ def test_upstreams_update_and_ties_are_the_default_and_ours_are_options():
     assert "algorithm.spin_update='often' is not one of: one_step, mini_batches" in text
     ok = load_spin_config(RECIPE.with_default_config(["algorithm.spin_mode=reward", "actor_rollout_ref.rollout.n=8", "algorithm.spin_ties=drop"]))
     assert not spin_problems(ok)
+
+
+@pytest.mark.parametrize(
+    "override, problem",
+    [
+        ("actor_rollout_ref.ref.fsdp_config.param_offload=true",
+         "actor_rollout_ref.ref.fsdp_config.param_offload=true means nothing on CPU"),
+        ("actor_rollout_ref.ref.ulysses_sequence_parallel_size=2",
+         "actor_rollout_ref.ref.ulysses_sequence_parallel_size=2 is implemented for strategy fsdp2"),
+        ("actor_rollout_ref.actor.use_dynamic_bsz=true",  # with use_remove_padding=true, set below
+         "actor_rollout_ref.actor.use_dynamic_bsz=true with model.use_remove_padding packs micro-batches"),
+    ],
+)
+def test_settings_the_workers_refuse_are_refused_before_ray(override, problem):
+    """The DPO loss runs the reference (the schema opens its section): its settings are checked as the
+    actor's are; token-budget micro-batches would split the pairs. At validation, not in a worker."""
+    argv = RECIPE.with_default_config([*PATHS, "actor_rollout_ref.actor.strategy=fsdp",
+                                       "actor_rollout_ref.model.use_remove_padding=true", override])
+    with pytest.raises(ConfigError) as e:
+        validate_spin_config(load_spin_config(argv))
+    assert any(p.startswith(problem) for p in e.value.problems), e.value.problems

@@ -32,7 +32,6 @@ def _cfg(*overrides):
             "actor_rollout_ref.rollout.n=2",
             "actor_rollout_ref.actor.ppo_mini_batch_size=4",
             "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
-            "critic.ppo_micro_batch_size_per_gpu=2",
             *overrides,
         ]
     )

@@ -63,7 +63,8 @@ def test_built_in_fills_unset_keys_after_the_config_is_checked(recipe_dir, tmp_p
     r = Recipe(name="r", module_file=module, cpu_configs=("cpu.yaml",), built_in=built_in, absolute_paths=(key,))
     out = tmp_path / "out"
     with ExitStack() as stack:
-        cfg = r.load_config([f"trainer.default_local_dir={out}", f"{key}=tools.yaml"], stack)
+        cfg = r.load_config([f"trainer.default_local_dir={out}", "actor_rollout_ref.rollout.multi_turn.enable=true",
+                             f"{key}=tools.yaml"], stack)  # fmt: skip
         assert seen["stack"] is stack
     assert seen["unset"] == ["data.train_files", "actor_rollout_ref.model.path"]
     assert seen["root"] == out.resolve() / "assets"

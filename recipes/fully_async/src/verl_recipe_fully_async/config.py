@@ -40,7 +40,15 @@ import math
 from dataclasses import dataclass, field
 
 from omegaconf import DictConfig, OmegaConf
-from verl.trainer.config import PPOTrainerConfig, load_config
+from verl.trainer.config import (
+    ActorRolloutRefConfig,
+    DataConfig,
+    PPOTrainerConfig,
+    TrainerConfig,
+    load_config,
+    opt,
+    ref,
+)
 from verl.trainer.recipe_runner import validate_with
 
 from verl_recipe_fully_async.weight_transfer import TRANSPORTS
@@ -69,9 +77,28 @@ class AsyncTrainingConfig:
 
 
 @dataclass
+class AsyncDataConfig(DataConfig):
+    gen_batch_size: int = opt(ref("data.train_batch_size"), "prompts the rollout pool decodes together (a wave)")
+
+
+@dataclass
+class AsyncTrainerSection(TrainerConfig):
+    progress_bar: bool = opt(False, "show a progress bar", refused="the asynchronous trainer logs each step; it draws no progress bar")
+
+
+@dataclass
+class AsyncActorRolloutRefConfig(ActorRolloutRefConfig):
+    # core refuses false (its loop is colocated); here false is required (`async_problems`)
+    hybrid_engine: bool = opt(True, "actor and rollout share workers; false: the rollout on a pool of its own")
+
+
+@dataclass
 class FullyAsyncPPOConfig(PPOTrainerConfig):
     """Core's trainer config plus the rollout pool and the asynchronous-training settings."""
 
+    data: AsyncDataConfig = field(default_factory=AsyncDataConfig)
+    actor_rollout_ref: AsyncActorRolloutRefConfig = field(default_factory=AsyncActorRolloutRefConfig)
+    trainer: AsyncTrainerSection = field(default_factory=AsyncTrainerSection)
     rollout: RolloutPoolConfig = field(default_factory=RolloutPoolConfig)
     async_training: AsyncTrainingConfig = field(default_factory=AsyncTrainingConfig)
 

@@ -31,13 +31,13 @@ from omegaconf import DictConfig
 from verl.trainer.config import (
     AlgoConfig,
     DataConfig,
+    FSDPEngineConfig,
     OptimizerConfig,
     PPOTrainerConfig,
     RewardConfig,
     RewardModelConfig,
     RewardModelModelConfig,
     load_config,
-    resolve_device,
     tokenizer_path,
     world_size,
 )
@@ -82,6 +82,7 @@ class PRIMERewardModelModelConfig(RewardModelModelConfig):
     override_config: dict[str, Any] = field(default_factory=dict)
     enable_gradient_checkpointing: bool = _ref("actor_rollout_ref.model.enable_gradient_checkpointing")
     model_dtype: str = _ref("actor_rollout_ref.model.model_dtype")
+    fsdp_config: FSDPEngineConfig = field(default_factory=FSDPEngineConfig)  # the PRM is trained: an optimizer
     ref_type: str = "freeze"  # the reference is a frozen copy of the initial PRM
     update: str = "before"  # before: train then score (two forwards); after: score in the training forward
     beta_train: float = 0.05
@@ -278,15 +279,7 @@ def _prm_problems(cfg: DictConfig) -> list[str]:
         )
     else:
         problems += _prm_size_problems(cfg)
-    if resolve_device(cfg) == "cpu":
-        on = [
-            f for f in ("param_offload", "optimizer_offload", "offload_policy") if bool(model.fsdp_config[f])
-        ]
-        if on:
-            problems.append(
-                f"reward.reward_model.model.fsdp_config.{'/'.join(on)}=true means nothing on CPU; set them to false"
-            )
-    return problems
+    return problems  # offload flags on CPU: core's validation checks the reward model's fsdp_config
 
 
 def _prm_size_problems(cfg: DictConfig) -> list[str]:

@@ -25,6 +25,7 @@ key is still an error before anything starts. Keys (upstream's names where upstr
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from omegaconf import DictConfig
 from verl.trainer.config import (
@@ -32,6 +33,7 @@ from verl.trainer.config import (
     ActorRolloutRefConfig,
     AlgoConfig,
     PPOTrainerConfig,
+    RefConfig,
     TrainerConfig,
     load_config,
     world_size,
@@ -50,8 +52,14 @@ class SPINActorConfig(ActorConfig):
 
 
 @dataclass
+class SPINRefConfig(RefConfig):
+    READ_WHEN: ClassVar[None] = None  # the DPO loss needs the reference whatever the KL keys say
+
+
+@dataclass
 class SPINActorRolloutRefConfig(ActorRolloutRefConfig):
     actor: SPINActorConfig = field(default_factory=SPINActorConfig)
+    ref: SPINRefConfig = field(default_factory=SPINRefConfig)
 
 
 @dataclass
@@ -138,7 +146,7 @@ def spin_problems(cfg: DictConfig) -> list[str]:
             problems.append(
                 "algorithm.spin_update=one_step takes one optimizer step per batch (upstream: the batch's "
                 f"gradients accumulated), but actor_rollout_ref.actor.ppo_mini_batch_size={mini} with "
-                f"data.train_batch_size={batch} and ppo_epochs={actor.ppo_epochs} make "
+                f"data.train_batch_size={batch} and actor_rollout_ref.actor.ppo_epochs={actor.ppo_epochs} make "
                 f"{-(-batch // mini) * int(actor.ppo_epochs)} steps; set ppo_mini_batch_size={batch} and "
                 "ppo_epochs=1, or algorithm.spin_update=mini_batches"
             )
@@ -146,6 +154,12 @@ def spin_problems(cfg: DictConfig) -> list[str]:
         problems.append(
             "trainer.balance_batch=true reorders rows across workers, which separates SPIN's "
             "(chosen, rejected) pairs; set it to false"
+        )
+    if actor.use_dynamic_bsz and cfg.actor_rollout_ref.model.use_remove_padding:
+        problems.append(
+            "actor_rollout_ref.actor.use_dynamic_bsz=true with model.use_remove_padding packs micro-batches by a "
+            "token budget, which regroups rows freely and separates SPIN's (chosen, rejected) pairs (the worker "
+            "refuses it at the first update); set it to false"
         )
     if algo.use_kl_in_reward:
         problems.append(

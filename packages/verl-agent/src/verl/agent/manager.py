@@ -210,8 +210,9 @@ class AgentLoopManager:
             "input_ids": torch.cat([prompts, responses], dim=1),
             "attention_mask": attention_mask,
             "position_ids": position_ids,
-            "rollout_log_probs": log_probs,
         }
+        if self.config.calculate_log_probs:  # as the plain rollouts: the sampling log-probs only when asked for
+            tensors["rollout_log_probs"] = log_probs
         if all(o.response_versions is not None for o in outputs):
             versions = torch.full((n, r), -1, dtype=torch.long)
             for i, o in enumerate(outputs):

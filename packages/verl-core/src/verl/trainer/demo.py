@@ -110,7 +110,6 @@ def rl_args(model: str, data: dict, out: Path, steps: int, workers: int, model_d
         f"actor_rollout_ref.rollout.n={n}", "actor_rollout_ref.rollout.temperature=1.0",
         f"actor_rollout_ref.actor.ppo_mini_batch_size={prompts}",
         f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={prompts * n // workers}",
-        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={prompts * n // workers}",
         f"actor_rollout_ref.actor.optim.lr={lr}", "actor_rollout_ref.actor.optim.weight_decay=0.0",
         "actor_rollout_ref.actor.use_kl_loss=false", "actor_rollout_ref.actor.entropy_coeff=0.0",
         # one PPO epoch over one mini-batch from the weights that sampled: the rollout's log-probs are

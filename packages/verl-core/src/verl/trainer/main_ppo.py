@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import os
 
-from verl.trainer.config import ConfigError, config_to_yaml, load_config, validate_config
+from omegaconf import DictConfig
+
+from verl.trainer.config import config_to_yaml, load_config, validate_config
 from verl.trainer.ppo.run import (
     build_resource_pool_manager,
     build_role_worker_mapping,
@@ -35,6 +37,7 @@ __all__ = [
     "load_tokenizer",
     "ray_init_kwargs",
     "run_ppo",
+    "checked_config",
     "main",
 ]
 
@@ -47,6 +50,13 @@ def main(argv: list[str] | None = None) -> None:
     run_cli(argv, prog="verl-ppo", main=_train, about=__doc__)
 
 
+def checked_config(args: list[str]) -> DictConfig:
+    """``main_ppo``'s config from its arguments: loaded and validated (then read-only), before Ray starts."""
+    config = load_config(args)
+    validate_config(config)
+    return config
+
+
 def _train(args: list[str]) -> None:
     reuse_driver_env_for_workers()
     from verl.trainer.ppo.ray_trainer import NothingToTrainError
@@ -57,8 +67,7 @@ def _train(args: list[str]) -> None:
 
         demo_main([])
         return
-    config = load_config(args)
-    validate_config(config)
+    config = checked_config(args)
     # Hydra's run directory (hydra.run.dir=...): its .hydra/config.yaml and overrides.yaml, as upstream's
     # @hydra.main writes them (load_config refused every hydra.* setting it does not read)
     from verl.trainer.config.hydra_run import split_hydra, write_run_dir
@@ -66,14 +75,6 @@ def _train(args: list[str]) -> None:
     run_dir = write_run_dir(split_hydra(args)[1], config_to_yaml(config))
     if run_dir is not None:
         print(f"hydra run directory: {os.path.abspath(run_dir)}", flush=True)
-    if not config.actor_rollout_ref.hybrid_engine:
-        # refused here, before Ray starts (the trainer refuses it too, for code that builds one directly)
-        raise ConfigError(
-            [
-                "actor_rollout_ref.hybrid_engine=false puts the rollout on a pool of its own, which main_ppo's "
-                "colocated loop does not do; use the asynchronous trainers of recipes/fully_async"
-            ]
-        )
     try:
         run_ppo(config)
     except NothingToTrainError as e:

@@ -321,8 +321,11 @@ def test_checkpoint_kl_controller_and_validation_sample_checks():
     problems = _problems(
         [
             "trainer.max_actor_ckpt_to_keep=0",
+            "trainer.save_freq=5",
+            "algorithm.use_kl_in_reward=true",
             "algorithm.kl_ctrl.type=adaptive",
             "algorithm.kl_ctrl.target_kl=0",
+            "data.val_files=val.parquet",
             "actor_rollout_ref.rollout.val_kwargs.n=0",
             "trainer.resume_mode=resume_path",
         ]
@@ -360,6 +363,7 @@ def test_offload_flags_are_rejected_before_workers_start_on_cpu():
         validate_config(load_config([*REQUIRED, "trainer.device=cpu",
                                      "actor_rollout_ref.actor.fsdp_config.param_offload=true",
                                      "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true",
+                                     "actor_rollout_ref.actor.use_kl_loss=true",
                                      "actor_rollout_ref.ref.fsdp_config.offload_policy=true"]))
     problems = ei.value.problems
     assert len(problems) == 2

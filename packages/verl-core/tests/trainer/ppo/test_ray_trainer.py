@@ -23,7 +23,9 @@ def bandit_config(tmp_path, *overrides):
         "data.train_batch_size=8", "data.max_prompt_length=3", "data.max_response_length=3",
         "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
-        "actor_rollout_ref.actor.optim.lr=0.2", "critic.optim.lr=0.2", "critic.model.path=unused",
+        # the estimator is named, so the critic's settings stay for the tests that turn on GAE
+        "algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.optim.lr=0.2", "critic.optim.lr=0.2",
+        "critic.model.path=unused",
         "critic.ppo_micro_batch_size_per_gpu=4",
         "trainer.device=cpu", "trainer.nnodes=1", "trainer.n_gpus_per_node=2",
         "trainer.logger=[console,jsonl]", "trainer.project_name=bandit", "trainer.progress_bar=false",

@@ -144,7 +144,8 @@ class ActorRolloutRefWorker(Worker):
         self._is_ref = role in ("actor_rollout_ref", "ref")
         self.ppo_mini_batch_size_per_rank: int | None = None
         _register_sp_mesh(self, "actor", _sp_size(config.get("actor")))
-        _register_sp_mesh(self, "ref", _sp_size(config.get("ref")))
+        if self._is_ref:  # a worker without the reference leaves its section alone
+            _register_sp_mesh(self, "ref", _sp_size(config.get("ref")))
         if self._is_actor:
             self.ppo_mini_batch_size_per_rank = per_rank_size(
                 config.actor.ppo_mini_batch_size,

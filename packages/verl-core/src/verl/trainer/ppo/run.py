@@ -16,7 +16,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from verl.trainer.config import config_to_yaml, resolve_device, tokenizer_path
+from verl.trainer.config import ConfigError, config_to_yaml, resolve_device, tokenizer_path
 from verl.trainer.config import use_critic as _use_critic
 from verl.trainer.config import use_reference_policy as _use_ref
 from verl.trainer.distillation.teacher_pool import teacher_resource_pools, teacher_roles
@@ -93,12 +93,18 @@ def build_resource_pool_manager(config: DictConfig, mapping: dict):
     return ResourcePoolManager(spec, pools, use_gpu=use_gpu, num_cpus_per_worker=cpus)
 
 
+def _trust_tokenizer_code(config: DictConfig) -> bool:
+    """The tokenizer's and processor's own code from their folder: upstream's ``data.trust_remote_code``, or the
+    model's ``trust_remote_code`` (the tokenizer lives with the model by default)."""
+    return bool(config.data.trust_remote_code) or bool(config.actor_rollout_ref.model.trust_remote_code)
+
+
 def load_tokenizer(config: DictConfig):
     """The tokenizer through verl-workers' registered loader (core never imports transformers)."""
     from verl.trainer.model_builders import load_tokenizer as _load
 
     tokenizer = _load(
-        tokenizer_path(config), trust_remote_code=bool(config.actor_rollout_ref.model.trust_remote_code)
+        tokenizer_path(config), trust_remote_code=_trust_tokenizer_code(config)
     )
     template = config.actor_rollout_ref.model.custom_chat_template
     if template is not None:
@@ -112,7 +118,7 @@ def load_processor(config: DictConfig):
     from verl.trainer.model_builders import load_processor as _load
 
     return _load(
-        tokenizer_path(config), trust_remote_code=bool(config.actor_rollout_ref.model.trust_remote_code)
+        tokenizer_path(config), trust_remote_code=_trust_tokenizer_code(config)
     )
 
 
@@ -168,9 +174,22 @@ def build_trainer(
 
 
 def run_ppo(config: DictConfig, **build_kwargs: Any) -> dict[str, float]:
-    """Start Ray (unless running), record the config next to the outputs, train, say where things went."""
+    """Start Ray (unless running), record the config next to the outputs, train, say where things went.
+
+    The driver's own parts (tokenizer, reward managers) are built first, so what their options get wrong
+    (an option the reward manager does not take, overlong shaping without the dapo manager) is reported
+    before Ray starts."""
     reuse_driver_env_for_workers()
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
     from verl.utils.checkpoint import atomic_write_text
+
+    trainer_cls = build_kwargs.get("trainer_cls") or RayPPOTrainer
+    if not config.actor_rollout_ref.hybrid_engine and not trainer_cls.separate_rollout_pool:
+        raise ConfigError([  # the trainer refuses it too, but only once Ray runs
+            "actor_rollout_ref.hybrid_engine=false puts the rollout on a pool of its own, which this trainer's "
+            "colocated loop does not do; use the asynchronous trainers of recipes/fully_async"
+        ])
+    build_kwargs = _driver_parts(config, build_kwargs)
 
     if config.trainer.worker_backend == "local":
         # no Ray: the worker runs in this process, which need not have Ray installed at all
@@ -192,6 +211,21 @@ def run_ppo(config: DictConfig, **build_kwargs: Any) -> dict[str, float]:
         trainer.shutdown()
     _print_outputs(config, metrics)
     return metrics
+
+
+def _driver_parts(config: DictConfig, build_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``build_kwargs`` with the tokenizer and the reward managers made where not given (as `build_trainer`
+    would make them)."""
+    from verl.trainer.ppo.reward import load_reward_manager
+
+    kwargs = dict(build_kwargs)
+    if kwargs.get("tokenizer") is None:
+        kwargs["tokenizer"] = load_tokenizer(config)
+    if kwargs.get("reward_fn") is None:
+        kwargs["reward_fn"] = load_reward_manager(config, kwargs["tokenizer"], num_examine=config.reward.num_examine)
+    if kwargs.get("val_reward_fn") is None and config.data.val_files:
+        kwargs["val_reward_fn"] = load_reward_manager(config, kwargs["tokenizer"], num_examine=1)
+    return kwargs
 
 
 def _start_ray(config: DictConfig) -> None:

@@ -268,8 +268,10 @@ class StagesMixin:
         return batch
 
     def stage_update_actor(self, batch: DataProto, metrics: dict) -> DataProto:
-        """One actor update on the batch, once ``trainer.critic_warmup`` steps have passed."""
-        if self.global_steps > self.config.trainer.critic_warmup:
+        """One actor update on the batch, once ``trainer.critic_warmup`` steps have passed (with a critic: the
+        warm-up trains it alone; without one the key is accepted only where the config turns the critic off
+        itself, and nothing is warmed up, so the actor trains from the first step)."""
+        if not self.use_critic or self.global_steps > self.config.trainer.critic_warmup:
             output = self.actor_rollout_wg.update_actor(batch)
             metrics.update(reduce_metrics(output.meta_info.get("metrics", {})))
         return batch

@@ -20,7 +20,8 @@ class TrainerDataMixin:
         from verl.utils.dataset import create_rl_dataloader  # the dataset helper's stateful loader
 
         return create_rl_dataloader(dataset, batch_size=batch_size, shuffle=shuffle, seed=seed,
-                                    collate_fn=collate_fn, drop_last=drop_last, sampler=sampler)
+                                    collate_fn=collate_fn, drop_last=drop_last, sampler=sampler,
+                                    num_workers=int(self.config.data.dataloader_num_workers))
 
     def create_dataloader(self, train_dataset: Any, val_dataset: Any, collate_fn: Any, train_sampler: Any) -> None:
         """Build the resumable train loader and the val loader; compute the total step count once."""

@@ -13,7 +13,9 @@ from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logit
 def load_hf_model(model_config: Any, model_type: str, dtype: torch.dtype) -> torch.nn.Module:
     """``from_pretrained(model_config.path)`` as a causal LM, or for ``value`` as a token classifier
     with one label (a causal-LM checkpoint loads too: the backbone is reused, the head is new).
-    ``dtype``: what to load the weights in (``fsdp_config.model_dtype``, see ``engine.precision``)."""
+    ``dtype``: what to load the weights in (``fsdp_config.model_dtype``, see ``engine.precision``).
+    ``model.external_lib`` (a module name) is imported first: it registers a custom architecture."""
+    import_external_lib(model_config)
     from transformers import (
         AutoConfig,
         AutoModelForCausalLM,
@@ -59,6 +61,14 @@ def load_hf_model(model_config: Any, model_type: str, dtype: torch.dtype) -> tor
         else:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     return model
+
+
+def import_external_lib(model_config: Any) -> None:
+    """Import ``model_config.external_lib`` when set (upstream's key: a module that registers a model)."""
+    import importlib
+
+    if "external_lib" in model_config and model_config.external_lib:
+        importlib.import_module(str(model_config.external_lib))
 
 
 def is_vision_language(hf_config: Any) -> bool:

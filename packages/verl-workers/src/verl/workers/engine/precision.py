@@ -108,14 +108,18 @@ class ComputeCast:
             m.register_forward_hook(self._restore, always_call=True)
         _CASTS[module] = self
 
-    def _cast(self, module: nn.Module, args: Any) -> None:
+    def _cast(self, module: nn.Module, args: Any) -> Any:
         if self._held:
-            return
+            return None
         masters = {n: p for n, p in module._parameters.items() if p is not None}
         self._masters[module] = masters
         for name, p in masters.items():
             # the torch-blessed way to put a non-leaf tensor in a parameter slot (torch.func does it too)
             module._parameters[name] = p.to(self.dtype)
+        # Its floating inputs too: a parent that casts them to a child's weight dtype outside the child's
+        # forward (Qwen2-VL's patch embedding reads proj.weight.dtype) saw the fp32 master; under FSDP2 every
+        # weight is in the compute dtype there
+        return tuple(a.to(self.dtype) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args)
 
     def _restore(self, module: nn.Module, args: Any, output: Any) -> None:
         masters = self._masters.pop(module, None)
