@@ -97,6 +97,13 @@ def interpolation_targets(key: str, default: Any) -> list[str]:
     return out
 
 
+def _has_interpolation(default: Any) -> bool:
+    """Whether an open dict's default holds an interpolation at some depth (a teacher's mirrors)."""
+    if isinstance(default, dict):
+        return any(_has_interpolation(v) for v in default.values())
+    return isinstance(default, str) and "${" in default
+
+
 def resolved_defaults(schema: type, cfg: DictConfig) -> dict[str, Any]:
     """{leaf path: the schema's default, interpolations resolved against ``cfg``} (open dicts descended)."""
     from verl.trainer.config import schema_fields
@@ -106,7 +113,7 @@ def resolved_defaults(schema: type, cfg: DictConfig) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, info in schema_fields(schema).items():
         default = info.default
-        if interpolation_targets(key, default):
+        if interpolation_targets(key, default) or (isinstance(default, dict) and _has_interpolation(default)):
             kept = OmegaConf.select(live, key)
             OmegaConf.update(live, key, default, merge=False)
             default = OmegaConf.select(live, key)

@@ -394,6 +394,15 @@ MAIN_GROUPS = [
     Group("reward_loop", context=["reward.use_reward_loop=true"], keys=("reward.num_workers", "reward.reward_loop_chunks"),
           values={"reward.reward_loop_chunks": 2}),  # chunks of whole groups: 16 prompts in 2
     Group(
+        "distillation",  # on-policy distillation: the demo model as its own teacher on a pool of one worker
+        context=["distillation.enabled=true", "distillation.nnodes=1", "distillation.n_gpus_per_node=1",
+                 "distillation.teacher_models.teacher_model.model_path=${actor_rollout_ref.model.path}",
+                 "distillation.teacher_models.teacher_model.inference.name=hf",
+                 "distillation.teacher_models.teacher_model.inference.tensor_model_parallel_size=1",
+                 "distillation.distillation_loss.loss_mode=jsd_topk", "distillation.distillation_loss.use_task_rewards=true"],
+        keys=("distillation.distillation_loss.*", "distillation.teacher_key"),
+    ),
+    Group(
         "dynamic_sampling",  # core's filter stage (DAPO's dynamic sampling): groups kept by the spread of acc
         context=["algorithm.filter_groups.enable=true", "reward.custom_reward_function.path={assets}/files/varied_reward.py"],
         keys=("algorithm.filter_groups.*", "data.gen_batch_size"),

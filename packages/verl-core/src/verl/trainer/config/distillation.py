@@ -23,7 +23,9 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from verl.trainer.config.fields import ConfigError, opt, section
+from verl.trainer.config.fields import ConfigError, opt, section, when
+
+_ON = when("distillation.enabled")  # every other key of the section is read only with the teachers on
 
 
 def _rollout(key: str) -> str:
@@ -37,9 +39,11 @@ class DistillationLossConfig:
 
     loss_mode: str = opt("k3", "divergence: k1|kl, k2|mse, k3|low_var_kl, abs (reverse KL estimated on the "
                                  "sampled token), forward_kl_topk, jsd_topk (over the teacher's top-k)")
-    topk: int = opt(32, "teacher log-probs kept per token for forward_kl_topk / jsd_topk")
+    topk: int = opt(32, "teacher log-probs kept per token for forward_kl_topk / jsd_topk",
+                    when=when(".loss_mode", "forward_kl_topk", "jsd_topk"))
     use_task_rewards: bool = opt(True, "add the task's policy loss (outcome reward) to the distillation term")
-    distillation_loss_coef: float = opt(1.0, "weight of the distillation term when use_task_rewards")
+    distillation_loss_coef: float = opt(1.0, "weight of the distillation term when use_task_rewards",
+                                        when=when(".use_task_rewards"))
     loss_max_clamp: float | None = opt(None, "clamp the per-token divergence to [-c, c] (null: no clamp)")
     log_prob_min_clamp: float | None = opt(None, "floor of the top-k log-probs of both models (null: none)")
     use_policy_gradient: bool = opt(False, "the negative divergence is a dense per-token reward through "
@@ -48,7 +52,8 @@ class DistillationLossConfig:
     clip_ratio: float = opt(0.2, "PPO clip of the policy-gradient variant")
     clip_ratio_low: float = opt(0.2, "lower PPO clip of the policy-gradient variant")
     clip_ratio_high: float = opt(0.2, "upper PPO clip of the policy-gradient variant")
-    jsd_beta: float = opt(0.5, "jsd_topk: mixture weight b of GKD's generalised JSD (0: forward KL, 1: reverse KL)")
+    jsd_beta: float = opt(0.5, "jsd_topk: mixture weight b of GKD's generalised JSD (0: forward KL, 1: reverse KL)",
+                          when=when(".loss_mode", "jsd_topk"))
     lmbda: float = opt(1.0, "GKD's on-policy fraction: the other rows train on reward_model.ground_truth as "
                               "the response (supervised losses only)")
 
@@ -111,14 +116,14 @@ class DistillationConfig:
     """``distillation``: on-policy distillation (the student samples, frozen teachers give log-probs)."""
 
     enabled: bool = opt(False, "train the actor on the teachers' log-probs of its own samples")
-    n_gpus_per_node: int = opt(8, "teacher pool: workers per node")
-    nnodes: int = opt(0, "teacher pool: nodes")
+    n_gpus_per_node: int = opt(8, "teacher pool: workers per node", when=_ON)
+    nnodes: int = opt(0, "teacher pool: nodes", when=_ON)
     teacher_models: dict[str, Any] = opt(
         {"teacher_model": dataclasses.asdict(TeacherModelConfig())},
         "named teachers (open dict: +distillation.teacher_models.<name>.model_path=...)",
     )
-    teacher_key: str = opt("data_source", "row column whose value picks the teacher (several teachers)")
-    distillation_loss: DistillationLossConfig = section(DistillationLossConfig)
+    teacher_key: str = opt("data_source", "row column whose value picks the teacher (several teachers)", when=_ON)
+    distillation_loss: DistillationLossConfig = section(DistillationLossConfig, when=_ON)
 
 
 #: inference keys of vLLM/SGLang that the training-engine teacher does not read (accepted at these values)
