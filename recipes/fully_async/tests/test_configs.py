@@ -96,6 +96,11 @@ def test_cpu_defaults_validate():
         ("rollout.total_rollout_steps=40", "total_rollout_steps=40 prompts must be a positive multiple of"),
         ("algorithm.filter_groups.enable=true", "filter_groups.enable=true is not supported by this recipe"),
         ("trainer.worker_backend=local", "worker_backend=local: two resource pools need Ray"),
+        (
+            "distillation.enabled=true distillation.nnodes=1 distillation.n_gpus_per_node=1 "
+            "distillation.teacher_models.teacher_model.model_path=/models/teacher",
+            "distillation.enabled=true: this recipe starts its own worker pools",
+        ),
     ],
 )
 def test_bad_settings_are_refused_naming_the_key(override, needle):

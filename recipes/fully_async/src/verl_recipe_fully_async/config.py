@@ -159,6 +159,11 @@ def async_problems(cfg: DictConfig) -> list[str]:
         )
     if cfg.trainer.worker_backend != "ray":
         p.append(f"trainer.worker_backend={cfg.trainer.worker_backend}: two resource pools need Ray; use ray")
+    if cfg.get("distillation") is not None and cfg.distillation.enabled:
+        p.append(
+            "distillation.enabled=true: this recipe starts its own worker pools (rollouter and trainer) and no "
+            "teacher pool; run on-policy distillation with main_ppo (verl.trainer.main_ppo)"
+        )
     for key in ("nnodes", "n_gpus_per_node"):
         if int(cfg.rollout[key]) < 1:
             p.append(f"rollout.{key}={cfg.rollout[key]} must be >= 1")
