@@ -82,6 +82,8 @@ def test_agent_loops_on_the_trainers_engines_refuse_the_batched_generate_options
     r = "actor_rollout_ref.rollout"
     multi_turn = [f"{r}.multi_turn.enable=true", f"{r}.name=hf"]
     problems = _problems(*multi_turn, f"{r}.ignore_eos=true", f"{r}.micro_batch_size=2", f"{r}.multi_turn.tool_timeout=5")
+    # (verl-core's own environment also lacks verl-agent's default tool-call format: that problem is not ours here)
+    problems = [p for p in problems if "unknown tool-call format" not in p]
     assert sorted(p.split(" is read only when ")[0] for p in problems) == [
         f"{r}.ignore_eos=True", f"{r}.micro_batch_size=2", f"{r}.multi_turn.tool_timeout=5.0"
     ], problems
