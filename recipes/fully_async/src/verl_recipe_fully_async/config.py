@@ -49,6 +49,7 @@ from verl.trainer.config import (
     opt,
     ref,
 )
+from verl.trainer.config.distillation import distillation_enabled
 from verl.trainer.recipe_runner import validate_with
 
 from verl_recipe_fully_async.weight_transfer import TRANSPORTS
@@ -159,7 +160,7 @@ def async_problems(cfg: DictConfig) -> list[str]:
         )
     if cfg.trainer.worker_backend != "ray":
         p.append(f"trainer.worker_backend={cfg.trainer.worker_backend}: two resource pools need Ray; use ray")
-    if cfg.get("distillation") is not None and cfg.distillation.enabled:
+    if distillation_enabled(cfg):
         p.append(
             "distillation.enabled=true: this recipe starts its own worker pools (rollouter and trainer) and no "
             "teacher pool; run on-policy distillation with main_ppo (verl.trainer.main_ppo)"

@@ -9,6 +9,8 @@ import os
 
 from omegaconf import DictConfig
 
+from verl.trainer.config.distillation import distillation_enabled
+
 __all__ = ["check_reward", "check_reward_scheduling"]
 
 
@@ -44,11 +46,10 @@ def check_reward_scheduling(cfg: DictConfig, problems: list[str]) -> None:
             "reward.use_reward_loop=true scores samples apart, but reward.reward_manager=batch calls its scorer "
             "once with the whole batch; use naive, dapo or prime, or reward.use_reward_loop=false"
         )
-    distill = cfg.get("distillation")
-    if distill is not None and distill.enabled and float(distill.distillation_loss.lmbda) < 1.0:
+    if distillation_enabled(cfg) and float(cfg.distillation.distillation_loss.lmbda) < 1.0:
         problems.append(
             "reward.use_reward_loop=true scores each sample as it is generated, but "
-            f"distillation.distillation_loss.lmbda={distill.distillation_loss.lmbda} < 1 replaces some rows' "
+            f"distillation.distillation_loss.lmbda={cfg.distillation.distillation_loss.lmbda} < 1 replaces some rows' "
             "responses with their targets after generation (the gkd_mix stage), so those scores would be of "
             "the discarded responses; set reward.use_reward_loop=false or lmbda=1"
         )

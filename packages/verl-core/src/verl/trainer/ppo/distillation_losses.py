@@ -142,8 +142,7 @@ def forward_kl_topk(
     """sum_k p_T(k) (log p_T(k) - log p_S(k)) over the teacher's top-k tokens, clamped at 0."""
     student = _clamped(student_topk_log_probs.float(), config)
     teacher = _clamped(teacher_log_probs.float(), config)
-    per_token = (teacher.exp() * (teacher - student)).sum(-1).clamp_min(0.0)
-    return per_token, _masses(student, teacher, response_mask)
+    return _kl(teacher, student).clamp_min(0.0), _masses(student, teacher, response_mask)
 
 
 def _with_tail(log_probs: torch.Tensor) -> torch.Tensor:
