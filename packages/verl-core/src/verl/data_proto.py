@@ -31,6 +31,7 @@ from verl.protocol_support import (
     _to_tensor_batch,
     check_consistency,
     make_row_iterator,
+    unfold_column_chunks,
 )
 from verl.utils.batch_merge import (
     DataProtoCheckError,
@@ -488,34 +489,3 @@ class DataProto:
 
     def __setstate__(self, state) -> None:
         self.batch, self.non_tensor_batch, self.meta_info = state
-
-
-def unfold_column_chunks(data: DataProto, n_split: int, split_keys: list[str] | None = None) -> DataProto:
-    """Row i becomes n_split rows: the second dim of each ``split_keys`` entry is cut into n_split
-    chunks (chunk j goes to row i * n_split + j); every other key is repeated n_split times. With
-    ``split_keys=None`` every key is repeated (``DataProto.unfold_column_chunks``)."""
-    if not isinstance(n_split, int) or n_split < 1:
-        raise ValueError(f"unfold_column_chunks: n_split must be a positive int, got {n_split!r}")
-    keys = set(split_keys or [])
-    known = set(data.batch.keys() if data.batch is not None else []) | set(data.non_tensor_batch)
-    if keys - known:
-        raise KeyError(f"unfold_column_chunks: split_keys {sorted(keys - known)} not in the data; keys: {sorted(known)}")
-
-    def unfold(key: str, value):
-        if key not in keys:
-            if isinstance(value, torch.Tensor):
-                return value.repeat_interleave(n_split, dim=0)
-            return np.repeat(value, n_split, axis=0)
-        if value.ndim < 2 or value.shape[1] % n_split:
-            raise ValueError(
-                f"unfold_column_chunks: {key!r} has shape {tuple(value.shape)}; its second dim must exist "
-                f"and divide into n_split={n_split} chunks"
-            )
-        return value.reshape(value.shape[0] * n_split, value.shape[1] // n_split, *value.shape[2:])
-
-    rows = len(data) * n_split
-    batch = None
-    if data.batch is not None:
-        batch = TensorBatch._trusted({k: unfold(k, t) for k, t in data.batch.items()}, torch.Size((rows,)))
-    non_tensors = {k: unfold(k, v) for k, v in data.non_tensor_batch.items()}
-    return type(data)(batch=batch, non_tensor_batch=non_tensors, meta_info=data.meta_info)

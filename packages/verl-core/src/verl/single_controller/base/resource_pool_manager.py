@@ -33,7 +33,7 @@ class ResourcePoolManager:
                 )
 
     def create_resource_pool(self) -> None:
-        from verl.single_controller.ray.base import RayResourcePool
+        from verl.single_controller.ray.placement import RayResourcePool
 
         for name, process_on_nodes in self.resource_pool_spec.items():
             self.resource_pool_dict[name] = RayResourcePool(
