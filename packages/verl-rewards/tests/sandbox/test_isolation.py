@@ -87,3 +87,47 @@ def _live_with(marker: str) -> list[str]:
         except OSError:
             pass
     return found
+
+
+@pytest.mark.skipif(__import__("os").getuid() != 0, reason="the sandbox switches users only when run as root")
+def test_rlimits_programs_at_once_each_have_their_own_processes_limit_and_uid():
+    """40 programs at once (more than RLIMIT_NPROC's 32) each start a child: with one shared sandbox user
+    the limit counts all of them and most forks fail (EAGAIN); each program runs as a uid of its own."""
+    import os
+    import shutil
+    import tempfile
+    from concurrent.futures import ThreadPoolExecutor
+
+    from verl.rewards.sandbox.local import LocalSandbox
+    from verl.rewards.sandbox.uids import UID_BASE, UID_COUNT
+
+    n = 40
+    meet = tempfile.mkdtemp(prefix="verl-sbx-meet-")  # the rlimits level sees the filesystem: programs meet here
+    os.chmod(meet, 0o1777)
+    sb = LocalSandbox(isolation="rlimits", max_concurrent=n, max_processes=32, timeout=60)
+    program = (
+        "import os, time\n"
+        f"open(os.path.join({meet!r}, str(os.getpid())), 'w').close()\n"
+        f"while len(os.listdir({meet!r})) < {n}:  # every program is running now\n"
+        "    time.sleep(0.05)\n"
+        "pid = os.fork()\nif pid == 0:\n    os._exit(0)\nos.wait()\nprint(os.getuid())\n"
+    )
+    try:
+        with ThreadPoolExecutor(n) as pool:
+            results = list(pool.map(lambda _: sb.run(program), range(n)))
+    finally:
+        shutil.rmtree(meet)
+    assert [r.status for r in results] == ["ok"] * n, [r.stderr[-300:] for r in results if r.status != "ok"][:2]
+    uids = [int(r.stdout) for r in results]
+    assert all(UID_BASE <= u < UID_BASE + UID_COUNT for u in uids)
+    assert len(set(uids)) == n  # all 40 were alive together
+
+
+@pytest.mark.skipif(__import__("os").getuid() != 0, reason="the sandbox switches users only when run as root")
+def test_rlimits_refuses_to_run_a_program_as_an_existing_account(monkeypatch):
+    from verl.rewards.sandbox import uids
+    from verl.rewards.sandbox.local import LocalSandbox
+
+    monkeypatch.setattr(uids, "UID_BASE", 0)  # uid 0 is root's account
+    with pytest.raises(RuntimeError, match=r"uid 0 belongs to account 'root'"):
+        LocalSandbox(isolation="rlimits").run("print(1)")

@@ -3,8 +3,9 @@
 Each run gets a fresh temporary work dir and its own session/process group, an environment built
 from constants (nothing of the trainer's: no tokens, keys or paths), and hard rlimits set inside the
 sandbox by ``prlimit`` (CPU seconds, address space, processes, file size, open files, no core dumps).
-When the trainer runs as root the program runs as ``nobody``, which makes RLIMIT_NPROC bind and keeps
-it away from root's files and processes. Namespaces / bubblewrap add what `isolation` describes.
+When the trainer runs as root the program runs as ``nobody`` (at ``rlimits``: as a uid of its own,
+``uids``), which makes RLIMIT_NPROC bind and keeps it away from root's files and processes.
+Namespaces / bubblewrap add what `isolation` describes.
 The wall clock is enforced here: at the limit the whole process group is SIGKILLed, and with
 namespaces the pid namespace dies with its first process, so nothing the program started survives
 (setsid'ed or double-forked children included). A semaphore bounds concurrent runs.
@@ -26,6 +27,7 @@ import time
 from verl.rewards.sandbox import base
 from verl.rewards.sandbox.base import RunResult, Sandbox
 from verl.rewards.sandbox.isolation import SANDBOX_DIR, Isolation, probe, user_kwargs, wrapper_argv
+from verl.rewards.sandbox.uids import leased_uid
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +102,10 @@ class LocalSandbox(Sandbox):
         if language != "python":
             raise ValueError(f"the local sandbox runs language 'python' only, got {language!r}")
         with self._slots:
-            return self._run(code, stdin, timeout or self.timeout, memory_mb or self.memory_mb)
+            if self.isolation.level == "rlimits" and self.isolation.uid is not None:
+                with leased_uid() as uid:  # uids.py: why each program gets a uid of its own here
+                    return self._run(code, stdin, timeout or self.timeout, memory_mb or self.memory_mb, uid)
+            return self._run(code, stdin, timeout or self.timeout, memory_mb or self.memory_mb, self.isolation.uid)
 
     def _limits(self, timeout: float, memory_mb: int) -> list[str]:
         nproc = self.max_processes
@@ -120,7 +125,7 @@ class LocalSandbox(Sandbox):
             "--",
         ]
 
-    def _run(self, code: str, stdin: str, timeout: float, memory_mb: int) -> RunResult:
+    def _run(self, code: str, stdin: str, timeout: float, memory_mb: int, uid: int | None) -> RunResult:
         iso = self.isolation
         start = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="verl-sbx-") as private:
@@ -131,10 +136,10 @@ class LocalSandbox(Sandbox):
             os.mkdir(root)
             with open(os.path.join(work, "main.py"), "w", encoding="utf-8") as f:
                 f.write(code)
-            if iso.uid is not None:
-                os.chown(work, iso.uid, iso.uid)
-                os.chown(os.path.join(work, "main.py"), iso.uid, iso.uid)
-                os.chmod(private, 0o711)  # nobody must traverse to `work`, not list `private`
+            if uid is not None:
+                os.chown(work, uid, uid)
+                os.chown(os.path.join(work, "main.py"), uid, uid)
+                os.chmod(private, 0o711)  # the program's user must traverse to `work`, not list `private`
             inside = work if iso.level == "rlimits" else SANDBOX_DIR
             env = dict(_ENV, HOME=inside, TMPDIR="/tmp")
             argv = (
@@ -159,7 +164,7 @@ class LocalSandbox(Sandbox):
                         env=env,
                         start_new_session=True,
                         close_fds=True,
-                        **user_kwargs(iso.uid),
+                        **user_kwargs(uid),
                     )
                 except OSError as e:
                     return RunResult(
