@@ -14,6 +14,8 @@ student's warm start:
     forward_kl_topk   forward KL over the teacher's top-k log-probs; no task reward
     jsd_topk          GKD's generalised JSD (jsd_beta 0.5) over the teacher's top-k; no task reward
     k3_task           k3 added to GRPO's policy loss (upstream's default mix, use_task_rewards=true)
+    k2, abs           reverse KL's other estimators on the sampled token, back-propagated; no task reward
+    forward_kl_topk_lmbda0.5   forward_kl_topk with GKD's lmbda=0.5: half of the rows train on the answer
 
 Every variant samples the same number of trajectories per step (``--prompts`` x ``--n``) from the same
 start and validates greedily on the held-out problems every ``--test-freq`` steps. The comparison of all
@@ -45,6 +47,12 @@ VARIANTS: dict[str, list[str]] = {
     "jsd_topk": ["distillation.distillation_loss.loss_mode=jsd_topk", "distillation.distillation_loss.jsd_beta=0.5",
                  "distillation.distillation_loss.use_task_rewards=false"],
     "k3_task": ["distillation.distillation_loss.loss_mode=k3", "distillation.distillation_loss.use_task_rewards=true"],
+    "k2": ["distillation.distillation_loss.loss_mode=k2", "distillation.distillation_loss.use_task_rewards=false"],
+    "abs": ["distillation.distillation_loss.loss_mode=abs", "distillation.distillation_loss.use_task_rewards=false"],
+    # GKD: half of the rows train on the ground truth's tokens instead of the student's sample
+    "forward_kl_topk_lmbda0.5": ["distillation.distillation_loss.loss_mode=forward_kl_topk",
+                                 "distillation.distillation_loss.use_task_rewards=false",
+                                 "distillation.distillation_loss.lmbda=0.5"],
 }
 
 
