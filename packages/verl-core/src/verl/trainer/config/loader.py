@@ -60,7 +60,7 @@ def load_config(argv: list[str] | None = None, *, schema: type = PPOTrainerConfi
         OmegaConf.resolve(cfg)
     except OmegaConfBaseException as e:
         raise ConfigError([f"cannot resolve an interpolation: {_first_line(e)}"]) from e
-    problems = refused + upstream.check_mirrors(lambda key, default: _select(cfg, key, default), mirrors)
+    problems = refused + upstream.check_mirrors(cfg, mirrors)
     if problems:
         raise ConfigError(problems)
     _EXPLICIT[id(cfg)] = frozenset(s.key for s in settings)
