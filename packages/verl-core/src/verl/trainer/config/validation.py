@@ -226,7 +226,7 @@ def _divisors(x: int) -> str:
 
 
 def _check_algorithm(cfg: DictConfig, problems: list[str]) -> None:
-    from verl.trainer.ppo.core_algos import get_adv_estimator_fn, get_policy_loss_fn  # registries recipes fill too
+    from verl.trainer.ppo.core_algos import get_adv_estimator_fn, get_policy_loss_fn  # recipes fill them too
 
     algo, actor = cfg.algorithm, cfg.actor_rollout_ref.actor
     est = algo.adv_estimator
