@@ -159,8 +159,7 @@ def switched_off(schema: type, cfg: DictConfig, explicit: frozenset[str], key: s
     """Whether validation accepted ``key`` only because the config sets the switch of one of its shut gates
     itself (``use_kl_loss=false`` beside ``kl_loss_coef=0.0``: the config says the feature is off)."""
     from verl.trainer.config import schema_fields
-    from verl.trainer.config.field_checks import gate_open
-    from verl.trainer.config.fields import open_prefix
+    from verl.trainer.config.fields import gate_open, open_prefix
 
     fields = schema_fields(schema)
     info = fields.get(key) or fields.get(open_prefix(schema, key) or "")
@@ -228,7 +227,7 @@ def probe(entry, group, assets: list[str], context: list[str]) -> GroupResult:
                 return result
             continue
         result.accepted = settings
-        from verl.trainer.config.loader import explicit_keys
+        from verl.trainer.config.fields import explicit_keys
 
         result.explicit = explicit_keys(cfg)
         return result

@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from verl.trainer.config.fields import ConfigError, schema_fields, section_help
+from verl.trainer.config.fields import ConfigError, schema_fields, section_help, value_text
 from verl.trainer.config.loader import load_config
 from verl.trainer.config.schema import PPOTrainerConfig
 
@@ -87,21 +87,11 @@ def render_help(schema: type, prog: str, about: str = "", every_key: bool = Fals
     shown = {k: f for k, f in fields.items() if every_key or f.common or (core and k not in core)}
     lines += ["", "every key:" if every_key else "common keys (key=default  help):"]
     for key, info in shown.items():
-        extra = f" [{' | '.join(map(_text, info.choices))}]" if info.choices else ""
-        lines.append(f"  {key}={_text(info.default)}\n      {info.help}{extra}")
+        extra = f" [{' | '.join(map(value_text, info.choices))}]" if info.choices else ""
+        lines.append(f"  {key}={value_text(info.default)}\n      {info.help}{extra}")
     lines += ["", _GRAMMAR, "", f"All keys: {prog} --help-all, or {REFERENCE} in the repository.",
               "A config error prints every problem and exits with status 2 (VERL_DEBUG=1: the traceback)."]
     return "\n".join(lines)
-
-
-def _text(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, (list, dict)):
-        return yaml.safe_dump(value, default_flow_style=True, width=1000).strip()
-    return str(value)
 
 
 def render_yaml(schema: type, header: str) -> str:
@@ -122,7 +112,7 @@ def render_yaml(schema: type, header: str) -> str:
             out.append(f"{indent}{parts[-1]}:" + (f"  # {info.help}" if info.help else ""))
             out.extend(f"{indent}  {line}" for line in block)
             continue
-        value = _text(info.default)
+        value = value_text(info.default)
         if isinstance(info.default, str) and (value == "" or yaml.safe_load(value) != info.default):
             value = yaml.safe_dump(info.default, default_style="'").strip().removesuffix("\n...")
         comment = f"  # {info.help}" if info.help else ""

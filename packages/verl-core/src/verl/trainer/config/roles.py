@@ -22,7 +22,7 @@ from verl.trainer.config.engine import (
     OptimizerConfig,
     fsdp_following,
 )
-from verl.trainer.config.fields import Gate, above, opt, ref, section, when
+from verl.trainer.config.fields import Gate, above, opt, ref, section, select, when
 
 _ACTOR = "actor_rollout_ref.actor"
 STRATEGIES = ("fsdp2", "fsdp", "megatron")
@@ -60,7 +60,7 @@ LORA = above("actor_rollout_ref.model.lora_rank", 0)
 _PROMPT_WIDTH = Gate(
     lambda here: f"agent loops ({here}.multi_turn.enable=true) or a served engine ({here}.name=vllm or sglang) "
     "generate",
-    lambda cfg, here: bool(_at(cfg, here).multi_turn.enable) or _at(cfg, here).name in SERVED,
+    lambda cfg, here: bool(select(cfg, here).multi_turn.enable) or select(cfg, here).name in SERVED,
     (".multi_turn.enable",),
 )
 
@@ -70,19 +70,13 @@ _PROMPT_WIDTH = Gate(
 _ONE_GENERATE_CALL = Gate(
     lambda here: f"one generate call per batch ({here}.multi_turn.enable=false) or a served engine "
     f"({here}.name=vllm or sglang)",
-    lambda cfg, here: not bool(_at(cfg, here).multi_turn.enable) or _at(cfg, here).name in SERVED,
+    lambda cfg, here: not bool(select(cfg, here).multi_turn.enable) or select(cfg, here).name in SERVED,
 )
 _TOOLS = Gate(
     lambda here: f"the agent loops have tools ({here}.tool_config_path or {here}.function_tool_path is set)",
-    lambda cfg, here: _at(cfg, here).tool_config_path is not None or _at(cfg, here).function_tool_path is not None,
+    lambda cfg, here: select(cfg, here).tool_config_path is not None or select(cfg, here).function_tool_path is not None,
     (".tool_config_path", ".function_tool_path"),
 )
-
-
-def _at(cfg: Any, key: str) -> Any:
-    from omegaconf import OmegaConf
-
-    return OmegaConf.select(cfg, key)
 
 
 @dataclass

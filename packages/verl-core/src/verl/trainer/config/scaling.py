@@ -36,14 +36,19 @@ def check_scaling(cfg: DictConfig, problems: list[str], ws: int, critic: bool, r
             _check_fsdp_size(problems, ws, fsdp_key, int(OmegaConf.select(cfg, f"{fsdp_key}.fsdp_size")), key, strategy)
     if bool(arr.model.use_liger):
         _check_liger(cfg, problems)
-    if bool(arr.actor.freeze_vision_tower):
-        _check_vision_tower(arr.model.path, problems)
     # the engines refuse these for image inputs, but only at the first forward pass of a step
     vl_unsupported = {"use_remove_padding": "whose M-RoPE (3-D) position ids the packed forward does not support yet",
                       "use_fused_kernels": "which the fused kernels' language-model-only forward cannot take images into"}
-    on = [flag for flag in vl_unsupported if bool(arr.model[flag])]
-    if on and _has_vision_tower(arr.model.path):
-        for flag in on:
+    flags = [flag for flag in vl_unsupported if bool(arr.model[flag])]
+    freeze = bool(arr.actor.freeze_vision_tower)
+    vision = _has_vision_tower(arr.model.path) if flags or freeze else None
+    if freeze and vision is False:
+        problems.append(
+            f"actor_rollout_ref.actor.freeze_vision_tower=true: the model at {arr.model.path} has no vision tower (its "
+            "config.json has no vision_config); set it to false"
+        )
+    if vision:
+        for flag in flags:
             problems.append(f"actor_rollout_ref.model.{flag}=true: the model at {arr.model.path} is a vision-language "
                             f"model, {vl_unsupported[flag]}; set it to false")
     if bool(arr.model.enable_activation_offload):
@@ -84,21 +89,11 @@ def _check_sp(problems, ws: int, key: str, sp: int, strategy: str, model_key: st
         problems.append(f"{what} splits packed sequences; set {model_key}.use_remove_padding=true")
 
 
-def _has_vision_tower(path: str | None) -> bool:
-    """A local model folder whose config.json has a ``vision_config`` (a hub id: unknown here, False)."""
+def _has_vision_tower(path: str | None) -> bool | None:
+    """Whether a local model folder's config.json has a ``vision_config`` (None for a hub id: unknown here, the
+    worker refuses a text model too)."""
     config = Path(str(path)) / "config.json"
-    return bool(path) and config.is_file() and "vision_config" in json.loads(config.read_text())
-
-
-def _check_vision_tower(path: str | None, problems: list[str]) -> None:
-    """A local model folder's config.json says whether there is a vision tower to freeze (a hub id is left
-    to the worker, which refuses a text model too)."""
-    config = Path(str(path)) / "config.json"
-    if path and config.is_file() and "vision_config" not in json.loads(config.read_text()):
-        problems.append(
-            f"actor_rollout_ref.actor.freeze_vision_tower=true: the model at {path} has no vision tower (its "
-            "config.json has no vision_config); set it to false"
-        )
+    return "vision_config" in json.loads(config.read_text()) if path and config.is_file() else None
 
 
 def _check_fsdp_size(problems: list[str], ws: int, fsdp_key: str, size: int, key: str, strategy: str) -> None:
@@ -135,9 +130,7 @@ def _check_fused_backend(cfg: DictConfig, problems: list[str]) -> None:
     model = cfg.actor_rollout_ref.model
     backend = model.fused_kernel_options.impl_backend
     key = f"actor_rollout_ref.model.fused_kernel_options.impl_backend={backend!r}"
-    if backend not in ("torch", "triton"):
-        problems.append(f"{key}: known backends are torch and triton")
-    elif backend == "triton":
+    if backend == "triton":  # (the choices are checked from the field)
         if not bool(model.use_fused_kernels):
             problems.append(f"{key} is the fused kernel's backend; set actor_rollout_ref.model.use_fused_kernels=true")
         elif resolve_device(cfg) != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import fnmatch
 import functools
-import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import yaml  # PyYAML: a dependency of omegaconf
+from omegaconf import DictConfig, OmegaConf
 
 UPSTREAM_KEYS_YAML = Path(__file__).with_name("upstream_keys.yaml")
 CONFIG_NAMES = ("ppo_trainer", "ppo_megatron_trainer")
@@ -71,7 +71,6 @@ _RM_ROLLOUT = (
     "sequence-classification model on its own FSDP worker); use reward.reward_model.model.path"
 )
 _NO_LORA = "LoRA is not implemented for this model"
-_NO_MM = "this multi-modal option is not implemented"
 _VLM = (
     "audio inputs, data.image_patch_size and limit_images are not implemented; images go through "
     "data.image_key and the model's processor"
@@ -129,7 +128,6 @@ REFUSED: tuple[tuple[str, str], ...] = (
     ('critic.model.enable_activation_offload', 'activation offload is implemented for the actor (actor_rollout_ref.model.enable_activation_offload), not the critic'),
     ('critic.nccl_timeout', "collective timeouts are torch.distributed's defaults; leave it at 600"),
     ('actor_rollout_ref.nccl_timeout', "collective timeouts are torch.distributed's defaults; leave it at 600"),
-    ('actor_rollout_ref.rollout.engine_kwargs.trtllm', 'TensorRT-LLM rollouts are not implemented; rollout.name is native, hf, vllm or sglang'),
     ('actor_rollout_ref.rollout.nnodes', "the rollout runs in the actor's workers (hybrid engine); a rollout pool of its own is recipes/fully_async"),
     ('actor_rollout_ref.rollout.n_gpus_per_node', "the rollout runs in the actor's workers (hybrid engine); set trainer.n_gpus_per_node"),
     ('actor_rollout_ref.rollout.multi_turn.*', "this multi-turn option is not implemented by verl-agent's loops; leave it at its default"),
@@ -142,7 +140,6 @@ REFUSED: tuple[tuple[str, str], ...] = (
     ('reward_model.rollout.*', _RM_ROLLOUT),
     ('reward_model.*', "upstream's legacy reward_model.* section: its keys are read from reward.reward_model.*"),
     ('reward.reward_model.rollout.*', _RM_ROLLOUT),
-    ('reward.reward_model.*', _RM_ROLLOUT),
     ('reward.reward_manager.*', 'custom reward-manager modules are not loaded this way; register a reward manager (verl.registries.REWARD_MANAGERS) and set reward.reward_manager=<name>'),
     ('sandbox_fusion.*', _SANDBOX),
     ('reward.sandbox_fusion.*', _SANDBOX),
@@ -153,24 +150,15 @@ REFUSED: tuple[tuple[str, str], ...] = (
     ('trainer.esi_redundant_time', 'elastic (ESI) checkpointing is not implemented; use trainer.save_freq'),
     ('trainer.checkpoint_callback_class', 'checkpoint callbacks are not implemented; recipes extend the trainer through its stage hooks'),
     ('trainer.default_hdfs_dir', 'copying checkpoints to HDFS is not implemented; trainer.default_local_dir'),
-    ('ray_kwargs.ray_init.runtime_env.py_executable', "workers reuse the driver's interpreter; leave it null"),
     ('*.model.lora.*', "upstream's Megatron LoRA section is not read; LoRA is set by actor_rollout_ref.model.lora_rank / lora_alpha / target_modules"),
     ('*.model.lora_rank', _NO_LORA),
     ('*.model.lora_alpha', _NO_LORA),
     ('*.model.target_modules', _NO_LORA),
     ('*.model.exclude_modules', _NO_LORA),
     ('*.model.lora_adapter_path', _NO_LORA),
-    ('*ulysses_sequence_parallel_size', 'sequence parallelism is set per role (<role>.ulysses_sequence_parallel_size)'),
     ('critic.model.fused_kernel_options.*', "the fused log-prob/entropy kernel is the actor's (a value model has no LM head); leave it at its default"),
-    ('*.fused_kernel_options.*', 'fused-kernel options are not read'),
     ('*use_fused_kernels', 'fused kernels are not implemented for this model'),
     ('*.use_liger', 'Liger kernels are not implemented for this model'),
-    ('data.*_key', 'this multi-modal input is not implemented'),
-    ('data.image_patch_size', _NO_MM),
-    ('data.return_multi_modal_inputs', _NO_MM),
-    ('data.mm_processor_kwargs', _NO_MM),
-    ('*.freeze_vision_tower', _NO_MM),
-    ('*.limit_images', _NO_MM),
     ('*', "not implemented in this verl; leave it at upstream's default"),
 )
 
@@ -233,31 +221,18 @@ def translate(
     return kept, mirrors, problems
 
 
-_MIRROR = re.compile(r"\$\{(?:oc\.select:)?(\.*[\w.\-]+?)(?:,(.*))?\}")
-
-
-def mirror_value(select, key: str, expr: str) -> Any:
-    """Upstream's ``${oc.select:SOURCE,FALLBACK}`` / ``${SOURCE}`` default of ``key``, evaluated with
-    ``select(dotted key, default)`` over the loaded config (a relative SOURCE is relative to the key's section)."""
-    m = _MIRROR.fullmatch(expr)
-    if m is None:
-        return expr
-    source, fallback = m.groups()
-    if source.startswith("."):
-        dots = len(source) - len(source.lstrip("."))
-        source = ".".join(key.split(".")[:-dots] + [source.lstrip(".")])
-    if fallback is not None and "${" in fallback:
-        default = mirror_value(select, key, fallback)
-    else:
-        default = None if fallback in (None, "", "null") else yaml.safe_load(fallback)
-    return select(source, default)
-
-
-def check_mirrors(select, mirrors: list[tuple[Setting, str]]) -> list[str]:
-    """Problems of upstream mirror keys set to something else than the key they follow."""
+def check_mirrors(cfg: DictConfig, mirrors: list[tuple[Setting, str]]) -> list[str]:
+    """Problems of upstream mirror keys set to something else than the key they follow: upstream's default
+    expression (``${oc.select:SOURCE,FALLBACK}``, ``${.sibling}``) is evaluated by OmegaConf at the key's own
+    place in a copy of the loaded config (a SOURCE that is not there: its fallback, else null)."""
+    if not mirrors:
+        return []
     problems = []
+    scratch = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
     for s, expr in mirrors:
-        expected = mirror_value(select, s.key, expr)
+        OmegaConf.update(scratch, s.key, expr, force_add=True)
+        expected = OmegaConf.select(scratch, s.key, throw_on_resolution_failure=False)
+        expected = OmegaConf.to_container(expected) if OmegaConf.is_config(expected) else expected
         if s.value != expected:
             problems.append(
                 f"{s.form} ({s.where}): {refusal(s.key)} (accepted only at its default {expr}, here {expected!r})"

@@ -8,6 +8,7 @@ plain functions (`world_size`, `resolve_device`, `use_critic`, ...) so what the 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -19,8 +20,7 @@ from verl.trainer.config.derived import (
     world_size,
 )
 from verl.trainer.config.distillation import check_distillation
-from verl.trainer.config.field_checks import field_problems, one_of
-from verl.trainer.config.fields import ConfigError
+from verl.trainer.config.fields import ConfigError, field_problems, one_of
 from verl.trainer.config.installed import check_installed
 from verl.trainer.config.lora import check_lora
 from verl.trainer.config.megatron import check_megatron, data_parallel_size
@@ -85,7 +85,8 @@ def _check_required(cfg: DictConfig, problems: list[str]) -> None:
         )
 
 
-def _positive(problems: list[str], key: str, value) -> bool:
+def _positive(problems: list[str], cfg: DictConfig, key: str) -> bool:
+    value = OmegaConf.select(cfg, key)
     if value is None or int(value) <= 0:
         problems.append(f"{key}={value} must be a positive integer")
         return False
@@ -95,20 +96,14 @@ def _positive(problems: list[str], key: str, value) -> bool:
 def _check_sizes(cfg: DictConfig, problems: list[str]) -> None:
     data, arr, trainer = cfg.data, cfg.actor_rollout_ref, cfg.trainer
     actor, rollout = arr.actor, arr.rollout
-    ok = all(
-        [
-            _positive(problems, "data.train_batch_size", data.train_batch_size),
-            _positive(problems, "actor_rollout_ref.rollout.n", rollout.n),
-            _positive(problems, "actor_rollout_ref.actor.ppo_mini_batch_size", actor.ppo_mini_batch_size),
-            _positive(problems, "trainer.nnodes", trainer.nnodes),
-            _positive(problems, "trainer.n_gpus_per_node", trainer.n_gpus_per_node),
-        ]
-    )
-    _positive(problems, "data.max_prompt_length", data.max_prompt_length)
-    _positive(problems, "data.max_response_length", data.max_response_length)
-    _positive(problems, "actor_rollout_ref.actor.ppo_epochs", actor.ppo_epochs)
+    # the sizes the divisibility checks below divide by (every one is checked, each problem reported)
+    ok = all([_positive(problems, cfg, key) for key in (
+        "data.train_batch_size", "actor_rollout_ref.rollout.n", "actor_rollout_ref.actor.ppo_mini_batch_size",
+        "trainer.nnodes", "trainer.n_gpus_per_node")])  # fmt: skip
+    for key in ("data.max_prompt_length", "data.max_response_length", "actor_rollout_ref.actor.ppo_epochs"):
+        _positive(problems, cfg, key)
     if data.val_batch_size is not None:
-        _positive(problems, "data.val_batch_size", data.val_batch_size)
+        _positive(problems, cfg, "data.val_batch_size")
     if not ok:
         return
     n, ws = int(rollout.n), world_size(cfg)
@@ -130,25 +125,10 @@ def _check_sizes(cfg: DictConfig, problems: list[str]) -> None:
             problems.append(
                 f"data.gen_batch_size={gen} prompts x rollout.n={n} = {gen * n} trajectories is not divisible by {workers}"
             )
-    actor_dp, actor_workers = _dp(
-        ws, workers, actor.strategy, actor.megatron, "actor_rollout_ref.actor", int(actor.ulysses_sequence_parallel_size)
-    )
-    if actor_dp:
-        _check_minibatch(
-            problems,
-            "actor_rollout_ref.actor",
-            actor,
-            int(data.train_batch_size),
-            n,
-            actor_dp,
-            actor_workers,
-            actor.use_dynamic_bsz,
-        )
+    _check_minibatch(problems, "actor_rollout_ref.actor", actor, int(data.train_batch_size), n, ws, workers)
     for key, sub in (("actor_rollout_ref.rollout", rollout), ("actor_rollout_ref.ref", arr.ref)):
         if not sub.log_prob_use_dynamic_bsz:
-            _positive(
-                problems, f"{key}.log_prob_micro_batch_size_per_gpu", sub.log_prob_micro_batch_size_per_gpu
-            )
+            _positive(problems, cfg, f"{key}.log_prob_micro_batch_size_per_gpu")
     if rollout.response_length != data.max_response_length:
         problems.append(
             f"actor_rollout_ref.rollout.response_length={rollout.response_length} differs from "
@@ -177,33 +157,31 @@ def _check_sizes(cfg: DictConfig, problems: list[str]) -> None:
             )
     if use_critic(cfg):
         critic = cfg.critic
-        critic_dp, critic_workers = _dp(
-            ws, workers, critic.strategy, critic.megatron, "critic", int(critic.ulysses_sequence_parallel_size)
-        )
-        if _positive(problems, "critic.ppo_mini_batch_size", critic.ppo_mini_batch_size) and critic_dp:
-            _check_minibatch(
-                problems, "critic", critic, int(data.train_batch_size), n, critic_dp, critic_workers,
-                critic.use_dynamic_bsz,
-            )
+        if _positive(problems, cfg, "critic.ppo_mini_batch_size"):
+            _check_minibatch(problems, "critic", critic, int(data.train_batch_size), n, ws, workers)
         if not critic.use_dynamic_bsz:
-            _positive(
-                problems, "critic.forward_micro_batch_size_per_gpu", critic.forward_micro_batch_size_per_gpu
-            )
+            _positive(problems, cfg, "critic.forward_micro_batch_size_per_gpu")
 
 
-def _dp(ws: int, workers: str, strategy: str, megatron: DictConfig, key: str, sp: int = 1) -> tuple[int, str]:
+def _dp(ws: int, workers: str, sec: DictConfig, key: str) -> tuple[int, str]:
     """Data-parallel size of a role and how to name it (Megatron: workers / model-parallel size;
     Ulysses: workers / sp; 0 when that does not divide, which check_megatron / check_scaling report)."""
+    sp = int(sec.ulysses_sequence_parallel_size)
     if sp > 1:
         dp = ws // sp if ws % sp == 0 else 0
         return dp, f"{ws} workers / {key}.ulysses_sequence_parallel_size={sp} = {dp} data-parallel ranks"
-    dp = data_parallel_size(ws, strategy, megatron)
-    if strategy != "megatron" or not dp:
+    dp = data_parallel_size(ws, sec.strategy, sec.megatron)
+    if sec.strategy != "megatron" or not dp:
         return dp, workers
     return dp, f"{ws} workers / ({key}.megatron tensor x pipeline x context parallel {ws // dp}) = {dp} data-parallel ranks"
 
 
-def _check_minibatch(problems, key, sec, train_bs: int, n: int, ws: int, workers: str, dynamic: bool) -> None:
+def _check_minibatch(problems: list[str], key: str, sec: DictConfig, train_bs: int, n: int, world: int,
+                     all_workers: str) -> None:
+    """Mini- and micro-batches of a trained role (actor or critic) against its data-parallel ranks."""
+    ws, workers = _dp(world, all_workers, sec, key)
+    if not ws:
+        return
     mini = int(sec.ppo_mini_batch_size)
     # Upstream splits each step's rows into mini-batches with a shorter last one (DataProto.split) and only
     # asks for train_batch_size >= ppo_mini_batch_size; the fsdp engines do the same. Megatron's pipeline
@@ -225,7 +203,7 @@ def _check_minibatch(problems, key, sec, train_bs: int, n: int, ws: int, workers
             f"is not divisible by {workers}"
         )
         return
-    if dynamic:
+    if sec.use_dynamic_bsz:
         return
     micro = sec.ppo_micro_batch_size_per_gpu
     if micro is None or int(micro) <= 0:
@@ -248,15 +226,13 @@ def _divisors(x: int) -> str:
 
 
 def _check_algorithm(cfg: DictConfig, problems: list[str]) -> None:
+    from verl.trainer.ppo.core_algos import get_adv_estimator_fn, get_policy_loss_fn  # recipes fill them too
+
     algo, actor = cfg.algorithm, cfg.actor_rollout_ref.actor
     est = algo.adv_estimator
-    _check_registered(problems, "algorithm.adv_estimator", est, "get_adv_estimator_fn")
-    _check_registered(
-        problems,
-        "actor_rollout_ref.actor.policy_loss.loss_mode",
-        actor.policy_loss.loss_mode,
-        "get_policy_loss_fn",
-    )
+    _check_registered(problems, "algorithm.adv_estimator", est, get_adv_estimator_fn)
+    _check_registered(problems, "actor_rollout_ref.actor.policy_loss.loss_mode", actor.policy_loss.loss_mode,
+                      get_policy_loss_fn)
     clip, low, high = float(actor.clip_ratio), float(actor.clip_ratio_low), float(actor.clip_ratio_high)
     if clip != 0.2 and low != clip and high != clip:  # both sides set apart from it: it reaches no loss
         problems.append(
@@ -358,20 +334,15 @@ def _check_rollout_correction(cfg: DictConfig, problems: list[str]) -> None:
         )
 
 
-def _check_registered(problems: list[str], key: str, name: str, getter: str) -> None:
+def _check_registered(problems: list[str], key: str, name: str, get: Callable[[str], object]) -> None:
     """Ask core_algos' registry (where recipes register theirs too) whether ``name`` is there, in its words."""
-    if getter == "get_adv_estimator_fn":
-        from verl.trainer.ppo.core_algos import get_adv_estimator_fn as get
-    else:
-        from verl.trainer.ppo.core_algos import get_policy_loss_fn as get
     try:
         get(name)
     except (KeyError, ValueError, NotImplementedError) as e:
-        msg = e.args[0] if e.args else str(e)
-        problems.append(f"{key}={name!r}: {msg}")
+        problems.append(f"{key}={name!r}: {e.args[0] if e.args else e}")
 
 
-def _distillation_loss_settings(name: str):
+def _distillation_loss_settings(name: str) -> object:
     """What the divergence ``name`` needs from a teacher, from core_algos' registry (an unknown name raises)."""
     from verl.trainer.ppo.core_algos import get_distillation_loss_settings
 
@@ -429,10 +400,7 @@ def _check_offload_on_cpu(cfg: DictConfig, problems: list[str]) -> None:
     """Offload moves state from the GPU to host memory; on CPU it already lives there. The engine
     rejects the flags too, but only inside a started worker: say it before Ray starts."""
     flagged = {}
-    sections = dict(_fsdp_sections(cfg))
-    if cfg.reward.reward_model.enable:
-        sections["reward.reward_model.model.fsdp_config"] = cfg.reward.reward_model.model.fsdp_config
-    for where, section in sections.items():
+    for where, section in _fsdp_sections(cfg).items():
         on = [flag for flag in _OFFLOAD_FLAGS if bool(section[flag])]
         if on:
             flagged[where] = on
@@ -446,11 +414,8 @@ def _check_offload_on_cpu(cfg: DictConfig, problems: list[str]) -> None:
 
 
 def _check_precision(cfg: DictConfig, problems: list[str]) -> None:
-    sections = dict(_fsdp_sections(cfg))
-    if cfg.reward.reward_model.enable:
-        sections["reward.reward_model.model.fsdp_config"] = cfg.reward.reward_model.model.fsdp_config
     trained = ("actor_rollout_ref.actor.fsdp_config", "critic.model.fsdp_config")
-    for where, section in sections.items():
+    for where, section in _fsdp_sections(cfg).items():
         problems += fsdp_precision_problems(where, section, trained=where in trained)
 
 
@@ -480,10 +445,13 @@ def _reference_runs(cfg: DictConfig) -> bool:
 
 
 def _fsdp_sections(cfg: DictConfig) -> dict[str, DictConfig]:
+    """The fsdp_config of every role that runs."""
     arr = cfg.actor_rollout_ref
     sections = {"actor_rollout_ref.actor.fsdp_config": arr.actor.fsdp_config}
     if _reference_runs(cfg):
         sections["actor_rollout_ref.ref.fsdp_config"] = arr.ref.fsdp_config
     if use_critic(cfg):
         sections["critic.model.fsdp_config"] = cfg.critic.model.fsdp_config
+    if cfg.reward.reward_model.enable:
+        sections["reward.reward_model.model.fsdp_config"] = cfg.reward.reward_model.model.fsdp_config
     return sections
