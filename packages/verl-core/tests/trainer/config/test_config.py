@@ -394,10 +394,11 @@ def test_precision_keys_follow_model_dtype_and_are_checked():
                        "actor_rollout_ref.ref.fsdp_config.mixed_precision.param_dtype=fp32"])
     arr = cfg.actor_rollout_ref
     assert arr.actor.fsdp_config.model_dtype == "bfloat16"  # the older model-level key is the default
-    assert arr.actor.fsdp_config.mixed_precision == {"param_dtype": "bfloat16", "reduce_dtype": "fp32",
+    # compute dtype: auto (the engine computes in model_dtype, or bf16 for fp32 weights on bf16 hardware)
+    assert arr.actor.fsdp_config.mixed_precision == {"param_dtype": "auto", "reduce_dtype": "fp32",
                                                      "buffer_dtype": "fp32"}
     assert arr.ref.fsdp_config.mixed_precision.param_dtype == "fp32"
-    assert cfg.critic.model.fsdp_config.mixed_precision.param_dtype == "bf16"
+    assert cfg.critic.model.fsdp_config.mixed_precision.param_dtype == "auto"
     assert cfg.data.seed == cfg.trainer.seed == 1 and arr.rollout.seed == 42
     assert load_config(["trainer.seed=7"]).data.seed == 7  # trainer.seed orders the data unless data.seed is set
 
@@ -411,6 +412,10 @@ def test_precision_keys_follow_model_dtype_and_are_checked():
     assert "actor_rollout_ref.actor.fsdp_config.mixed_precision.reduce_dtype='half' is not one of" in text
     assert "ref.fsdp_config.mixed_precision.param_dtype=fp16" not in text  # inference in fp16 is fine
     sft = load_sft_config(["data.train_files=x.parquet", "model.path=m", "model.model_dtype=float16"])
-    assert sft.model.fsdp_config.mixed_precision.param_dtype == "float16"
-    with pytest.raises(ConfigError, match="model.fsdp_config.mixed_precision.param_dtype=float16 trains in fp16"):
+    assert sft.model.fsdp_config.mixed_precision.param_dtype == "auto"
+    with pytest.raises(ConfigError, match="model.fsdp_config.model_dtype=float16 with mixed_precision.param_dtype=auto "
+                                          "trains in fp16"):
         validate_sft_config(sft)
+    refused = load_config(REQUIRED + ["actor_rollout_ref.actor.fsdp_config.model_dtype=auto"])
+    with pytest.raises(ConfigError, match=r"actor_rollout_ref.actor.fsdp_config.model_dtype='auto' is not one of"):
+        validate_config(refused)  # auto is a compute dtype only

@@ -108,9 +108,10 @@ class ActorConfig:
     freeze_vision_tower: bool = opt(False, "vision-language models: no gradient into the vision tower")
     kl_loss_coef: float = opt(0.001, "weight of the KL loss")
     kl_loss_type: str = opt("low_var_kl", "KL estimator of the loss ('+': straight-through)", choices=KL_PENALTY_TYPES)
-    use_torch_compile: bool = opt(
-        False, "torch.compile the log-prob/entropy path",
-        refused="torch.compile of the log-prob/entropy path is not implemented",
+    use_torch_compile: bool | None = opt(
+        None, "torch.compile (inductor) the actor's decoder layers (forward + backward), its log-prob/entropy "
+        "functions and the native rollout's decode step; null: on where inductor builds kernels for the device "
+        "and the run is long enough to repay the compile (verl.workers.engine.compile)",
     )
     entropy_checkpointing: bool = opt(False, "recompute the entropy's softmax in backward (less memory; fsdp)")
     ulysses_sequence_parallel_size: int = opt(1, "Ulysses sequence-parallel group size (fsdp2)")
