@@ -216,19 +216,27 @@ def cpu_clock_of(pids: list[int]) -> Callable[[], float]:
 
 
 def worker_info(trainer: RayPPOTrainer) -> list[dict[str, Any]]:
-    """PID, torch thread count and ``verl.workers`` source file of every actor worker process."""
+    """PID, torch thread count, ``verl.workers`` source file, torch build, compute dtype and compile
+    decision of every actor worker process."""
+    import machine
     import ray
 
-    def probe(_self: Any) -> dict[str, Any]:
+    ray.cloudpickle.register_pickle_by_value(machine)  # the workers do not have this folder on sys.path
+
+    def probe(_self: Any, torch_build=machine.torch_build) -> dict[str, Any]:
         import os as _os
 
         import torch as _torch
         import verl.workers as _workers
 
+        engine = getattr(_self, "actor_engine", None)  # the before-variant's old worker may lack these
         return {
             "pid": _os.getpid(),
             "threads": _torch.get_num_threads(),
             "verl_workers_file": _workers.__file__,
+            "torch_build": torch_build(),
+            "compute_dtype": str(engine.precision.param_dtype)[6:] if engine is not None else None,
+            "compile": getattr(engine, "compile_reason", None),
         }
 
     return ray.get([w.__ray_call__.remote(probe) for w in trainer.actor_rollout_wg.workers])

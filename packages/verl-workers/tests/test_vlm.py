@@ -140,9 +140,11 @@ def _actor(vlm_dir, *extra):
     from verl.trainer.config import load_config
     from verl.workers.actor import DataParallelPPOActor
     from verl.workers.engine import build_engine
+    from verl.workers.engine.testing import COMPUTE_IN_MODEL_DTYPE
 
     cfg = load_config(
         [
+            *COMPUTE_IN_MODEL_DTYPE,
             f"actor_rollout_ref.model.path={vlm_dir}",
             "actor_rollout_ref.model.enable_gradient_checkpointing=false",
             "actor_rollout_ref.actor.optim.lr=1e-2",

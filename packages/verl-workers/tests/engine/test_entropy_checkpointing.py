@@ -4,7 +4,7 @@ same values and gradients, and autograd keeps less for backward (the [tokens, vo
 import torch
 from verl.utils.torch_functional import entropy_from_logits
 from verl.workers.engine.hf_model import entropy_of
-from verl.workers.engine.testing import make_rl_batch
+from verl.workers.engine.testing import COMPUTE_IN_MODEL_DTYPE, make_rl_batch
 
 
 def _saved_bytes_and_grad(logits: torch.Tensor, checkpoint: bool):
@@ -49,6 +49,7 @@ def _grads(model_dir, data, **options):
 
     cfg = load_config(
         [
+            *COMPUTE_IN_MODEL_DTYPE,
             f"actor_rollout_ref.model.path={model_dir}",
             "actor_rollout_ref.model.enable_gradient_checkpointing=false",
         ],

@@ -9,6 +9,7 @@ import sys
 import pytest
 import torch
 from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
+from verl.workers.engine.testing import COMPUTE_IN_MODEL_DTYPE
 
 pytest.importorskip("triton")
 
@@ -98,6 +99,7 @@ def test_engine_with_triton_backend_gives_the_torch_gradients(dist_world1, tiny_
     def grads(backend):
         arr = load_config(
             [
+                *COMPUTE_IN_MODEL_DTYPE,
                 f"actor_rollout_ref.model.path={tiny_model_dir}",
                 "actor_rollout_ref.model.enable_gradient_checkpointing=false",
                 "actor_rollout_ref.model.use_fused_kernels=true",

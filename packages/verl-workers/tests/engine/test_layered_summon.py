@@ -3,6 +3,7 @@ per layer, equal to the whole-model gather (``hf_state_dict``), and lazy (one la
 
 import pytest
 import torch
+from verl.workers.engine.testing import COMPUTE_IN_MODEL_DTYPE
 
 
 def _engine(ppo_config, model_dir, *extra):
@@ -85,6 +86,7 @@ def _two_rank_job(rank, world, model_dir, out_dir, lora):
     extra = ["actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.model.lora_alpha=8"] if lora else []
     arr = load_config(
         [
+            *COMPUTE_IN_MODEL_DTYPE,
             f"actor_rollout_ref.model.path={model_dir}",
             "actor_rollout_ref.model.enable_gradient_checkpointing=false",
         ]

@@ -7,7 +7,7 @@ import os
 
 import pytest
 import torch
-from verl.workers.engine.testing import run_gloo
+from verl.workers.engine.testing import COMPUTE_IN_MODEL_DTYPE, run_gloo
 
 pytestmark = pytest.mark.slow
 
@@ -21,6 +21,7 @@ def _actor(model_dir, mini):
 
     cfg = load_config(
         [
+            *COMPUTE_IN_MODEL_DTYPE,
             f"actor_rollout_ref.model.path={model_dir}",
             "actor_rollout_ref.actor.strategy=fsdp2",
             "actor_rollout_ref.model.enable_gradient_checkpointing=false",

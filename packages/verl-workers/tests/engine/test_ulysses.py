@@ -5,7 +5,7 @@ import os
 
 import pytest
 import torch
-from verl.workers.engine.testing import make_rl_batch, run_gloo
+from verl.workers.engine.testing import COMPUTE_IN_MODEL_DTYPE, make_rl_batch, run_gloo
 
 _MODEL = (
     "actor_rollout_ref.model.enable_gradient_checkpointing={gc}",
@@ -23,7 +23,8 @@ def _actor(model_dir, sp, *extra, gc=False):
     from verl.workers.engine import build_engine
 
     cfg = load_config(
-        [f"actor_rollout_ref.model.path={model_dir}", *(k.format(gc=gc) for k in _MODEL), *extra],
+        [*COMPUTE_IN_MODEL_DTYPE, f"actor_rollout_ref.model.path={model_dir}", *(k.format(gc=gc) for k in _MODEL),
+         *extra],
     )
     arr = cfg.actor_rollout_ref
     options = {"ulysses_sequence_parallel_size": sp} if sp > 1 else {}
@@ -46,6 +47,7 @@ def _critic(model_dir, sp):
 
     cfg = load_config(
         [
+            *COMPUTE_IN_MODEL_DTYPE,
             f"critic.model.path={model_dir}",
             "critic.model.use_remove_padding=true",
             "critic.model.enable_gradient_checkpointing=false",

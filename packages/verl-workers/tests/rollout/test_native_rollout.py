@@ -227,9 +227,11 @@ def _two_rank_native(rank, world, model_dir, out_dir):
     import os
 
     from verl.workers.engine import build_engine
+    from verl.workers.engine.testing import COMPUTE_IN_MODEL_DTYPE
 
     cfg = load_config(
         [
+            *COMPUTE_IN_MODEL_DTYPE,
             f"actor_rollout_ref.model.path={model_dir}",
             "data.max_response_length=5",
             "actor_rollout_ref.rollout.calculate_log_probs=true",

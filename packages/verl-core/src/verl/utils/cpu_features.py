@@ -71,4 +71,4 @@ def cpu_info(path: str = "/proc/cpuinfo") -> CpuInfo:
     return parse_cpuinfo(file.read_text(), arch)
 
 
-__all__ = ["NATIVE_BF16_FLAGS", "CpuInfo", "cpu_info", "parse_cpuinfo"]
+__all__ = ["NATIVE_BF16_FLAGS", "REPORTED_FLAGS", "CpuInfo", "cpu_info", "parse_cpuinfo"]

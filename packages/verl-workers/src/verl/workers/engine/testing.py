@@ -13,6 +13,16 @@ from typing import Any
 
 import torch
 
+#: ``param_dtype`` of every role as it was before ``auto``: compute in ``model_dtype``. Tests whose
+#: references are computed in the model's dtype pin it (``auto``, the default, computes fp32 models in
+#: bf16 on processors with native bf16 units; tests/engine/test_precision.py checks it).
+COMPUTE_IN_MODEL_DTYPE = tuple(
+    f"{role}.fsdp_config.mixed_precision.param_dtype=${{..model_dtype}}"
+    for role in ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic.model")
+)
+#: the same for the SFT trainer's config
+SFT_COMPUTE_IN_MODEL_DTYPE = ("model.fsdp_config.mixed_precision.param_dtype=${..model_dtype}",)
+
 
 def make_rl_batch(n: int = 8, prompt_len: int = 6, response_len: int = 5, vocab: int = 101, seed: int = 0,
                   pad_id: int = 0):
