@@ -52,7 +52,9 @@ def overrides(
         raise ValueError(f"overrides(variant={variant!r}): expected 'before' or 'after'")
     base = _base_overrides(model_dir, new_tokens, total_steps, out_dir, lr)
     if variant == "before":
-        return base
+        # the old trainer's config spelled the rollout dtype out; today's refuses the key for the
+        # native/hf engines, which run the actor's weights in the actor's compute dtype
+        return [*base, "actor_rollout_ref.rollout.dtype=float32"]
     merged = {item.split("=", 1)[0]: item for item in base}
     for item in (*AFTER, *after_overrides):
         if "=" not in item:
@@ -76,7 +78,6 @@ def _base_overrides(
         "actor_rollout_ref.rollout.n=8",
         "actor_rollout_ref.rollout.temperature=1.0",
         "actor_rollout_ref.rollout.ignore_eos=true",  # fixed lengths, as in the bare and TRL steps
-        "actor_rollout_ref.rollout.dtype=float32",
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=64",
         "actor_rollout_ref.actor.strategy=fsdp2",
         "actor_rollout_ref.actor.ppo_mini_batch_size=8",  # one optimizer step per generation
@@ -229,7 +230,11 @@ def worker_info(trainer: RayPPOTrainer) -> list[dict[str, Any]]:
         import torch as _torch
         import verl.workers as _workers
 
-        engine = getattr(_self, "actor_engine", None)  # the before-variant's old worker may lack these
+        # the actor role's engine, in a colocated (fused) worker or the worker itself; getattr: the
+        # before-variant's old workers may lack these attributes
+        roles = getattr(_self, "fused_worker_dict", None) or {"worker": _self}
+        engines = [getattr(w, "actor_engine", None) for w in roles.values()]
+        engine = next((e for e in engines if e is not None), None)
         return {
             "pid": _os.getpid(),
             "threads": _torch.get_num_threads(),
