@@ -13,6 +13,14 @@ os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--config-audit-recipes",
+        action="store_true",
+        help="tests/test_config_audit.py: audit every recipe's entry point too, not only main_ppo's",
+    )
+
+
 @pytest.fixture(scope="session")
 def ray_cluster():
     """One local Ray cluster per test session. Resource counts are logical: 8 'CPUs' on 2 cores lets

@@ -40,8 +40,7 @@ def child(model_dir: str, rank: int, steps: int, rows: int = 64, response_len: i
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
     from verl.trainer.config import load_config, validate_config
     from verl.workers.actor import DataParallelPPOActor
-    from verl.workers.engine import build_engine
-    from verl.workers.engine.testing import make_rl_batch
+    from verl.workers.engine.testing import actor_engine, make_rl_batch
 
     cfg = load_config(
         [
@@ -61,14 +60,7 @@ def child(model_dir: str, rank: int, steps: int, rows: int = 64, response_len: i
     )
     validate_config(cfg)
     arr = cfg.actor_rollout_ref
-    engine = build_engine(
-        "fsdp2",
-        model_config=arr.model,
-        engine_config=arr.actor.fsdp_config,
-        optim_config=arr.actor.optim,
-        grad_clip=1.0,
-        total_training_steps=steps,
-    )
+    engine = actor_engine(arr, steps, grad_clip=1.0)
     actor = DataParallelPPOActor(arr.actor, engine, ppo_mini_batch_size_per_rank=rows)
     data = make_rl_batch(n=rows, prompt_len=4, response_len=response_len, vocab=60, seed=0)
     params = list(engine.module.parameters())

@@ -5,6 +5,7 @@
     python scripts/ci_matrix.py --paths packages/verl-core/src/verl/protocol.py
     python scripts/ci_matrix.py --all                  # every package (the full matrix)
     python scripts/ci_matrix.py --all --run [--frozen] [-- -x -m "not slow"]   # run: one pytest per entry
+    python scripts/ci_matrix.py --package verl-core --run [--frozen]          # one package's entry
     python scripts/ci_matrix.py origin/main --json     # {"include": [{"package", "tests"}, ...]} for Actions
 
 The dependency graph is read from the workspace: the root ``pyproject.toml``'s ``[tool.uv.workspace]
@@ -20,11 +21,17 @@ dependencies) that name another member give the edges. Rules for a changed path:
   nobody claims): everything.
 
 Every package change also runs the workspace tests (``tests/``: wheels, namespace, scaffolding), which
-check how the packages fit together. With ``--run`` each entry runs as
-``uv run --package <name> pytest <its tests dir>`` from the repository root (so the root conftest and
-pytest settings apply); the workspace entry runs ``uv run pytest tests``. pytest's exit code 5 (no
-tests collected, e.g. after ``-m`` deselects all) counts as a pass. The exit status is 1 if any entry
-failed.
+check how the packages fit together. With ``--run`` each entry runs from the repository root (so the root
+conftest and pytest settings apply) as
+
+    UV_PROJECT_ENVIRONMENT=.venvs/<name> uv run --exact --package <name> pytest <its tests dir>
+
+in an environment of its own that holds exactly that package, its declared dependencies and its ``dev``
+dependency group (its test dependencies, which may name its own extras): a package or recipe that
+imports what it does not declare fails there. The workspace entry runs ``uv run --exact pytest tests``
+in the workspace's environment (every member plus the root ``dev`` group). pytest's exit code 5 (no
+tests collected, e.g. after ``-m`` deselects all) counts as a pass. Each entry's wall time is in the
+summary. The exit status is 1 if any entry failed.
 """
 
 from __future__ import annotations
@@ -32,16 +39,19 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import json
+import os
 import re
 import subprocess
 import sys
 import threading
+import time
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKSPACE_TESTS = "workspace"  # the pseudo-package of the root tests/ folder
+ENVS_DIR = ".venvs"  # one environment per package: .venvs/<name> (ignored by git)
 DOC_PATTERNS = ("docs/*", "*.md", "*.rst", "LICENSE", "LICENSE.*", "NOTICE", ".gitignore")
 NOTHING_PREFIXES = ("benchmarks/",)
 WORKSPACE_PREFIXES = ("tests/", "scripts/")
@@ -157,11 +167,24 @@ def matrix(names: list[str], packages: dict[str, Package], root: Path = ROOT) ->
 
 
 def command(entry: dict[str, str], pytest_args: list[str], frozen: bool = False) -> list[str]:
-    """The command that runs one matrix entry's tests (``frozen``: ``uv run --frozen``, as CI does)."""
-    uv = ["uv", "run", *(["--frozen"] if frozen else [])]
+    """The command that runs one matrix entry's tests (``frozen``: ``uv run --frozen``, as CI does).
+    ``--exact`` removes whatever the environment holds beyond the entry's own closure."""
+    uv = ["uv", "run", *(["--frozen"] if frozen else []), "--exact"]
     if entry["package"] == WORKSPACE_TESTS:
         return [*uv, "pytest", entry["tests"], *pytest_args]
     return [*uv, "--package", entry["package"], "pytest", entry["tests"], *pytest_args]
+
+
+def environment(entry: dict[str, str], root: Path = ROOT, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The process environment of one entry: a package runs in ``.venvs/<name>`` (its own), the
+    workspace tests in the workspace's ``.venv``. Python may write bytecode: a fresh environment's
+    first import of torch then compiles it once instead of in every Ray worker process."""
+    env = dict(os.environ if base is None else base)
+    for key in ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT", "PYTHONDONTWRITEBYTECODE"):
+        env.pop(key, None)
+    if entry["package"] != WORKSPACE_TESTS:
+        env["UV_PROJECT_ENVIRONMENT"] = str(root / ENVS_DIR / entry["package"])
+    return env
 
 
 def changed_paths(base: str, root: Path = ROOT) -> list[str]:
@@ -194,10 +217,12 @@ def pytest_counts(line: str) -> dict[str, int]:
 EXIT_GRACE_S = 120
 
 
-def run_entry(cmd: list[str], cwd: Path) -> tuple[int, dict[str, int]]:
+def run_entry(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> tuple[int, dict[str, int]]:
     """Run one entry's pytest, echoing its output; return its exit code and its closing-line counts."""
     counts: dict[str, int] = {}
-    with subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+    with subprocess.Popen(
+        cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    ) as proc:
         assert proc.stdout is not None
         for line in proc.stdout:
             sys.stdout.write(line)
@@ -222,24 +247,28 @@ def run_entry(cmd: list[str], cwd: Path) -> tuple[int, dict[str, int]]:
 def run(
     entries: list[dict[str, str]], pytest_args: list[str], root: Path = ROOT, frozen: bool = False
 ) -> int:
-    """Run every entry (all of them, even after a failure); print a summary and, last, one plain
-    ``N passed, N failed, N skipped`` line over all entries; 0 if all passed."""
+    """Run every entry (all of them, even after a failure); print a summary with each entry's wall time
+    (environment sync included) and, last, one plain ``N passed, N failed, N skipped`` line over all
+    entries; 0 if all passed."""
     results = []
     total = {"passed": 0, "failed": 0, "skipped": 0}
     for entry in entries:
         cmd = command(entry, pytest_args, frozen)
-        print(f"\n=== {entry['package']}: {' '.join(cmd)}", flush=True)
-        code, counts = run_entry(cmd, root)
+        env = environment(entry, root)
+        where = env.get("UV_PROJECT_ENVIRONMENT", ".venv")
+        print(f"\n=== {entry['package']}: {' '.join(cmd)}   (environment {where})", flush=True)
+        start = time.monotonic()
+        code, counts = run_entry(cmd, root, env)
         for key in total:
             total[key] += counts.get(key, 0)
-        results.append((entry["package"], code))
+        results.append((entry["package"], code, time.monotonic() - start))
     print("\n=== summary")
     failed = 0
-    for name, code in results:
+    for name, code, seconds in results:
         ok = code in (0, NO_TESTS_COLLECTED)
         failed += not ok
         note = "no tests collected" if code == NO_TESTS_COLLECTED else f"exit {code}"
-        print(f"  {'PASS' if ok else 'FAIL'}  {name} ({note})")
+        print(f"  {'PASS' if ok else 'FAIL'}  {name} ({note}, {seconds:.0f} s)")
     print(f"{total['passed']} passed, {total['failed']} failed, {total['skipped']} skipped", flush=True)
     return 1 if failed else 0
 
@@ -255,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     src.add_argument("base", nargs="?", help="git ref to diff the working tree against")
     src.add_argument("--paths", nargs="+", help="changed paths, instead of asking git")
     src.add_argument("--all", action="store_true", help="every package (the full matrix)")
+    src.add_argument("--package", help="one package's entry (or 'workspace' for the root tests/)")
     ap.add_argument("--json", action="store_true", help="print the GitHub Actions matrix as JSON")
     ap.add_argument("--run", action="store_true", help="run each entry's tests (pytest args after --)")
     ap.add_argument("--frozen", action="store_true", help="with --run: uv run --frozen (use uv.lock as is)")
@@ -263,6 +293,10 @@ def main(argv: list[str] | None = None) -> int:
     packages = load_workspace()
     if args.all:
         names = _ordered(set(packages) | {WORKSPACE_TESTS})
+    elif args.package:
+        if args.package not in packages and args.package != WORKSPACE_TESTS:
+            ap.error(f"unknown package {args.package!r}; known: {', '.join(sorted(packages))}, {WORKSPACE_TESTS}")
+        names = [args.package]
     else:
         names = affected(args.paths if args.paths else changed_paths(args.base), packages)
     entries = matrix(names, packages)

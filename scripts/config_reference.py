@@ -43,6 +43,8 @@ def _status(info) -> str:
         return f"default only: {info.refused}"
     if info.engines:
         return f"read by the {' / '.join(info.engines)} rollout (others: default only)"
+    if info.gates:
+        return "read only when " + " and ".join(gate.text(here) for gate, here in info.gates) + " (else: default only)"
     return "supported"
 
 
@@ -54,7 +56,9 @@ def render_reference() -> str:
         "(`packages/verl-core/src/verl/trainer/config/`); a test fails when this file is stale.",
         "",
         "Status: **supported** keys are read by the code they name; **default only** keys are refused at",
-        "validation, before Ray starts, when set to anything else (the reason says what to use instead).",
+        "validation, before Ray starts, when set to anything else (the reason says what to use instead);",
+        "**read only when** keys are refused, before Ray starts, when set while that does not hold (they would",
+        "do nothing). `scripts/config_audit.py` checks every key is read or refused (docs/config-audit.md).",
         "Override with `key=value`, add inside open dicts (`dict`) with `+key=value`, `++key=value` adds or",
         "overrides, `~key` resets. Upstream verl 0.9.1's keys we do not implement are listed at the end.",
     ]

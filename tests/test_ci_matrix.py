@@ -119,14 +119,23 @@ def test_matrix_skips_packages_without_tests_and_commands(ws):
     assert cm.command(entries[0], ["-x"]) == [
         "uv",
         "run",
+        "--exact",
         "--package",
         "recipe-a",
         "pytest",
         "recipes/a/tests",
         "-x",
     ]
-    assert cm.command(entries[1], []) == ["uv", "run", "pytest", "tests"]
-    assert cm.command(entries[0], [], frozen=True)[:5] == ["uv", "run", "--frozen", "--package", "recipe-a"]
+    assert cm.command(entries[1], []) == ["uv", "run", "--exact", "pytest", "tests"]
+    assert cm.command(entries[0], [], frozen=True)[:6] == ["uv", "run", "--frozen", "--exact", "--package", "recipe-a"]
+
+
+def test_each_package_runs_in_an_environment_of_its_own(tmp_path):
+    base = {"PATH": "/bin", "VIRTUAL_ENV": "/elsewhere", "PYTHONDONTWRITEBYTECODE": "1", "UV_PROJECT_ENVIRONMENT": "/x"}
+    pkg = cm.environment({"package": "recipe-a", "tests": "recipes/a/tests"}, tmp_path, base)
+    assert pkg == {"PATH": "/bin", "UV_PROJECT_ENVIRONMENT": str(tmp_path / ".venvs" / "recipe-a")}
+    ws = cm.environment({"package": "workspace", "tests": "tests"}, tmp_path, base)
+    assert ws == {"PATH": "/bin"}  # the workspace's own .venv
 
 
 def test_run_counts_no_tests_collected_as_pass(monkeypatch, capsys):
@@ -134,8 +143,9 @@ def test_run_counts_no_tests_collected_as_pass(monkeypatch, capsys):
 
     counts = {"a": {"passed": 3}, "b": {}, "c": {"passed": 1, "failed": 2, "skipped": 1}}
 
-    def fake_run_entry(cmd, cwd):
+    def fake_run_entry(cmd, cwd, env):
         name = cmd[cmd.index("--package") + 1]
+        assert env["UV_PROJECT_ENVIRONMENT"].endswith(f".venvs/{name}")
         return codes[name], counts[name]
 
     monkeypatch.setattr(cm, "run_entry", fake_run_entry)
@@ -144,7 +154,7 @@ def test_run_counts_no_tests_collected_as_pass(monkeypatch, capsys):
     assert capsys.readouterr().out.splitlines()[-1] == "3 passed, 0 failed, 0 skipped"
     assert cm.run([*entries, {"package": "c", "tests": "c/tests"}], []) == 1
     out = capsys.readouterr().out
-    assert "PASS  b (no tests collected)" in out and "FAIL  c (exit 1)" in out
+    assert "PASS  b (no tests collected, " in out and "FAIL  c (exit 1, " in out
     assert out.splitlines()[-1] == "4 passed, 2 failed, 1 skipped"
 
 

@@ -1,7 +1,11 @@
-"""verl-core as users install it: built wheel, fresh venv outside the workspace (DESIGN rule 2).
+"""The packages as users install them: wheels built by `uv build --all-packages`, installed from the
+wheel folder into fresh virtual environments outside the workspace.
 
-Checks that the wheel works on its own (`from verl import DataProto`), that `import verl` stays
-cheap (no Ray, no transformers) and that its dependency closure holds none of the heavy engines.
+verl-core alone (DESIGN rule 2): the wheel works on its own (`from verl import DataProto`), `import verl`
+stays cheap (no Ray, no transformers) and its dependency closure holds none of the heavy engines.
+A recipe with the packages it needs (verl-core, verl-workers, verl-rewards, verl-recipe-dapo): its
+console script runs its CPU default there (shortened to two steps), which also checks that `verl.workers`
+and `verl.rewards` extend core's `verl` from separate wheels and that their plugins register.
 """
 
 import json
@@ -49,22 +53,37 @@ def _run(*cmd: str, cwd: Path) -> str:
     return proc.stdout
 
 
-def test_core_wheel_installs_alone_and_imports_lightly(tmp_path):
-    uv = shutil.which("uv")
-    if uv is None:
+@pytest.fixture(scope="module")
+def uv() -> str:
+    path = shutil.which("uv")
+    if path is None:
         pytest.skip("uv is not on PATH")
-    dist = tmp_path / "dist"
-    _run(uv, "build", "--package", "verl-core", "--wheel", "-o", str(dist), cwd=ROOT)
-    (wheel,) = dist.glob("verl_core-*.whl")
+    return path
 
-    # Pin third-party versions to the workspace lock so the install comes from uv's cache.
+
+@pytest.fixture(scope="module")
+def wheels(uv, tmp_path_factory) -> Path:
+    """Every distribution of the workspace, built as the README says (`uv build --all-packages`)."""
+    dist = tmp_path_factory.mktemp("dist")
+    _run(uv, "build", "--all-packages", "--wheel", "-o", str(dist), cwd=ROOT)
+    return dist
+
+
+def _wheel(dist: Path, name: str) -> str:
+    (wheel,) = dist.glob(f"{name.replace('-', '_')}-*.whl")
+    return str(wheel)
+
+
+def _fresh_venv(uv: str, tmp_path: Path, package: str, wheels: list[str]) -> str:
+    """A new venv outside the workspace with ``wheels`` installed; third-party versions are pinned to the
+    workspace lock (``package``'s closure) so the install comes from uv's cache."""
     constraints = tmp_path / "constraints.txt"
     _run(
         uv,
         "export",
         "--frozen",
         "--package",
-        "verl-core",
+        package,
         "--no-dev",
         "--no-hashes",
         "--no-emit-workspace",
@@ -73,11 +92,23 @@ def test_core_wheel_installs_alone_and_imports_lightly(tmp_path):
         str(constraints),
         cwd=ROOT,
     )
-
     venv = tmp_path / "v"
     _run(uv, "venv", str(venv), "--python", "3.11", cwd=tmp_path)
     python = str(venv / "bin" / "python")
-    _run(uv, "pip", "install", "--python", python, "-c", str(constraints), str(wheel), cwd=tmp_path)
+    _run(uv, "pip", "install", "--python", python, "-c", str(constraints), *wheels, cwd=tmp_path)
+    return python
+
+
+def test_every_distribution_builds(wheels):
+    members = [p for pattern in ("packages/*", "recipes/*") for p in ROOT.glob(pattern) if (p / "pyproject.toml").is_file()]
+    built = sorted(w.name.split("-")[0] for w in wheels.glob("*.whl"))
+    assert len(built) == len(members), built
+    for name in ("verl_core", "verl_workers", "verl_rewards", "verl_agent", "verl_recipe_dapo"):
+        assert name in built
+
+
+def test_core_wheel_installs_alone_and_imports_lightly(uv, wheels, tmp_path):
+    python = _fresh_venv(uv, tmp_path, "verl-core", [_wheel(wheels, "verl-core")])
 
     installed = json.loads(_run(uv, "pip", "list", "--python", python, "--format", "json", cwd=tmp_path))
     names = {re.sub(r"[-_.]+", "-", p["name"].lower()) for p in installed}
@@ -91,3 +122,32 @@ def test_core_wheel_installs_alone_and_imports_lightly(tmp_path):
 
     out = _run(python, "-c", CHECK_IMPORTS, cwd=tmp_path)
     assert out.strip().startswith("ok ")
+
+
+RECIPE_RUN = """
+import sys
+import verl, verl.workers, verl.rewards, verl_recipe_dapo
+for mod in (verl, verl.workers, verl.rewards, verl_recipe_dapo):
+    assert mod.__file__.startswith(sys.prefix), mod.__file__  # the installed wheels, not the workspace
+print("ok")
+"""
+
+
+@pytest.mark.e2e
+def test_recipe_wheel_runs_its_cpu_default_outside_the_workspace(uv, wheels, tmp_path):
+    names = ("verl-core", "verl-workers", "verl-rewards", "verl-recipe-dapo")
+    python = _fresh_venv(uv, tmp_path, "verl-recipe-dapo", [_wheel(wheels, n) for n in names])
+    assert _run(python, "-c", RECIPE_RUN, cwd=tmp_path).strip().endswith("ok")
+    out = tmp_path / "run"
+    script = str(Path(python).parent / "verl-dapo")
+    stdout = _run(
+        script,
+        "trainer.total_training_steps=2",
+        f"trainer.default_local_dir={out}",
+        "trainer.test_freq=2",
+        "algorithm.filter_groups.max_num_gen_batches=0",
+        cwd=tmp_path,
+    )
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "train/num_gen_batches" in r] == [1, 2], stdout[-2000:]
+    assert (out / "reward_curve.png").is_file()

@@ -9,23 +9,27 @@ from verl.trainer.config import ConfigError
 ENTRY_POINTS = {
     "verl-ppo": "verl.trainer.main_ppo:main",
     "verl-sft": "verl.trainer.sft_trainer:main",
-    "verl-dapo": "verl_recipe_dapo.main_dapo:main",
-    "verl-sppo": "verl_recipe_sppo.main_sppo:main",
-    "verl-spin": "verl_recipe_spin.main_spin:main",
-    "verl-prime": "verl_recipe_prime.main_prime:main",
-    "verl-retool": "verl_recipe_retool.main:main",
-    "verl-collabllm": "verl_recipe_collabllm.main:main",
-    "verl-vlm-count": "verl_recipe_vlm_count.main:main",
-    "verl-fully-async": "verl_recipe_fully_async.main:main",
-    "verl-one-step-off": "verl_recipe_fully_async.main:main_one_step_off",
+    "verl-dapo": "verl_recipe_dapo.main_dapo:RECIPE.main",
+    "verl-sppo": "verl_recipe_sppo.main_sppo:RECIPE.main",
+    "verl-spin": "verl_recipe_spin.main_spin:RECIPE.main",
+    "verl-prime": "verl_recipe_prime.main_prime:RECIPE.main",
+    "verl-retool": "verl_recipe_retool.main:RECIPE.main",
+    "verl-collabllm": "verl_recipe_collabllm.main:RECIPE.main",
+    "verl-vlm-count": "verl_recipe_vlm_count.main:RECIPE.main",
+    "verl-fully-async": "verl_recipe_fully_async.main:RECIPE.main",
+    "verl-one-step-off": "verl_recipe_fully_async.main:ONE_STEP_OFF.main",
 }
 # a key every entry point has, with a non-default value
 KEY = {"verl-sft": ("trainer.project_name", "p123")}
 
 
 def _main(name):
-    module, func = ENTRY_POINTS[name].split(":")
-    return getattr(importlib.import_module(module), func)
+    """The console script's object, resolved as the installer's wrapper does (``module:attr.attr``)."""
+    module, attrs = ENTRY_POINTS[name].split(":")
+    obj = importlib.import_module(module)
+    for attr in attrs.split("."):
+        obj = getattr(obj, attr)
+    return obj
 
 
 def _run(name, argv):

@@ -136,11 +136,3 @@ def write_rows(out: Path) -> Path:
         for i, (a, b) in enumerate(all_problems())
     ]
     return write_parquet(rows, out)
-
-
-def count_params(path: Path) -> int:
-    """Parameter count of the saved model (tied embeddings counted once)."""
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(str(path))
-    return sum(p.numel() for p in model.parameters())

@@ -39,7 +39,7 @@ sys.path.insert(0, str(HERE))
 import assets  # noqa: E402
 import flops  # noqa: E402
 import report  # noqa: E402
-from stepper import apply_omp_wait_policy  # noqa: E402
+from stepper import add_omp_wait_policy_arg, apply_omp_wait_policy  # noqa: E402
 
 IMPLS = ("ours", "bare", "trl")
 LABEL = {"ours": "ours (verl)", "bare": "bare PyTorch", "trl": "TRL GRPOTrainer"}
@@ -241,12 +241,7 @@ def main() -> None:
         "--dry-run", action="store_true", help="print the plan and a runtime estimate, run nothing"
     )
     ap.add_argument("--render", action="store_true", help="only rewrite curve.md / curve.png from --out")
-    ap.add_argument(
-        "--omp-wait-policy",
-        default=None,
-        help="OpenMP wait policy of every process (stepper.OMP_WAIT_POLICIES; omitted: verl's rule for "
-        "our workers, libgomp's default for bare/TRL)",
-    )
+    add_omp_wait_policy_arg(ap)
     args = ap.parse_args()
     if args.trl_python.lower() == "none":
         args.trl_python = None

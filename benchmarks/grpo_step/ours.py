@@ -3,7 +3,7 @@
 Everything is built the way ``python -m verl.trainer.main_ppo`` builds it (``main_ppo.build_trainer``:
 registry-found worker class, FSDP2 engine on CPU, ``hf`` rollout, verl-rewards' ``naive`` reward
 manager with the ``arithmetic`` exact-match scorer), and trained by the unmodified ``fit()`` loop.
-The only addition is the trainer's tracking hook (``_make_logger``): the benchmark's logger records
+The only addition is the trainer's tracking hook (``make_logger``): the benchmark's logger records
 each step's metrics (``timing_s/<stage>``) and wall time, and calls ``between_steps`` before
 returning, which is where the harness times the bare and TRL steps (A, B, C, A, B, C ...).
 """
@@ -142,7 +142,7 @@ class BenchTrainer(RayPPOTrainer):
     between_steps: Callable[[int], None] = staticmethod(lambda step: None)
     cpu_clock: Callable[[], float] = staticmethod(time.process_time)
 
-    def _make_logger(self) -> StepRecorder:
+    def make_logger(self) -> StepRecorder:
         self.recorder = StepRecorder(self.between_steps, self.cpu_clock)
         return self.recorder
 

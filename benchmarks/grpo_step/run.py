@@ -36,7 +36,7 @@ sys.path.insert(0, str(HERE))
 import assets  # noqa: E402
 import before  # noqa: E402
 import report  # noqa: E402
-from stepper import apply_omp_wait_policy  # noqa: E402
+from stepper import add_omp_wait_policy_arg, apply_omp_wait_policy  # noqa: E402
 
 
 def _matmul(threads: int, dtype: str = "fp32") -> dict:
@@ -138,12 +138,7 @@ def main() -> None:
         help="key=value config overrides of our (after) step only, on top of ours.AFTER, e.g. actor_rollout_ref.rollout.name=hf",
     )
     ap.add_argument("--render", action="store_true", help="only re-render --out's saved results")
-    ap.add_argument(
-        "--omp-wait-policy",
-        default=None,
-        help="OpenMP wait policy of every process (stepper.OMP_WAIT_POLICIES; omitted: verl's rule for "
-        "our workers, libgomp's default for bare/TRL)",
-    )
+    add_omp_wait_policy_arg(ap)
     args = ap.parse_args()
     apply_omp_wait_policy(args.omp_wait_policy)  # every process started below inherits it
     if args.render:

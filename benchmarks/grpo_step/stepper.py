@@ -21,6 +21,16 @@ OMP_WAIT_POLICIES = {
 }
 
 
+def add_omp_wait_policy_arg(ap) -> None:
+    """``--omp-wait-policy`` on an argparse parser (apply it with `apply_omp_wait_policy`)."""
+    ap.add_argument(
+        "--omp-wait-policy",
+        default=None,
+        help="OpenMP wait policy of every process (stepper.OMP_WAIT_POLICIES; omitted: verl's rule for "
+        "our workers, libgomp's default for bare/TRL)",
+    )
+
+
 def apply_omp_wait_policy(policy: str | None) -> None:
     """Put ``policy``'s libgomp variables in this process's environment, which the step servers and our
     Ray workers (started by this process's local raylet) inherit; None leaves the environment as it is

@@ -30,7 +30,7 @@ import torch.distributed as dist  # noqa: E402 (after the thread count and sys.p
 from verl import DataProto  # noqa: E402 (after the thread count and sys.path)
 from verl.trainer.config import load_config  # noqa: E402 (after the thread count and sys.path)
 from verl.workers.actor import DataParallelPPOActor  # noqa: E402 (after the thread count and sys.path)
-from verl.workers.engine import build_engine  # noqa: E402 (after the thread count and sys.path)
+from verl.workers.engine.testing import actor_engine  # noqa: E402 (after the thread count and sys.path)
 
 before = os.environ.get("BEFORE", "38d3f70")
 _old_src = subprocess.run(
@@ -69,14 +69,7 @@ arr = cfg.actor_rollout_ref
 
 
 def make(variant):
-    eng = build_engine(
-        "fsdp2",
-        model_config=arr.model,
-        engine_config=arr.actor.fsdp_config,
-        optim_config=arr.actor.optim,
-        grad_clip=1.0,
-        total_training_steps=100,
-    )
+    eng = actor_engine(arr, 100, grad_clip=1.0)
     if variant == "old":
         o = arr.actor.optim
         eng.optimizer = torch.optim.AdamW(

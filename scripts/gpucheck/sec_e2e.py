@@ -4,7 +4,7 @@ The demo's default schedule (180 SFT steps, then 60 GRPO steps validated every 1
 problems, greedy exact match), with ``--device`` and ``trainer.worker_backend=local`` for both stages
 (one worker in this process: the GPU machine has no Ray). ``--quick`` runs 3 + 2 steps.
 
-The CPU reference is the README's measurement, quoted with its conditions, not re-run here.
+The CPU reference is docs/measurements.md's measurement (moved there from the README), quoted with its conditions, not re-run here.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import Any
 
 from context import Context, Recorder
 
-#: README.md, "The main job": measured on the project's 2-core CPU machine, quiet, 2026-11-22
+#: docs/measurements.md, "The main job": measured on the project's 2-core CPU machine, quiet, 2026-11-22
 CPU_REFERENCE = {
-    "source": "README.md, 'The main job' (not measured by this check)",
+    "source": "docs/measurements.md, 'The main job' (not measured by this check)",
     "machine": "the project's 2-core CPU machine, quiet, 2026-11-22",
     "setup": "Ray backend, 2 FSDP2 CPU workers, fp32; 180 SFT + 60 GRPO steps",
     "total_seconds": 66.0,

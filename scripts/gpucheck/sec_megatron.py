@@ -41,7 +41,7 @@ def _actor(model_dir: Path, strategy: str, dtype: str, rows: int):
 
     overrides = [o for o in actor_overrides(model_dir, strategy, 1, rows) if "model_dtype" not in o and "optim.lr" not in o]
     overrides += [f"actor_rollout_ref.model.model_dtype={dtype}", f"actor_rollout_ref.actor.optim.lr={LR}"]
-    cfg = load_config(overrides, defaults_yaml=None).actor_rollout_ref
+    cfg = load_config(overrides).actor_rollout_ref
     a = cfg.actor
     engine = build_engine(strategy, model_config=cfg.model,
                           engine_config=a.megatron if strategy == "megatron" else a.fsdp_config,

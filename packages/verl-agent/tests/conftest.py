@@ -7,12 +7,9 @@ import pytest
 
 @pytest.fixture(scope="session")
 def tokenizer(tmp_path_factory):
-    from transformers import AutoTokenizer
-    from verl.workers.tiny import build_char_tokenizer
+    from verl.workers.tiny import load_char_tokenizer
 
-    path = tmp_path_factory.mktemp("char_tok")
-    build_char_tokenizer(path)
-    return AutoTokenizer.from_pretrained(str(path))
+    return load_char_tokenizer(tmp_path_factory.mktemp("char_tok"))
 
 
 @pytest.fixture(scope="session")

@@ -100,7 +100,7 @@ def test_chat_endpoint_with_tools_records_a_trajectory(tokenizer, stop_ids):
         call_text + "<|im_end|>" + env_text + "The sum is 5.<|im_end|>"
     )
     assert traj.response_mask == [1] * (len(call_text) + 1) + [0] * env_len + [1] * (len("The sum is 5.") + 1)
-    assert traj.response_logprobs[0] == -0.5 and traj.num_turns == 3
+    assert traj.response_logprobs[0] == -0.5 and traj.num_turns == 4
     assert traj.prompt_ids == tokenizer.encode(
         "<|im_start|>user\n2+3?<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False
     )
@@ -177,4 +177,4 @@ def test_chat_endpoint_agent_loop_through_the_manager(tokenizer, stop_ids, rollo
             len("Let me compute. " + format_tool_call("add", {"a": 2, "b": 3})) + 1 + len("The sum is 5.") + 1
         )
         assert out.batch["response_mask"].sum(-1).tolist() == [n_model] * 3
-        assert out.non_tensor_batch["num_turns"].tolist() == [3] * 3
+        assert out.non_tensor_batch["num_turns"].tolist() == [4] * 3

@@ -42,7 +42,8 @@ def arithmetic_agent(text: str) -> str:
 def test_concurrent_tool_loops_in_row_order(tokenizer, stop_ids, rollout_config):
     questions = [f"{a}+{b}=" for a, b in [(1, 2), (30, 4), (5, 60), (7, 8), (90, 9), (11, 12)]]
     server = ScriptedLLMServer(arithmetic_agent, stop_ids, tokenizer)
-    cfg = rollout_config(response_length=300, agent__default_agent_loop="tool_agent", agent__num_workers=3)
+    cfg = rollout_config(response_length=300, agent__default_agent_loop="tool_agent", agent__num_workers=3,
+                         calculate_log_probs="true")  # fmt: skip
     manager = AgentLoopManager(cfg, server, tokenizer, loop_kwargs={"tools": [get_function_tool("plus")]})
     out = manager.generate_sequences(rows(questions))
     assert server.max_in_flight == 3  # three loops waited on the model at once, never more
@@ -68,10 +69,14 @@ def test_concurrent_tool_loops_in_row_order(tokenizer, stop_ids, rollout_config)
         assert out.batch["response_mask"][i, n_resp:].sum() == 0 and am[i, p + n_resp :].sum() == 0
         lp = out.batch["rollout_log_probs"][i, :n_resp]
         assert torch.equal(lp, torch.where(torch.tensor(mask) == 1, -0.5, 0.0))
-    assert out.non_tensor_batch["num_turns"].tolist() == [3] * n
+    assert out.non_tensor_batch["num_turns"].tolist() == [4] * n  # user, call, tool, answer
     assert np.isnan(out.non_tensor_batch["reward_score"]).all()
     assert out.meta_info["metrics"]["agent/has_tool_call"] == [1.0] * n
-    assert out.meta_info["metrics"]["agent/num_turns"] == [3.0] * n
+    assert out.meta_info["metrics"]["agent/num_turns"] == [4.0] * n
+    # rollout.calculate_log_probs=false (the default): no sampling log-probs, as from the plain rollouts
+    plain = AgentLoopManager(rollout_config(response_length=300, agent__default_agent_loop="tool_agent"), server,
+                             tokenizer, loop_kwargs={"tools": [get_function_tool("plus")]})  # fmt: skip
+    assert "rollout_log_probs" not in plain.generate_sequences(rows(questions[:2])).batch.keys()
 
 
 def test_agent_name_picks_the_loop(tokenizer, stop_ids, rollout_config):
@@ -81,7 +86,7 @@ def test_agent_name_picks_the_loop(tokenizer, stop_ids, rollout_config):
     )
     out = manager.generate_sequences(rows(["1+2=", "3+4="], agent_name=["tool_agent", None]))
     # tool_agent runs two model turns; the default single_turn_agent stops after the call text.
-    assert out.non_tensor_batch["num_turns"].tolist() == [3, 1]
+    assert out.non_tensor_batch["num_turns"].tolist() == [4, 2]  # upstream counts the prompt too
     # the loops' extra fields reach the batch: tool_agent's conversation; None for the single-turn row
     messages = out.non_tensor_batch["messages"]
     assert [m["role"] for m in messages[0]] == ["user", "assistant", "tool", "assistant"]
@@ -175,7 +180,8 @@ def test_manager_on_tiny_model_log_probs_match_a_forward_pass(
     tokenizer, stop_ids, tiny_model, rollout_config
 ):
     server = HFAsyncServer(tiny_model, stop_ids, tokenizer.pad_token_id)
-    cfg = rollout_config(response_length=10, agent__default_agent_loop="tool_agent", agent__num_workers=4)
+    cfg = rollout_config(response_length=10, agent__default_agent_loop="tool_agent", agent__num_workers=4,
+                         calculate_log_probs="true")  # fmt: skip
     manager = AgentLoopManager(cfg, server, tokenizer, loop_kwargs={"tools": [get_function_tool("plus")]})
     torch.manual_seed(0)
     out = manager.generate_sequences(rows(["1+2=", "30+4=", "hello", "5+60="]))

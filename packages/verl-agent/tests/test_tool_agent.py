@@ -61,7 +61,7 @@ def test_tool_call_round_trip_masks_by_hand(tokenizer, stop_ids, rollout_config)
     assert tokenizer.decode(out.response_ids, skip_special_tokens=False) == want_text
     # The model's second turn saw the whole conversation so far, token for token.
     assert server.prompts[1] == out.prompt_ids + out.response_ids[: m1 + e1]
-    assert out.num_turns == 3 and out.extra_fields["stop_reason"] == "done"
+    assert out.num_turns == 4 and out.extra_fields["stop_reason"] == "done"
     assert out.metrics["tool_calls"] == 1 and out.metrics["has_tool_call"] == 1
     assert out.extra_fields["messages"][2] == {"role": "tool", "content": "5"}
 
@@ -73,7 +73,7 @@ def test_max_assistant_turns(tokenizer, stop_ids, rollout_config):
     assert len(server.prompts) == 3
     assert out.extra_fields["stop_reason"] == "max_assistant_turns"
     assert out.metrics["turn_limit_reached"] == 1 and out.metrics["tool_calls"] == 2
-    assert out.num_turns == 5  # 3 assistant + 2 tool
+    assert out.num_turns == 6  # the prompt + 3 assistant + 2 tool (upstream's count)
     assert out.response_mask[-1] == 1  # ends on the model's turn
 
 

@@ -48,14 +48,11 @@ def dist_world1(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def ppo_config():
-    """A function ``(*overrides) -> resolved trainer DictConfig`` (upstream key names): schema defaults,
-    except that every role computes in its ``model_dtype`` (the tests' references do; see
-    ``verl.workers.engine.testing.COMPUTE_IN_MODEL_DTYPE``)."""
+    """A function ``(*overrides) -> resolved trainer DictConfig`` (upstream key names)."""
     from verl.trainer.config import load_config
-    from verl.workers.engine.testing import COMPUTE_IN_MODEL_DTYPE
 
     def make(*overrides: str):
-        return load_config([*COMPUTE_IN_MODEL_DTYPE, *overrides])
+        return load_config(list(overrides))  # schema defaults only
 
     return make
 

@@ -24,10 +24,8 @@ def write_chats(path, n, seed=0):
 
 
 def sft_cfg(model_dir, data, out, *extra):
-    from verl.workers.engine.testing import SFT_COMPUTE_IN_MODEL_DTYPE
-
     cfg = load_sft_config([
-        *SFT_COMPUTE_IN_MODEL_DTYPE, f"data.train_files={data}", f"model.path={model_dir}", "trainer.device=cpu", "trainer.n_gpus_per_node=1",
+        f"data.train_files={data}", f"model.path={model_dir}", "trainer.device=cpu", "trainer.n_gpus_per_node=1",
         "data.train_batch_size=4", "data.micro_batch_size_per_gpu=2", "model.enable_gradient_checkpointing=false",
         "optim.lr=1e-2", "optim.lr_warmup_steps=0", "optim.lr_scheduler_type=constant",
         f"trainer.default_local_dir={out}", "trainer.progress_bar=false", *extra,

@@ -139,12 +139,10 @@ def _rl_batch(dataset, response_len=5, seed=0):
 def _actor(vlm_dir, *extra):
     from verl.trainer.config import load_config
     from verl.workers.actor import DataParallelPPOActor
-    from verl.workers.engine import build_engine
-    from verl.workers.engine.testing import COMPUTE_IN_MODEL_DTYPE
+    from verl.workers.engine.testing import actor_engine
 
     cfg = load_config(
         [
-            *COMPUTE_IN_MODEL_DTYPE,
             f"actor_rollout_ref.model.path={vlm_dir}",
             "actor_rollout_ref.model.enable_gradient_checkpointing=false",
             "actor_rollout_ref.actor.optim.lr=1e-2",
@@ -154,15 +152,7 @@ def _actor(vlm_dir, *extra):
         ],
     )
     arr = cfg.actor_rollout_ref
-    engine = build_engine(
-        "fsdp2",
-        model_config=arr.model,
-        engine_config=arr.actor.fsdp_config,
-        optim_config=arr.actor.optim,
-        grad_clip=arr.actor.grad_clip,
-        total_training_steps=10,
-        freeze_vision=bool(arr.actor.freeze_vision_tower),
-    )
+    engine = actor_engine(arr, 10, grad_clip=arr.actor.grad_clip, freeze_vision=bool(arr.actor.freeze_vision_tower))
     return DataParallelPPOActor(arr.actor, engine, ppo_mini_batch_size_per_rank=4)
 
 
@@ -176,6 +166,17 @@ def test_engine_log_probs_equal_model_forward_on_mixed_batch(dist_world1, vlm_di
         _, logits = _direct(processor, model, i, extra_ids=resp)
         want = torch.log_softmax(logits[-r - 1 : -1].float(), -1).gather(-1, resp[:, None])[:, 0]
         torch.testing.assert_close(log_probs[i], want, atol=2e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype_key", ["actor_rollout_ref.model.model_dtype", "actor_rollout_ref.actor.fsdp_config.model_dtype"])
+def test_a_bf16_model_takes_the_processors_float32_pixels(dist_world1, vlm_dir, dataset, dtype_key):
+    """The vision tower runs in the forward's dtype: bf16 weights get bf16 pixels (the processor makes float32)
+    and the log-probs stay those of the fp32 model, to bf16's precision."""
+    data = _rl_batch(dataset)
+    want, _ = _actor(vlm_dir).compute_log_prob(data)
+    got, _ = _actor(vlm_dir, f"{dtype_key}=bfloat16").compute_log_prob(data)
+    assert got.dtype == torch.float32 and torch.isfinite(got).all()
+    torch.testing.assert_close(got, want, atol=0.15, rtol=0.05)
 
 
 def test_freeze_vision_tower_trains_the_language_model_only(dist_world1, vlm_dir, dataset):
@@ -247,16 +248,35 @@ def test_bad_image_rows_name_the_row(processor, tmp_path):
         ds[0]
 
 
-def test_smart_resize_hand_values():
-    from verl.utils.dataset.vision import smart_resize
+def test_images_are_resized_by_qwen_vl_utils_to_hand_derived_sizes():
+    from PIL import Image
+    from verl.utils.dataset.vision import load_image
 
-    assert smart_resize(56, 112, 28 * 28, 112 * 112) == (56, 112)  # already multiples, within bounds
-    # 300x200 rounds to 308x196 (60368 px > 12544): scaled by sqrt(60000/12544) and floored to 28s
-    assert smart_resize(300, 200, 28 * 28, 112 * 112) == (112, 84)
+    def size(w, h, lo, hi):
+        return load_image(Image.new("RGB", (w, h), (255, 0, 0)), "test", min_pixels=lo, max_pixels=hi).size
+
+    assert size(112, 56, 28 * 28, 112 * 112) == (112, 56)  # already multiples of 28, within bounds
+    # 200x300 rounds to 196x308 (60368 px > 12544): scaled by sqrt(60000/12544) and floored to 28s
+    assert size(200, 300, 28 * 28, 112 * 112) == (84, 112)
     # 10x10 is below 4*28*28 px: scaled up by sqrt(3136/100) = 5.6 and ceiled to 28s
-    assert smart_resize(10, 10, 4 * 28 * 28, 10**6) == (56, 56)
-    with pytest.raises(ValueError, match="aspect ratio"):
-        smart_resize(1, 500, 28 * 28, 10**6)
+    assert size(10, 10, 4 * 28 * 28, 10**6) == (56, 56)
+    with pytest.raises(ValueError, match="test: .*aspect ratio"):
+        size(500, 1, 28 * 28, 10**6)
+
+
+def test_videos_load_through_qwen_vl_utils():
+    from PIL import Image
+    from verl.utils.dataset.vision import load_video
+
+    frames = [Image.new("RGB", (60, 90), (10 * i, 0, 0)) for i in range(5)]
+    video, fps = load_video(frames, "row 0: videos[0]", min_pixels=28 * 28, max_pixels=112 * 112)
+    # 5 frames padded to a multiple of 2 (the last repeated). qwen-vl-utils first fetches each frame as an
+    # image with its patch size set to the video's factor (28), i.e. to multiples of 56: 60x90 -> 56x112;
+    # the video's own resize to multiples of 28 keeps that (6272 px within [784, 12544])
+    assert tuple(video.shape) == (6, 3, 112, 56) and fps == 2.0
+    assert torch.equal(video[5], video[4]) and not torch.equal(video[0], video[4])
+    with pytest.raises(ValueError, match="row 0: videos\\[0\\]: a video must be"):
+        load_video([], "row 0: videos[0]")
 
 
 def test_image_rows_need_multi_modal_inputs(processor, tmp_path):

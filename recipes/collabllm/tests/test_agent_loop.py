@@ -148,7 +148,10 @@ def test_batch_through_the_manager_and_the_mr(char_tok, stop_ids, rule_user):
             {"name": "collabllm", "user_model": "rule", "api_base": rule_user.base_url}
         )
     }
-    manager = CollabLLMRewardManager(char_tok, 0, metric_weights={"accuracy": 1.0, "token_amount": -0.01})
+    manager = CollabLLMRewardManager(
+        char_tok, 0, metric_weights={"accuracy": 1.0, "token_amount": -0.01},
+        accuracy_scorer="rule", completion_extraction="last_message",
+    )  # fmt: skip
     for ask, expected in (
         (True, [1 - 0.06] * 6),
         (False, [(r["reward_model"]["ground_truth"] == "7") - 0.01 for r in rows]),

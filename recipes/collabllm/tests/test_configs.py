@@ -5,13 +5,13 @@ import pytest
 from verl.agent.interactions.base import load_interactions
 from verl.trainer.config import ConfigError
 from verl_recipe_collabllm.config import collabllm_problems, load_collabllm_config, validate_collabllm_config
-from verl_recipe_collabllm.main import CPU_CONFIG, PAPER_CONFIG, configs_dir, with_default_config
+from verl_recipe_collabllm.main import CPU_CONFIG, PAPER_CONFIG, RECIPE
 
 INTERACTION = "actor_rollout_ref.rollout.multi_turn.interaction_config_path"
 
 
 def _paper(*overrides):
-    return load_collabllm_config(["--config", str(configs_dir() / PAPER_CONFIG), *overrides])
+    return load_collabllm_config(["--config", str(RECIPE.configs_dir / PAPER_CONFIG), *overrides])
 
 
 def test_paper_config_holds_upstreams_setting():
@@ -49,7 +49,7 @@ def test_paper_config_validates_apart_from_the_missing_gpu():
 
 def test_paper_simulated_user_comes_from_its_interaction_yaml(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-used")
-    user = load_interactions(configs_dir() / "collabllm_interaction.yaml")["collabllm"]
+    user = load_interactions(RECIPE.configs_dir / "collabllm_interaction.yaml")["collabllm"]
     client = user.client
     assert (client.base_url, client.model, client.api_key_env) == (
         "https://api.openai.com/v1",
@@ -63,13 +63,13 @@ def test_paper_simulated_user_comes_from_its_interaction_yaml(monkeypatch):
     )
     monkeypatch.delenv("OPENAI_API_KEY")
     with pytest.raises(ValueError, match="OPENAI_API_KEY.*not set"):
-        load_interactions(configs_dir() / "collabllm_interaction.yaml")
+        load_interactions(RECIPE.configs_dir / "collabllm_interaction.yaml")
 
 
 def test_no_config_flag_means_the_cpu_default(tmp_path):
-    argv = with_default_config(["trainer.total_training_steps=2"])
-    assert argv[:2] == ["--config", str(configs_dir() / CPU_CONFIG)]
-    assert with_default_config(["--config", "x.yaml"]) == ["--config", "x.yaml"]
+    argv = RECIPE.with_default_config(["trainer.total_training_steps=2"])
+    assert argv[:2] == ["--config", str(RECIPE.configs_dir / CPU_CONFIG)]
+    assert RECIPE.with_default_config(["--config", "x.yaml"]) == ["--config", "x.yaml"]
     c = load_collabllm_config(argv)
     assert c.trainer.device == "cpu" and c.actor_rollout_ref.rollout.multi_turn.num_repeat_rollouts == 3
     # filled in by the entry point: the task, the warm-started model, the rule-based user
@@ -90,7 +90,7 @@ def test_no_config_flag_means_the_cpu_default(tmp_path):
 
 def test_what_collabllm_needs_is_checked_up_front():
     bad = load_collabllm_config(
-        with_default_config(
+        RECIPE.with_default_config(
             [
                 "reward.reward_manager=naive",
                 "actor_rollout_ref.rollout.multi_turn.enable=false",
@@ -109,10 +109,11 @@ def test_what_collabllm_needs_is_checked_up_front():
         "num_repeat_rollouts=0",
         "max_assistant_turns=1",
         "interaction_config_path is unset",
-        "['interactivity'], judged by an LLM: set reward.reward_kwargs.llm_judge_kwargs",
+        "['interactivity'], which ask an LLM judge (accuracy_scorer=rule, completion_extraction=last_message): "
+        "set reward.reward_kwargs.llm_judge_kwargs",
     ):
         assert expected in problems
     with pytest.raises(ConfigError, match="unknown"):  # the schema's typo check still holds
         load_collabllm_config(
-            with_default_config(["actor_rollout_ref.rollout.multi_turn.num_repeat_rollout=3"])
+            RECIPE.with_default_config(["actor_rollout_ref.rollout.multi_turn.num_repeat_rollout=3"])
         )

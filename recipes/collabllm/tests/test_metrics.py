@@ -6,7 +6,14 @@ import math
 import pytest
 from verl.rewards.models.chat_client import ChatClient
 from verl.rewards.scoring import default_compute_score
-from verl_recipe_collabllm.metrics import METRICS, Conversation, MetricContext, bleu, first_turn_question
+from verl_recipe_collabllm.metrics import (
+    METRICS,
+    Conversation,
+    MetricContext,
+    MetricOptions,
+    bleu,
+    first_turn_question,
+)
 
 SYSTEM = {"role": "system", "content": "Be helpful."}
 REQUEST = {"role": "user", "content": "Add 3 to my number."}
@@ -22,8 +29,11 @@ def conv(
     return Conversation(messages, len(prompt), data_source, ground_truth, extra_info or {})
 
 
+RULE = MetricOptions(accuracy_scorer="rule", completion_extraction="last_message", bleu_unit="word")
+
+
 def score(name: str, c: Conversation, ctx: MetricContext | None = None) -> float:
-    return asyncio.run(METRICS.get(name).fn(c, ctx or MetricContext(default_compute_score)))
+    return asyncio.run(METRICS.get(name).fn(c, ctx or MetricContext(default_compute_score, options=RULE)))
 
 
 def test_accuracy_scores_the_final_answer_with_the_rows_scorer():
@@ -38,7 +48,7 @@ def test_accuracy_scores_the_final_answer_with_the_rows_scorer():
         seen.update(data_source=data_source, solution=solution_str, extra=extra_info)
         return {"score": 0.25 + bonus, "other": 1}
 
-    ctx = MetricContext(custom, {"bonus": 0.5})
+    ctx = MetricContext(custom, {"bonus": 0.5}, options=RULE)
     assert score("accuracy", conv("Which number?", "It is 5.", "8", extra_info={"k": 1}), ctx) == 0.75
     assert seen == {"data_source": "arithmetic", "solution": "8", "extra": {"k": 1}}
 
@@ -60,6 +70,9 @@ def test_bleu_by_hand():
     assert bleu("the cat sat", "the cat sat on the mat") == 0.0  # no 4-gram in the candidate
     assert bleu("a b c d", "a b c d") == 1.0
     assert bleu("", "a b c d") == 0.0
+    # characters (upstream hands nltk two strings): "abcde" vs "abcdf": p1 4/5, p2 3/4, p3 2/3, p4 1/2, BP 1
+    assert bleu("abcde", "abcdf", unit="char") == pytest.approx((4 / 5 * 3 / 4 * 2 / 3 * 1 / 2) ** 0.25)
+    assert bleu("ab cd", "ab cd", unit="char") == 1.0 and bleu("abcde", "abcdf") == 0.0  # one word each: no match
     # the metric: the final completion against the ground truth
     c = conv("Which format?", "A sentence.", "the cat sat on the mat", ground_truth="the cat sat on a mat")
     assert score("bleu_score", c) == pytest.approx((1 / 12) ** 0.25)
@@ -68,7 +81,7 @@ def test_bleu_by_hand():
 def test_interactivity_asks_the_judge_and_reads_its_json(scripted_server):
     url, set_replies = scripted_server
     log = set_replies('Sure.\n```json\n{"thought": "asked the one thing needed", "interactivity": 0.7}\n```')
-    ctx = MetricContext(default_compute_score, judge=ChatClient(url, "judge", backoff=0.01))
+    ctx = MetricContext(default_compute_score, judge=ChatClient(url, "judge", backoff=0.01), options=RULE)
     assert score("interactivity", conv("Which number?", "It is 5.", "8"), ctx) == 0.7
     prompt = log.prompts[0]
     # the judge sees the conversation (system message left out) and the rubric's JSON format
@@ -84,9 +97,10 @@ def test_interactivity_asks_the_judge_and_reads_its_json(scripted_server):
     with pytest.raises(ValueError, match="outside \\[0, 1\\]"):
         score("interactivity", conv("8"), ctx)
     set_replies('{"thought": "t"}')
-    with pytest.raises(ValueError, match="no number under 'interactivity'"):
+    with pytest.raises(ValueError, match="has no 'interactivity'"):
         score("interactivity", conv("8"), ctx)
-    assert METRICS.get("interactivity").needs_judge and not METRICS.get("accuracy").needs_judge
+    assert METRICS.get("interactivity").needs_judge(RULE) and not METRICS.get("accuracy").needs_judge(RULE)
+    assert METRICS.get("accuracy").needs_judge(MetricOptions())  # upstream's default: the judge decides
 
 
 def test_pass_rate_runs_the_final_code_against_the_tests():

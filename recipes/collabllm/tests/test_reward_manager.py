@@ -9,6 +9,9 @@ from verl_recipe_collabllm.reward_manager import CollabLLMRewardManager, multitu
 
 REQUEST = [{"role": "user", "content": "Add 3 to my number."}]
 
+# the rule variants (the CPU default's): no judge for accuracy, the last message as the final completion
+RULE = {"accuracy_scorer": "rule", "completion_extraction": "last_message"}
+
 
 def test_mr_is_the_sum_of_clipped_weighted_means():
     weights = {"accuracy": 1.0, "interactivity": 1.0, "token_amount": -1e-4}
@@ -69,7 +72,7 @@ def test_manager_scores_each_rows_futures_on_its_last_token(char_tok):
         ["8", "8"],
         response_lengths=[4, 2],
     )
-    manager = CollabLLMRewardManager(char_tok, 0, metric_weights={"accuracy": 1.0, "token_amount": -0.01})
+    manager = CollabLLMRewardManager(char_tok, 0, metric_weights={"accuracy": 1.0, "token_amount": -0.01}, **RULE)
     out = manager(data, return_dict=True)
     # row 0: accuracy mean 0.5, words 2 + 3 + 1 = 6 in both -> 0.5 - 0.06; row 1: 0 - 0.01
     expected = [0.5 - 0.06, -0.01]
@@ -100,7 +103,7 @@ def test_opening_and_later_rows_are_reported_apart(char_tok):
         [2, 1],
     )
     data.non_tensor_batch["raw_prompt"][1] = told  # row 1's trained turn answers after the question
-    out = CollabLLMRewardManager(char_tok, 0, metric_weights={"accuracy": 1.0, "token_amount": -0.01})(
+    out = CollabLLMRewardManager(char_tok, 0, metric_weights={"accuracy": 1.0, "token_amount": -0.01}, **RULE)(
         data, return_dict=True
     )
     assert out["reward_extra_info"]["token_amount"] == [6.0, 1.0]  # only what follows each row's prompt
@@ -119,24 +122,29 @@ def test_manager_options_are_checked(char_tok):
     with pytest.raises(ValueError, match="must map metric names to weights"):
         CollabLLMRewardManager(char_tok, 0, metric_weights={})
     with pytest.raises(
-        ValueError, match=r"\['interactivity'\], judged by an LLM: set reward.reward_kwargs.llm_judge_kwargs"
+        ValueError, match=r"\['interactivity'\], which ask an LLM judge .*: set reward.reward_kwargs.llm_judge_kwargs"
     ):
-        CollabLLMRewardManager(char_tok, 0, metric_weights={"accuracy": 1, "interactivity": 1})
+        CollabLLMRewardManager(char_tok, 0, metric_weights={"accuracy": 1, "interactivity": 1}, **RULE)
+    # upstream's default: accuracy and the extraction for bleu_score / pass_rate ask the judge too
+    with pytest.raises(ValueError, match=r"\['accuracy', 'bleu_score'\], which ask an LLM judge"):
+        CollabLLMRewardManager(char_tok, 0, metric_weights={"accuracy": 1, "bleu_score": 1})
+    with pytest.raises(ValueError, match="accuracy_scorer='exact' is not one of: llm_judge, rule"):
+        CollabLLMRewardManager(char_tok, 0, metric_weights={"accuracy": 1}, accuracy_scorer="exact")
     with pytest.raises(ValueError, match="normalize_by_data_source=true is not implemented"):
-        CollabLLMRewardManager(char_tok, 0, metric_weights={"accuracy": 1}, normalize_by_data_source=True)
+        CollabLLMRewardManager(char_tok, 0, metric_weights={"accuracy": 1}, normalize_by_data_source=True, **RULE)
     with pytest.raises(ValueError, match="metric_weights.accuracy='1' must be a number"):
-        CollabLLMRewardManager(char_tok, 0, metric_weights={"accuracy": "1"})
+        CollabLLMRewardManager(char_tok, 0, metric_weights={"accuracy": "1"}, **RULE)
     with pytest.raises(ValueError, match="llm_judge_kwargs: api_key must not be written"):
         CollabLLMRewardManager(
             char_tok, 0, metric_weights={"interactivity": 1},
             llm_judge_kwargs={"model": "m", "api_base": "http://127.0.0.1:1/v1", "api_key": "sk"},
         )  # fmt: skip
     with pytest.raises(TypeError):
-        CollabLLMRewardManager(char_tok, 0, metric_weights={"accuracy": 1}, metric_weight={"accuracy": 1})
+        CollabLLMRewardManager(char_tok, 0, metric_weights={"accuracy": 1}, metric_weight={"accuracy": 1}, **RULE)
 
 
 def test_manager_needs_the_agent_loops_conversations(char_tok):
-    manager = CollabLLMRewardManager(char_tok, 0, metric_weights={"accuracy": 1.0})
+    manager = CollabLLMRewardManager(char_tok, 0, metric_weights={"accuracy": 1.0}, **RULE)
     data = batch([[talk("8")]], ["8"], [1])
     data.non_tensor_batch.pop("messages")
     with pytest.raises(KeyError, match="no 'messages' column .*collabllm_agent"):
@@ -149,7 +157,7 @@ def test_a_failing_metric_stops_or_scores_zero(char_tok, scripted_server):
     judge = {"model": "judge", "api_base": url}
     data = batch([[talk("Which number?", "It is 5.", "8")], [talk("8")]], ["8", "8"], [2, 1])
     manager = CollabLLMRewardManager(
-        char_tok, 0, metric_weights={"accuracy": 1, "interactivity": 1}, llm_judge_kwargs=judge
+        char_tok, 0, metric_weights={"accuracy": 1, "interactivity": 1}, llm_judge_kwargs=judge, **RULE
     )
     with pytest.raises(
         RuntimeError, match="metric 'interactivity' failed on row 0, conversation 0: ValueError: no JSON"
@@ -161,6 +169,7 @@ def test_a_failing_metric_stops_or_scores_zero(char_tok, scripted_server):
         metric_weights={"accuracy": 1, "interactivity": 1},
         llm_judge_kwargs=judge,
         count_errors_as_zero=True,
+        **RULE,
     )
     out = lenient(data, return_dict=True)
     assert out["reward_extra_info"]["score"] == [1.0, 1.0]  # accuracy 1, interactivity counted 0
@@ -176,7 +185,7 @@ def test_core_loader_builds_it_from_the_reward_config(char_tok):
     manager = load_reward_manager(
         {
             "reward_manager": "collabllm",
-            "reward_kwargs": {"metric_weights": {"accuracy": 1, "token_amount": -0.01}},
+            "reward_kwargs": {"metric_weights": {"accuracy": 1, "token_amount": -0.01}, **RULE},
         },
         char_tok,
         num_examine=0,

@@ -13,11 +13,11 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 def test_cpu_default_runs_end_to_end(ray_cluster, tmp_path, monkeypatch):
     from verl_recipe_collabllm import cpu_assets
-    from verl_recipe_collabllm.main import train
+    from verl_recipe_collabllm.main import RECIPE
 
     monkeypatch.setattr(cpu_assets, "WARM_START_STEPS", 30)
     out = tmp_path / "run"
-    metrics = train(
+    metrics = RECIPE.train(
         [
             "trainer.total_training_steps=2",
             f"trainer.default_local_dir={out}",

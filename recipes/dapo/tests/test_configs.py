@@ -6,17 +6,12 @@ import pytest
 import torch
 from verl.protocol import DataProto
 from verl.trainer.config import ConfigError, load_config, validate_config
-from verl_recipe_dapo.main_dapo import (
-    CPU_CONFIG,
-    PAPER_CONFIG,
-    build_reward_fn,
-    configs_dir,
-    with_default_config,
-)
+from verl.trainer.ppo.reward import load_reward_manager as build_reward_fn
+from verl_recipe_dapo.main_dapo import CPU_CONFIG, PAPER_CONFIG, RECIPE
 
 
 def _paper(*overrides):
-    return load_config(["--config", str(configs_dir() / PAPER_CONFIG), *overrides])
+    return load_config(["--config", str(RECIPE.configs_dir / PAPER_CONFIG), *overrides])
 
 
 def test_paper_config_holds_the_papers_setting():
@@ -45,9 +40,9 @@ def test_paper_config_validates_apart_from_the_missing_gpu():
 
 
 def test_no_config_flag_means_the_cpu_default():
-    argv = with_default_config(["trainer.total_training_steps=2"])
-    assert argv[:2] == ["--config", str(configs_dir() / CPU_CONFIG)]
-    assert with_default_config(["--config", "x.yaml"]) == ["--config", "x.yaml"]
+    argv = RECIPE.with_default_config(["trainer.total_training_steps=2"])
+    assert argv[:2] == ["--config", str(RECIPE.configs_dir / CPU_CONFIG)]
+    assert RECIPE.with_default_config(["--config", "x.yaml"]) == ["--config", "x.yaml"]
     c = load_config(argv)
     assert c.trainer.device == "cpu" and c.algorithm.filter_groups.enable
     assert c.data.gen_batch_size > c.data.train_batch_size
@@ -83,7 +78,7 @@ def char_tok():
 
 
 def test_overlong_penalty_of_the_cpu_config(char_tok):
-    cfg = load_config(with_default_config([]))  # max_response_length 8, buffer 4, factor 1
+    cfg = load_config(RECIPE.with_default_config([]))  # max_response_length 8, buffer 4, factor 1
     fn = build_reward_fn(cfg, char_tok, num_examine=0)
     lengths = [1, 4, 5, 6, 8]
     out = fn(_responses(char_tok, ["7"] * 5, lengths, "arithmetic", "7"), return_dict=True)

@@ -13,11 +13,11 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 def test_cpu_default_runs_end_to_end(ray_cluster, tmp_path, monkeypatch):
     from verl_recipe_dapo import cpu_assets
-    from verl_recipe_dapo.main_dapo import train
+    from verl_recipe_dapo.main_dapo import RECIPE
 
     monkeypatch.setattr(cpu_assets, "WARM_START_STEPS", 40)
     out = tmp_path / "run"
-    metrics = train(
+    metrics = RECIPE.train(
         [
             "trainer.total_training_steps=2",
             f"trainer.default_local_dir={out}",
@@ -27,12 +27,12 @@ def test_cpu_default_runs_end_to_end(ray_cluster, tmp_path, monkeypatch):
     )
     assert metrics["training/global_step"] == 2
     # dynamic sampling ran and reported: every kept group counts, at least one round per step
-    assert metrics["dapo/num_gen_batches"] >= 1 and metrics["dapo/kept_groups"] >= 8
+    assert metrics["train/num_gen_batches"] >= 1 and metrics["dynamic_sampling/kept_groups"] >= 8
     assert 0.0 <= metrics["critic/score/mean"] <= 1.0
     # the trimmed batch holds exactly train_batch_size x n trajectories
     assert metrics["perf/total_num_tokens"] > 0 and metrics["response_length/max"] <= 8
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows if "dapo/num_gen_batches" in r] == [1, 2]  # the tracker wrote each step
+    assert [r["step"] for r in rows if "train/num_gen_batches" in r] == [1, 2]  # the tracker wrote each step
     assert (out / "reward_curve.png").is_file()
     assert (out / "assets" / "tiny_qwen2_warm" / "config.json").is_file()
     assert "val/arithmetic/reward" in metrics

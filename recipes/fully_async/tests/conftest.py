@@ -6,9 +6,9 @@ import pytest
 
 @pytest.fixture(scope="session")
 def assets(tmp_path_factory):
-    from verl_recipe_fully_async import cpu_assets
+    from verl.trainer.demo import build_model, write_data
 
     root = tmp_path_factory.mktemp("fully_async_assets")
-    train, test = cpu_assets.write_task(root / "data")
-    model = cpu_assets.warm_start_model(root, steps=0)
-    return [f"data.train_files={train}", f"data.val_files={test}", f"actor_rollout_ref.model.path={model}"]
+    data = write_data(root / "data")
+    model = build_model(root / "base_model")
+    return [f"data.train_files={data['train']}", f"data.val_files={data['test']}", f"actor_rollout_ref.model.path={model}"]

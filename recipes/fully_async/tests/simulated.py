@@ -90,7 +90,7 @@ class FakeTrainer:
     def state_dict(self):
         return {"drawn": self.drawn}
 
-    def _next_batch(self):
+    def next_batch(self):
         ids = torch.arange(self.drawn, self.drawn + 4).unsqueeze(1)
         self.drawn += 4
         return {
@@ -100,10 +100,10 @@ class FakeTrainer:
             "prompt_id": np.arange(self.drawn - 4, self.drawn).astype(object),
         }
 
-    def _gen_input(self, batch, do_sample, validate):
+    def rollout_input(self, batch, do_sample, validate):
         return DataProto(batch=batch.batch, non_tensor_batch=dict(batch.non_tensor_batch), meta_info={})
 
-    def _stage_reward(self, data, metrics):
+    def stage_reward(self, data, metrics):
         return data
 
 
@@ -118,6 +118,76 @@ def config(s, trigger, tbs, wave, partial):
                 "partial_rollout": partial,
                 "partial_rollout_step_tokens": 2,
                 "weight_sync": "object_store",
+                "overlap_weight_sync": False,
             },
         }
     )
+
+
+class SimulatedStreamingPool:
+    """A streaming rollout worker group (vLLM's surface in ``stream_worker``) of ``world_size`` ranks:
+    each request has a random length and advances a random number of tokens per poll, tagged with the
+    weights version it was generated under; samples finish out of order; a pause holds every request."""
+
+    def __init__(self, seed, poll_delay, world_size=1, max_len=8):
+        self.rng = random.Random(seed)
+        self.poll_delay = poll_delay
+        self.world_size = world_size
+        self.max_len = max_len
+        self.requests = {}  # sample index -> (rank, [length per row], [[versions] per row])
+        self.version = 0
+        self.paused = False
+        self.loaded = []
+        self.pauses = 0
+
+    def submit_samples(self, shares):
+        assert len(shares) == self.world_size
+        for rank, share in enumerate(shares):
+            if share is None:
+                continue
+            keys = [int(k) for k in share.non_tensor_batch["sample_index"]]
+            for key in dict.fromkeys(keys):
+                n = keys.count(key)
+                self.requests[key] = (
+                    rank,
+                    [self.rng.randint(1, self.max_len) for _ in range(n)],
+                    [[] for _ in range(n)],
+                )
+        return [sum(r == rank for r, _, _ in self.requests.values()) for rank in range(self.world_size)]
+
+    def poll_samples(self, timeout_s):
+        time.sleep(self.poll_delay * self.rng.random())
+        assert not self.paused, "polled while paused"
+        for _, lengths, versions in self.requests.values():
+            for length, v in zip(lengths, versions):
+                for _ in range(min(self.rng.randint(0, 2), length - len(v))):
+                    v.append(self.version)
+        out = [[] for _ in range(self.world_size)]
+        for key in [
+            k for k, (_, ls, vs) in self.requests.items() if all(len(v) == n for v, n in zip(vs, ls))
+        ]:
+            rank, lengths, versions = self.requests.pop(key)
+            width = max(lengths)
+            tv = torch.full((len(lengths), width), -1, dtype=torch.long)
+            mask = torch.zeros((len(lengths), width), dtype=torch.long)
+            for i, v in enumerate(versions):
+                tv[i, : len(v)] = torch.tensor(v)
+                mask[i, : len(v)] = 1
+            data = DataProto.from_dict(
+                tensors={"token_versions": tv, "response_mask": mask, "responses": torch.zeros_like(mask)}
+            )
+            out[rank].append((key, data))
+        return out
+
+    def pause_generation(self):
+        self.paused = True
+        self.pauses += 1
+        return [len(self.requests)]
+
+    def resume_generation(self, version):
+        self.paused = False
+        self.version = version
+
+    def load_weights(self, payload):
+        assert self.paused or not self.requests, "weights loaded while requests were generating"
+        self.loaded.append(payload)

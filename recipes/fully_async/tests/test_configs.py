@@ -9,19 +9,13 @@ from verl_recipe_fully_async.config import (
     total_training_steps,
     validate_async_config,
 )
-from verl_recipe_fully_async.main import (
-    CPU_CONFIG,
-    ONE_STEP_OFF_CONFIG,
-    PAPER_CONFIG,
-    configs_dir,
-    with_default_config,
-)
+from verl_recipe_fully_async.main import CPU_CONFIG, ONE_STEP_OFF, ONE_STEP_OFF_CONFIG, PAPER_CONFIG, RECIPE
 
 DATA = ["data.train_files=x.parquet", "actor_rollout_ref.model.path=m"]
 
 
 def _load(*files, overrides=()):
-    argv = [a for f in files for a in ("--config", str(configs_dir() / f))]
+    argv = [a for f in files for a in ("--config", str(RECIPE.configs_dir / f))]
     return load_async_config([*argv, *overrides])
 
 
@@ -54,12 +48,17 @@ def test_cpu_defaults_validate():
         validate_async_config(c)
     assert (c.async_training.staleness_threshold, c.async_training.trigger_parameter_sync_step) == (1.0, 1)
     assert c.data.gen_batch_size == c.data.train_batch_size and not c.async_training.partial_rollout
-    argv = with_default_config([], (CPU_CONFIG, ONE_STEP_OFF_CONFIG))
+    # upstream's one-step-off recomputes the old log-probs on the trainer; the rollout's stay an option
+    assert c.actor_rollout_ref.actor.use_rollout_log_probs is False
+    assert _load(CPU_CONFIG, overrides=DATA).actor_rollout_ref.actor.use_rollout_log_probs is True  # fully async
+    opt = _load(CPU_CONFIG, ONE_STEP_OFF_CONFIG, overrides=[*DATA, "actor_rollout_ref.actor.use_rollout_log_probs=true"])
+    validate_async_config(opt)
+    argv = ONE_STEP_OFF.with_default_config([])
     assert argv == [
         "--config",
-        str(configs_dir() / CPU_CONFIG),
+        str(RECIPE.configs_dir / CPU_CONFIG),
         "--config",
-        str(configs_dir() / ONE_STEP_OFF_CONFIG),
+        str(RECIPE.configs_dir / ONE_STEP_OFF_CONFIG),
     ]
 
 
@@ -75,7 +74,12 @@ def test_cpu_defaults_validate():
             "must equal async_training.require_batches x actor.ppo_mini_batch_size = 1 x 16",
         ),
         ("async_training.staleness_threshold=1.5", "staleness_threshold=1.5 must be in [0, 1]"),
-        ("actor_rollout_ref.rollout.name=vllm", "rollout.name=vllm: this recipe runs native or hf"),
+        ("actor_rollout_ref.rollout.name=sglang", "rollout.name=sglang: this recipe runs native, hf, vllm"),
+        ("actor_rollout_ref.rollout.name=vllm", "rollout.mode=sync: the rollouter streams prompts to vLLM"),
+        (
+            "async_training.weight_sync=object_store async_training.overlap_weight_sync=true",
+            "overlap_weight_sync=true overlaps the collective broadcast",
+        ),
         (
             "actor_rollout_ref.rollout.name=hf",
             "partial_rollout=true pauses generations mid-way, which the hf engine",
@@ -92,13 +96,32 @@ def test_cpu_defaults_validate():
         ("rollout.total_rollout_steps=40", "total_rollout_steps=40 prompts must be a positive multiple of"),
         ("algorithm.filter_groups.enable=true", "filter_groups.enable=true is not supported by this recipe"),
         ("trainer.worker_backend=local", "worker_backend=local: two resource pools need Ray"),
+        (
+            "distillation.enabled=true distillation.nnodes=1 distillation.n_gpus_per_node=1 "
+            "distillation.teacher_models.teacher_model.model_path=/models/teacher",
+            "distillation.enabled=true: this recipe starts its own worker pools",
+        ),
     ],
 )
 def test_bad_settings_are_refused_naming_the_key(override, needle):
-    c = _load(CPU_CONFIG, overrides=[*DATA, override])
+    c = _load(CPU_CONFIG, overrides=[*DATA, *override.split()])
     with pytest.raises(ConfigError) as e:
         validate_async_config(c)
     assert any(needle in p for p in e.value.problems), e.value.problems
+
+
+def test_vllm_streams_with_partial_rollouts_and_the_trainer_pool_validates_natively():
+    from verl_recipe_fully_async.config import trainer_pool_actor_config
+
+    vllm = ["actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.mode=async"]
+    c = _load(CPU_CONFIG, overrides=[*DATA, *vllm, "async_training.overlap_weight_sync=true"])
+    assert async_problems(c) == []  # (core's own check wants vLLM installed: envs/vllm-cpu)
+    assert c.async_training.partial_rollout
+    trainer_side = trainer_pool_actor_config(c)
+    assert trainer_side.rollout.name == "native" and c.actor_rollout_ref.rollout.name == "vllm"
+    assert trainer_side.actor == c.actor_rollout_ref.actor
+    native = _load(CPU_CONFIG, overrides=DATA)
+    assert trainer_pool_actor_config(native) is native.actor_rollout_ref
 
 
 def test_total_rollout_steps_decides_the_trainer_steps_and_must_agree():

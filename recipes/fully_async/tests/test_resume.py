@@ -26,8 +26,8 @@ import os, sys
 os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 import ray
 ray.init(address=sys.argv[1])
-from verl_recipe_fully_async.main import train
-train(sys.argv[2:])
+from verl_recipe_fully_async.main import RECIPE
+RECIPE.train(sys.argv[2:])
 """
 
 
@@ -86,13 +86,9 @@ def test_rollouter_checkpoint_mid_wave_drops_counts_and_regenerates(tmp_path):
 def test_resume_after_kill_loses_nothing_it_keeps(ray_cluster, tmp_path, assets):
     import ray
     import torch
-    from verl.utils.checkpoint import load_trainer_state
+    from verl.utils.checkpoint import load_trainer_state, read_latest_step
     from verl.utils.dataset import create_rl_dataloader
-    from verl_recipe_fully_async.main import (
-        build_resource_pool_manager,
-        build_role_worker_mapping,
-        load_recipe_config,
-    )
+    from verl_recipe_fully_async.main import RECIPE
     from verl_recipe_fully_async.trainer import FullyAsyncRayTrainer
 
     out = tmp_path / "run"
@@ -114,7 +110,8 @@ def test_resume_after_kill_loses_nothing_it_keeps(ray_cluster, tmp_path, assets)
     )
     try:
         deadline = time.time() + 900
-        while not (out / "global_step_2").is_dir():
+        # the tracker is written after global_step_2 is renamed into place: the checkpoint is complete
+        while read_latest_step(str(out)) is None:
             assert proc.poll() is None, (tmp_path / "killed_run.log").read_text()[-3000:]
             assert time.time() < deadline, "no checkpoint within 15 minutes"
             time.sleep(0.05)
@@ -137,14 +134,8 @@ def test_resume_after_kill_loses_nothing_it_keeps(ray_cluster, tmp_path, assets)
 
     from verl.trainer.main_ppo import build_trainer
 
-    cfg = load_recipe_config(args)
-    mapping = build_role_worker_mapping(cfg)
-    trainer = build_trainer(
-        cfg,
-        trainer_cls=Recording,
-        role_worker_mapping=mapping,
-        resource_pool_manager=build_resource_pool_manager(cfg, mapping),
-    )
+    cfg = RECIPE.load_config(args)
+    trainer = build_trainer(cfg, **{**RECIPE.trainer_kwargs(cfg), "trainer_cls": Recording})
     assert trainer.check_steps_remaining() == 6 - step
     trainer.init_workers()
     try:

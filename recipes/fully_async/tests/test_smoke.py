@@ -14,10 +14,10 @@ def rows(path):
 
 
 def test_cpu_default_runs_end_to_end(ray_cluster, tmp_path, assets):
-    from verl_recipe_fully_async.main import train
+    from verl_recipe_fully_async.main import RECIPE
 
     out = tmp_path / "run"
-    metrics = train(
+    metrics = RECIPE.train(
         [*assets, "trainer.total_training_steps=4", "trainer.test_freq=4", f"trainer.default_local_dir={out}"]
     )
     assert metrics["training/global_step"] == 4
@@ -39,10 +39,10 @@ def test_cpu_default_runs_end_to_end(ray_cluster, tmp_path, assets):
 
 def test_one_step_off_is_exactly_one_step_stale(ray_cluster, tmp_path, assets):
     """The one-step-off preset (same package): batch k is trained at version k from version k-1 weights."""
-    from verl_recipe_fully_async.main import CPU_CONFIG, ONE_STEP_OFF_CONFIG, train
+    from verl_recipe_fully_async.main import ONE_STEP_OFF
 
     out = tmp_path / "run"
-    train(
+    ONE_STEP_OFF.train(
         [
             *assets,
             "trainer.total_training_steps=3",
@@ -50,10 +50,14 @@ def test_one_step_off_is_exactly_one_step_stale(ray_cluster, tmp_path, assets):
             "trainer.val_before_train=false",
             f"trainer.default_local_dir={out}",
         ],
-        defaults=(CPU_CONFIG, ONE_STEP_OFF_CONFIG),
     )
     log = [r for r in rows(out / "metrics.jsonl") if "fully_async/param_version" in r]
     assert [r["fully_async/param_version"] for r in log] == [0, 1, 2]
     assert [r["fully_async/staleness/max"] for r in log] == [0, 1, 1]
     assert [r["fully_async/staleness/mean"] for r in log] == [0, 1, 1]  # every sample, not just some
     assert [r["fully_async/stale_samples"] for r in log] == [0, 16, 16]
+    # old log-probs recomputed by the trainer (upstream's one-step-off): the step's one update starts at
+    # ratio exactly 1 even on one-step-stale samples (with use_rollout_log_probs=true this run logs
+    # actor/ppo_kl of -7e-9, -1e-8, -6e-10: another engine's numbers, then stale weights)
+    assert all(r["actor/ppo_kl"] == 0.0 and r["actor/pg_clipfrac"] == 0.0 for r in log)
+    assert all("timing_s/old_log_prob" in r for r in log)

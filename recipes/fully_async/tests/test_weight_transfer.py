@@ -6,8 +6,9 @@ import threading
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, Qwen2Config
+from verl.workers.rollout.weight_group import WeightSyncGroup, host_store
+from verl.workers.tiny import tiny_config
 from verl_recipe_fully_async.weight_transfer import (
-    CrossPoolGroup,
     buckets_of,
     load_full_weights,
     receive_into,
@@ -15,15 +16,7 @@ from verl_recipe_fully_async.weight_transfer import (
 
 
 def tiny(seed):
-    cfg = Qwen2Config(
-        vocab_size=40,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        tie_word_embeddings=False,
-    )
+    cfg = Qwen2Config(**tiny_config(40, "xxxs", tie_word_embeddings=False))
     torch.manual_seed(seed)
     return AutoModelForCausalLM.from_config(cfg)
 
@@ -39,12 +32,12 @@ def test_buckets_broadcast_over_a_gloo_group_spanning_both_sides(receivers):
     targets = [tiny(i + 1) for i in range(receivers)]
     assert not any(same_weights(source, t) for t in targets)
     size = 1 + receivers
-    store = CrossPoolGroup.host_store("127.0.0.1", size, timeout_s=60)
+    store = host_store("127.0.0.1", size, timeout_s=60)
     loaded, sent, errors = {}, {}, []
 
     def member(rank):
         try:
-            group = CrossPoolGroup(
+            group = WeightSyncGroup(
                 "127.0.0.1", store.port, rank, size, store=store if rank == 0 else None, timeout_s=60
             )
             if rank == 0:

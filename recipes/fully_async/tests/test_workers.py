@@ -120,3 +120,40 @@ def test_a_non_resumable_engine_generates_the_wave_at_once(model_dir):
     assert rows == list(range(len(prompts))) and rollout._wave is None
     mask = out.batch["response_mask"].bool()
     assert (out.batch["token_segments"][mask] == 0).all() and (out.batch["token_segments"][~mask] == -1).all()
+
+
+def test_a_broadcast_received_in_the_background_while_a_wave_decodes(model_dir):
+    """``overlap_weight_sync`` on the native engine: the rollout copy receives the trainer's broadcast in a
+    thread while its wave keeps decoding, and loads it at the next safe point (here: after a pause)."""
+    import threading
+    import time
+
+    trainer, rollout = worker(model_dir, "actor_rollout"), worker(model_dir, "rollout")
+    host, port = trainer.host_sync_group(2)
+    t = threading.Thread(target=lambda: trainer.join_sync_group(host, port, 0, 2))
+    t.start()
+    rollout.join_sync_group(host, port, 1, 2)
+    t.join()
+    with torch.no_grad():  # the trainer's weights move away from the rollout copy's
+        for p in trainer.actor_module.parameters():
+            p.add_(0.01)
+    before = {k: v.clone() for k, v in rollout.actor_engine.module.state_dict().items()}
+    prompts = greedy_prompts(model_dir)
+    rollout.start_wave(prompts)
+    rollout.start_receive()
+    rollout.step_wave(2, 2)  # decoding goes on while the receive thread waits for the broadcast
+    assert trainer.send_weights() > 0  # returns once the rollout side received every bucket
+    rollout.step_wave(1, 2)
+    deadline = time.time() + 120
+    while not rollout._background.done:  # the thread ends right after the last bucket
+        assert time.time() < deadline
+        time.sleep(0.01)
+    # received, not loaded yet: the wave still decodes the old weights
+    assert all(torch.equal(v, before[k]) for k, v in rollout.actor_engine.module.state_dict().items())
+    rollout.pause_wave()
+    assert rollout.finish_receive() > 0
+    rollout.resume_wave()
+    want = trainer.actor_engine.full_state_dict()
+    got = rollout.actor_engine.module.state_dict()
+    assert all(torch.equal(got[k], v) for k, v in want.items())
+    drain(rollout, prompts)

@@ -10,17 +10,17 @@ from verl_recipe_prime.config import (
     prm_world_size,
     validate_prime_config,
 )
-from verl_recipe_prime.main_prime import CPU_CONFIG, PAPER_CONFIG, configs_dir, with_default_config
+from verl_recipe_prime.main_prime import CPU_CONFIG, PAPER_CONFIG, RECIPE
 
 FILES = ["data.train_files=/data/train.parquet", "actor_rollout_ref.model.path=/models/sft"]
 
 
 def _paper(*overrides):
-    return load_prime_config(["--config", str(configs_dir() / PAPER_CONFIG), *overrides])
+    return load_prime_config(["--config", str(RECIPE.configs_dir / PAPER_CONFIG), *overrides])
 
 
 def _cpu(*overrides):
-    return load_prime_config(with_default_config([*FILES, *overrides]))
+    return load_prime_config(RECIPE.with_default_config([*FILES, *overrides]))
 
 
 def test_paper_config_holds_upstreams_setting():
@@ -29,6 +29,7 @@ def test_paper_config_holds_upstreams_setting():
     assert c.actor_rollout_ref.model.path == rm.model.path == "PRIME-RL/Eurus-2-7B-SFT"
     assert (d.train_batch_size, d.oversample_factor, d.gen_batch_size, r.n) == (64, 4.0, 256, 4)
     assert (d.filter_accuracy, d.accuracy_lower_bound, d.accuracy_upper_bound) == (True, 0.2, 0.8)
+    assert (d.filter_truncate, d.truncation) == (True, "right")
     assert (d.max_prompt_length, d.max_response_length) == (1024, 3072)
     assert (a.optim.lr, a.ppo_mini_batch_size, a.entropy_coeff, a.use_kl_loss) == (5e-7, 64, 0.001, False)
     assert (rm.enable, rm.mini_batch_size, rm.micro_batch_size_per_gpu) == (True, 64, 1)
@@ -40,6 +41,13 @@ def test_paper_config_holds_upstreams_setting():
     assert (algo.adv_estimator, algo.reward_gt_coef, algo.reward_dpo_coef) == ("rloo", 5.0, 5.0)
     assert c.reward.reward_manager == "prime" and r.name == "vllm"
     assert (c.trainer.n_gpus_per_node, c.trainer.total_epochs, c.trainer.balance_batch) == (8, 15, False)
+
+
+def test_the_filter_defaults_are_upstreams():
+    # upstream's prime_trainer.yaml: filter_truncate True, truncation right; false stays an option
+    for c in (_cpu(), load_prime_config([*FILES])):
+        assert (c.data.filter_truncate, c.data.truncation) == (True, "right")
+    assert _cpu("data.filter_truncate=false").data.filter_truncate is False
 
 
 def test_paper_config_validates_apart_from_the_missing_gpu(monkeypatch):
@@ -62,9 +70,9 @@ def test_paper_config_validates_apart_from_the_missing_gpu(monkeypatch):
 
 
 def test_cpu_default_loads_validates_and_leaves_assets_to_the_recipe():
-    argv = with_default_config(["trainer.total_training_steps=2"])
-    assert argv[:2] == ["--config", str(configs_dir() / CPU_CONFIG)]
-    assert with_default_config(["--config", "x.yaml"]) == ["--config", "x.yaml"]
+    argv = RECIPE.with_default_config(["trainer.total_training_steps=2"])
+    assert argv[:2] == ["--config", str(RECIPE.configs_dir / CPU_CONFIG)]
+    assert RECIPE.with_default_config(["--config", "x.yaml"]) == ["--config", "x.yaml"]
     bare = load_prime_config(argv)
     assert bare.actor_rollout_ref.model.path is None and bare.data.train_files is None  # built by cpu_assets
     c = _cpu()

@@ -1,4 +1,4 @@
-"""RayPRIMETrainer's stages driven through core's ``_train_step`` without Ray: the reward, filter and
+"""RayPRIMETrainer's stages driven through core's ``train_step`` without Ray: the reward, filter and
 advantage stages on a scripted generation, with a real in-process PRM worker as the reward-model group
 (recorded, so the order of its calls for update=before|after|none is checked), and the worker hooks."""
 
@@ -64,21 +64,22 @@ def _trainer(model: str, update: str = "before", enable: bool = True) -> RayPRIM
     from verl_recipe_prime.prm_worker import PRIMERewardModelWorker
 
     class Scripted(RayPRIMETrainer):
-        def _stage_generate(self, batch, metrics):
+        def stage_gen(self, batch, metrics):
             return _round()
 
     t = Scripted.__new__(Scripted)  # no Ray, no data loaders: only what one step needs
     t.config = load_prime_config([
         f"actor_rollout_ref.model.path={model}", "actor_rollout_ref.model.enable_gradient_checkpointing=false",
         "data.train_batch_size=2", f"actor_rollout_ref.rollout.n={N}", "data.oversample_factor=2",
-        "trainer.balance_batch=false", "trainer.device=cpu", f"reward.reward_model.enable={enable}",
+        "trainer.balance_batch=false", "trainer.device=cpu", "trainer.save_freq=-1", f"reward.reward_model.enable={enable}",
         "reward.reward_model.micro_batch_size_per_gpu=8", "reward.reward_model.mini_batch_size=8",
         f"reward.reward_model.model.update={update}", "reward.reward_model.model.optim.lr=0.01",
     ])  # fmt: skip
-    for name in ("_stage_old_log_prob", "_stage_ref_log_prob", "_stage_values", "_stage_update_critic",
-                 "_stage_update_actor"):  # fmt: skip
+    for name in ("stage_old_log_prob", "stage_ref", "stage_values", "stage_update_critic",
+                 "stage_update_actor"):  # fmt: skip
         setattr(Scripted, name, lambda self, batch, metrics: batch)
     t.global_steps, t.use_rm, t.use_critic, t.reward_fn = 1, enable, False, _reward_fn
+    t.total_training_steps, t.val_reward_fn, t.group_accumulator = 5, None, None
     if enable:
         worker = PRIMERewardModelWorker(t.config.reward.reward_model, total_training_steps=5)
         worker.init_model()
@@ -93,7 +94,11 @@ def _trainer(model: str, update: str = "before", enable: bool = True) -> RayPRIM
 def test_one_step_filters_scores_with_the_prm_and_builds_the_advantage(tiny_model, update, calls):
     t = _trainer(tiny_model, update)
     metrics: dict = {}
-    batch = t._train_step(_prompts(), metrics, {})
+    timing: dict = {}
+    batch = t.train_step(_prompts(), metrics, timing)
+    # the PRM is a stage of its own, right before the advantage, timed on its own
+    names = t.pipeline.names
+    assert names.index("prm") == names.index("adv") - 1 and timing["prm"] > 0
     # filter: groups g1 (0.5) and g3 (0.25) pass the [0.2, 0.8] band; train_batch_size=2 keeps exactly them
     assert list(dict.fromkeys(batch.non_tensor_batch["uid"])) == ["g1", "g3"]
     assert batch.batch["acc"].tolist() == [1, 0, 1, 0, 0, 1, 0, 0]
@@ -119,7 +124,8 @@ def test_one_step_filters_scores_with_the_prm_and_builds_the_advantage(tiny_mode
 
 def test_without_the_prm_the_advantage_is_outcome_rloo(tiny_model):
     t = _trainer(tiny_model, enable=False)
-    batch = t._train_step(_prompts(), {}, {})
+    batch = t.train_step(_prompts(), {}, {})
+    assert "prm" not in t.pipeline
     mask = batch.batch["response_mask"]
     # outcome RLOO by hand on the kept groups: g1 labels [1, 0, 1, 0] -> [+2/3, -2/3, +2/3, -2/3],
     # g3 [0, 1, 0, 0] -> [-1/3, 1, -1/3, -1/3]; x 5, constant along each answer (returns-to-go of one reward)
@@ -138,7 +144,7 @@ def test_prm_worker_hooks_extend_core(tmp_path):
     t = RayPRIMETrainer.__new__(RayPRIMETrainer)
     t.total_training_steps, t.use_rm, t.use_critic, t.global_steps = 42, True, False, 3
     roles = {Role.ActorRollout: {"config": "a"}, Role.RewardModel: {"config": "r"}}
-    out = t._role_init_kwargs(roles)
+    out = t.role_init_kwargs(roles)
     assert out[Role.RewardModel] == {"config": "r", "total_training_steps": 42}
     assert out[Role.ActorRollout] == {"config": "a"} and roles[Role.RewardModel] == {"config": "r"}  # a copy
 
@@ -153,8 +159,8 @@ def test_prm_worker_hooks_extend_core(tmp_path):
             self.loaded.append(path)
 
     t.actor_rollout_wg, t.rm_wg = Group(), Group()
-    t._save_worker_checkpoints(str(tmp_path))
-    t._load_worker_checkpoints(str(tmp_path))
+    t.save_worker_checkpoints(str(tmp_path))
+    t.load_worker_checkpoints(str(tmp_path))
     assert t.rm_wg.saved == [(os.path.join(tmp_path, PRM_CHECKPOINT_DIR), 3, None)]
     assert t.actor_rollout_wg.saved == [(os.path.join(tmp_path, "actor"), 3, None)]
     assert t.rm_wg.loaded == [os.path.join(tmp_path, PRM_CHECKPOINT_DIR)]

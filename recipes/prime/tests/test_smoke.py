@@ -14,11 +14,11 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 def _run(tmp_path, monkeypatch, *overrides):
     from verl_recipe_prime import cpu_assets
-    from verl_recipe_prime.main_prime import train
+    from verl_recipe_prime.main_prime import RECIPE
 
     monkeypatch.setattr(cpu_assets, "WARM_START_STEPS", 20)
     out = tmp_path / "run"
-    metrics = train([f"trainer.default_local_dir={out}", *overrides])
+    metrics = RECIPE.train([f"trainer.default_local_dir={out}", *overrides])
     return metrics, out
 
 

@@ -21,20 +21,20 @@ def test_tool_traces_are_the_chat_template_rendering_with_tool_turns_masked(rows
             *row["prompt"],
             {"role": "assistant", "content": call},
             {"role": "tool", "content": product},
-            {"role": "assistant", "content": f"#### {product}"},
+            {"role": "assistant", "content": f"\\boxed{{{product}}}"},
         ]
         # independent reference: the chat template's rendering of the whole conversation
         rendered = tok.apply_chat_template(conversation, tokenize=False)
         assert tok.decode(t["ids"]) == rendered.removesuffix("\n")
         trained = tok.decode([i for i, m in zip(t["ids"], t["mask"]) if m])
-        assert trained == f"{call}<|im_end|>#### {product}<|im_end|>"  # model turns only: no tool output
+        assert trained == f"{call}<|im_end|>\\boxed{{{product}}}<|im_end|>"  # model turns only: no tool output
 
 
 def test_direct_traces_answer_at_once(rows, tok, rollout_config):
     traces = cold_start.make_traces(rows, rollout_config(), tok, use_tool=False)
     for row, t in zip(rows, traces):
         trained = tok.decode([i for i, m in zip(t["ids"], t["mask"]) if m])
-        assert trained == f"#### {row['reward_model']['ground_truth']}<|im_end|>"
+        assert trained == f"\\boxed{{{row['reward_model']['ground_truth']}}}<|im_end|>"
 
 
 def test_sft_lowers_the_loss_on_the_traces(rows, tok, rollout_config, tmp_path):

@@ -13,10 +13,10 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 def test_cpu_default_runs_end_to_end(ray_cluster, tmp_path):
-    from verl_recipe_retool.main import train
+    from verl_recipe_retool.main import RECIPE
 
     out = tmp_path / "run"
-    metrics = train(
+    metrics = RECIPE.train(
         [
             f"trainer.default_local_dir={out}",
             "trainer.total_training_steps=1",
@@ -40,5 +40,7 @@ def test_cpu_default_runs_end_to_end(ray_cluster, tmp_path):
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "critic/score/mean" in r] == [1]
     assert (out / "reward_curve.png").is_file()
-    tool_config = (out / "config.yaml").read_text()
-    assert "code_interpreter_local.yaml" in tool_config
+    saved = (out / "config.yaml").read_text()
+    assert "code_interpreter_local.yaml" in saved
+    assert "verl_recipe_retool/reward.py" in saved  # upstream's reward is what scored
+    assert metrics["critic/score/max"] <= 1.0 and metrics["critic/score/min"] >= -1.0

@@ -1,4 +1,4 @@
-"""The built-in task's rows and its scorer (answer exact match; tool use judged from the response text)."""
+"""The built-in task's rows and its final_answer scorer (strict box, 1/0; tool use judged from the response text)."""
 
 import pytest
 from verl.agent.tools.parser import format_tool_call
@@ -29,20 +29,21 @@ def test_too_many_problems_is_an_error():
 @pytest.mark.parametrize(
     ("response", "expected"),
     [
-        # called the tool, copied its output: right, and right through the tool
-        (f"{CALL}\ntool\n3717\nassistant\n#### 3717", (1.0, 1.0, 1.0)),
+        # called the tool, copied its output into the box: right, and right through the tool
+        (f"{CALL}\ntool\n3717\nassistant\n\\boxed{{3717}}", (1.0, 1.0, 1.0)),
         # direct answer, right: no tool use
-        ("#### 3717", (1.0, 0.0, 0.0)),
+        ("\\boxed{3717}", (1.0, 0.0, 0.0)),
         # called the tool but answered something else
-        (f"{CALL}\ntool\n3717\nassistant\n#### 3771", (0.0, 1.0, 0.0)),
+        (f"{CALL}\ntool\n3717\nassistant\n\\boxed{{3771}}", (0.0, 1.0, 0.0)),
         # called the tool with wrong code; a right answer did not come from the tool output
-        (f"{CALL.replace('59*63', '59*36')}\ntool\n2124\nassistant\n#### 3717", (1.0, 1.0, 0.0)),
+        (f"{CALL.replace('59*63', '59*36')}\ntool\n2124\nassistant\n\\boxed{{3717}}", (1.0, 1.0, 0.0)),
         # a malformed call is no tool use
-        ('<tool_call>{"name": "code_interpreter"</tool_call>\n#### 3717', (1.0, 0.0, 0.0)),
-        # no answer marker: the whole text must equal the product
+        ('<tool_call>{"name": "code_interpreter"</tool_call>\n\\boxed{3717}', (1.0, 0.0, 0.0)),
+        # no box: wrong (the `####` marker no longer counts)
+        ("#### 3717", (0.0, 0.0, 0.0)),
         ("3717 is the answer", (0.0, 0.0, 0.0)),
     ],
 )
-def test_scorer(response, expected):
+def test_final_answer_scorer(response, expected):
     out = SCORERS.get("retool_arith")("retool_arith", response, "3717")
     assert (out["acc"], out["tool_call"], out["tool_correct"]) == expected and out["score"] == out["acc"]

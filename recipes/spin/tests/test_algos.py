@@ -29,21 +29,29 @@ def _scored(rewards: list[float]) -> tuple[torch.Tensor, torch.Tensor]:
 def test_pair_labels_by_hand():
     scores, mask = _scored([1.0, 0.0, 0.0, 1.0, 1.0, 1.0])
     uids = np.array(["a", "a", "b", "b", "c", "c"], dtype=object)
-    adv, ret = compute_spin_pair_labels(scores, mask, index=uids, config=Section(spin_mode="reward"))
-    # the higher score is chosen (+1) whichever row it is in; a tie carries no preference (0, 0)
-    assert adv[:, 0].tolist() == [1.0, -1.0, -1.0, 1.0, 0.0, 0.0]
+    adv, ret = compute_spin_pair_labels(
+        scores, mask, index=uids, config=Section(spin_mode="reward", spin_ties="first_chosen")
+    )
+    # the higher score is chosen (+1) whichever row it is in; a tie (upstream's default): the first row
+    assert adv[:, 0].tolist() == [1.0, -1.0, -1.0, 1.0, 1.0, -1.0]
     assert torch.equal(adv, ret) and torch.equal(adv[:, 0], adv[:, 1])
+    # the option: a tie carries no preference (0, 0)
+    adv, _ = compute_spin_pair_labels(scores, mask, index=uids, spin_mode="reward", spin_ties="drop")
+    assert adv[:, 0].tolist() == [1.0, -1.0, -1.0, 1.0, 0.0, 0.0]
     # the paper's pairs: the first row (the dataset's target) is preferred whatever the scores say
-    adv, _ = compute_spin_pair_labels(scores, mask, index=uids, spin_mode="sft")
+    adv, _ = compute_spin_pair_labels(scores, mask, index=uids, spin_mode="sft", spin_ties="first_chosen")
     assert adv[:, 0].tolist() == [1.0, -1.0, 1.0, -1.0, 1.0, -1.0]
     with pytest.raises(ValueError, match=r"rows 2 and 3 have different uids \('b', 'x'\)"):
         compute_spin_pair_labels(
-            scores, mask, index=np.array(["a", "a", "b", "x", "c", "c"], dtype=object), spin_mode="reward"
+            scores, mask, index=np.array(["a", "a", "b", "x", "c", "c"], dtype=object), spin_mode="reward",
+            spin_ties="drop",
         )
     with pytest.raises(ValueError, match="3 rows do not form"):
-        compute_spin_pair_labels(scores[:3], mask[:3], spin_mode="reward")
+        compute_spin_pair_labels(scores[:3], mask[:3], spin_mode="reward", spin_ties="drop")
     with pytest.raises(ValueError, match="spin_mode='best'"):
         compute_spin_pair_labels(scores, mask, spin_mode="best")
+    with pytest.raises(ValueError, match="spin_ties='skip'"):
+        compute_spin_pair_labels(scores, mask, spin_mode="reward", spin_ties="skip")
 
 
 def _pair():

@@ -16,7 +16,7 @@ def test_cpu_default_runs_end_to_end(ray_cluster, tmp_path, monkeypatch):
 
     monkeypatch.setattr(main_spin, "WARM_START_STEPS", 4)
     out = tmp_path / "run"
-    metrics = main_spin.train(
+    metrics = main_spin.RECIPE.train(
         [
             "trainer.total_training_steps=2",
             f"trainer.default_local_dir={out}",

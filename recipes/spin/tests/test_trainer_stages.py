@@ -1,4 +1,4 @@
-"""RaySPINTrainer's stages driven through core's ``_train_step`` without Ray: a scripted worker group stands
+"""RaySPINTrainer's stages driven through core's ``train_step`` without Ray: a scripted worker group stands
 in for the workers and records what the trainer asks of them."""
 
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 import torch
 from verl.protocol import DataProto
 from verl_recipe_spin.config import load_spin_config
-from verl_recipe_spin.main_spin import with_default_config
+from verl_recipe_spin.main_spin import RECIPE
 from verl_recipe_spin.spin_ray_trainer import RaySPINTrainer
 
 P, R = 2, 2  # prompt and response widths of the scripted batches
@@ -85,11 +85,11 @@ def _reward_fn(data: DataProto, return_dict=True):
 def _trainer(script, *overrides) -> tuple[RaySPINTrainer, ScriptedWorkers]:
     t = RaySPINTrainer.__new__(RaySPINTrainer)  # no workers, no data loaders: only what a step needs
     t.config = load_spin_config(
-        with_default_config(  # the CPU default, sized for two prompts
+        RECIPE.with_default_config(  # the CPU default, sized for two prompts
             ["data.train_batch_size=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2", *overrides]
         )
     )
-    t.global_steps = 1
+    t.global_steps, t.total_training_steps, t.val_reward_fn, t.group_accumulator = 1, 10, None, None
     t.tokenizer = CharTokens()
     t._stop_ids = {9}  # the scripted model's end of turn (read from the model's files in a real run)
     t.reward_fn = _reward_fn
@@ -114,18 +114,30 @@ def _prompts(truths: list[list[int]]) -> DataProto:
     )
 
 
+def test_a_tied_pair_trains_with_its_first_answer_chosen_by_default():
+    # upstream's argmax over a tied pair picks the first answer; n=2 answers [12], [11] to a prompt that
+    # wants [13]: both wrong, a tie
+    t, wg = _trainer([[12], [11]], "actor_rollout_ref.rollout.n=2", "algorithm.spin_mode=reward")
+    out = t.train_step(_prompts([[13]]), {}, {})
+    assert out.batch["responses"][:, 0].tolist() == [12, 11]
+    assert out.batch["advantages"][:, 0].tolist() == [1.0, -1.0]  # trained: the first row chosen
+    (update,) = wg.updates
+    assert update.batch["advantages"][:, 0].tolist() == [1.0, -1.0]
+
+
 def test_reward_mode_step_trains_best_against_worst_with_the_reference_as_anchor():
     # n=3 answers per prompt: script cycles [12], [11], [12]; prompt 0 wants [12] (2 right, 1 wrong),
-    # prompt 1 wants [13] (all wrong: no preference)
+    # prompt 1 wants [13] (all wrong: no preference, dropped with spin_ties=drop)
     t, wg = _trainer(
         [[12], [11], [12]],
         "actor_rollout_ref.rollout.n=3",
         "algorithm.spin_mode=reward",
+        "algorithm.spin_ties=drop",
         "trainer.ref_update_freq=2",
         "trainer.balance_batch=false",
     )
     metrics: dict = {}
-    out = t._train_step(_prompts([[12], [13]]), metrics, {})
+    out = t.train_step(_prompts([[12], [13]]), metrics, {})
     assert wg.calls == ["generate"]  # step 1 is not a multiple of ref_update_freq=2
     assert out.batch["responses"][:, 0].tolist() == [12, 11, 12, 12]  # best, worst (a tie: first, last row)
     assert out.batch["advantages"][:, 0].tolist() == [1.0, -1.0, 0.0, 0.0]
@@ -138,7 +150,7 @@ def test_reward_mode_step_trains_best_against_worst_with_the_reference_as_anchor
     # one token each: log pi margin -1 - (-1) = 0; vs the reference beta * ((-1 + 2) - (-1 + 2)) = 0
     assert metrics["spin/logp_margin"] == 0.0 and metrics["spin/reward_margin"] == 0.0
     t.global_steps = 2
-    t._train_step(_prompts([[12], [13]]), {}, {})
+    t.train_step(_prompts([[12], [13]]), {}, {})
     assert wg.calls == ["generate", "refresh", "generate"]  # refreshed before step 2 generates
 
 
@@ -158,7 +170,7 @@ def test_sft_mode_step_pairs_the_target_with_the_models_answer():
     batch.non_tensor_batch["reward_model"] = np.array(
         [{"ground_truth": "13"}, {"ground_truth": "1"}], dtype=object
     )
-    out = t._train_step(batch, metrics, {})
+    out = t.train_step(batch, metrics, {})
     assert wg.calls == ["refresh", "generate"]
     assert out.batch["responses"].tolist() == [[11, 13, 9], [11, 9, 0], [11, 9, 0], [11, 9, 0]]
     assert out.batch["advantages"][:, 0].tolist() == [1.0, -1.0, 1.0, -1.0]  # the target always wins

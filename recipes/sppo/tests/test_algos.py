@@ -17,8 +17,9 @@ from verl_recipe_sppo.algos import (
 class Eta:
     """The actor / algorithm sections as the estimators and the loss read them."""
 
-    def __init__(self, sppo_eta: float):
+    def __init__(self, sppo_eta: float, sppo_baseline: str = "group"):
         self.sppo_eta = sppo_eta
+        self.sppo_baseline = sppo_baseline
 
 
 def _outcomes(rewards: list[float], lengths: list[int], width: int = 3):
@@ -49,8 +50,23 @@ def test_sppo_advantage_two_sequences_by_hand():
     assert torch.equal(adv, ret)
     # groups are separate; a group of one has nothing to compare with; beta from the keyword wins
     scores, mask = _outcomes([1.0, 0.0, 1.0], [1, 1, 1])
-    adv, _ = compute_sppo_advantage(scores, mask, index=np.array(["a", "a", "b"], dtype=object), sppo_eta=0.0)
+    adv, _ = compute_sppo_advantage(
+        scores, mask, index=np.array(["a", "a", "b"], dtype=object), sppo_eta=0.0, sppo_baseline="group"
+    )
     assert adv[:, 0].tolist() == pytest.approx([0.5, -0.5, 0.0])  # beta = 0: r minus the group mean
+
+
+def test_sppo_advantage_with_upstreams_batch_baseline_by_hand():
+    # upstream's setting: one answer per prompt (n=1), the softmean over the whole batch; beta = 1
+    scores, mask = _outcomes([1.0, 0.0, 1.0], [1, 2, 1])
+    adv, _ = compute_sppo_advantage(scores, mask, index=np.array(["a", "b", "c"], dtype=object), config=Eta(1.0, "batch"))
+    s = math.log((2 * math.e + 1) / 3)  # softmean_1(1, 0, 1) = 0.766473
+    assert adv[:, 0].tolist() == pytest.approx([1 - s, -s, 1 - s]) and adv[1, 1].item() == pytest.approx(-s)
+    # no index needed; beta = 0 is the batch mean
+    adv, _ = compute_sppo_advantage(scores, mask, sppo_eta=0.0, sppo_baseline="batch")
+    assert adv[:, 0].tolist() == pytest.approx([1 / 3, -2 / 3, 1 / 3])
+    with pytest.raises(ValueError, match="sppo_baseline='prompt'"):
+        compute_sppo_advantage(scores, mask, sppo_eta=1.0, sppo_baseline="prompt")
 
 
 def test_sppo_win_rate_advantage_by_hand():

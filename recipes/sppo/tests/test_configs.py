@@ -5,7 +5,7 @@ and the problems its validation names."""
 import pytest
 from verl.trainer.config import ConfigError, load_config
 from verl_recipe_sppo.config import load_sppo_config, sppo_problems, validate_sppo_config
-from verl_recipe_sppo.main_sppo import CPU_CONFIG, PAPER_CONFIG, configs_dir, with_default_config
+from verl_recipe_sppo.main_sppo import CPU_CONFIG, PAPER_CONFIG, RECIPE
 
 PATHS = ["data.train_files=train.parquet", "actor_rollout_ref.model.path=model"]  # validation needs them set
 
@@ -23,7 +23,7 @@ def vllm_installed(monkeypatch):
 
 
 def _paper(*overrides):
-    return load_sppo_config(["--config", str(configs_dir() / PAPER_CONFIG), *overrides])
+    return load_sppo_config(["--config", str(RECIPE.configs_dir / PAPER_CONFIG), *overrides])
 
 
 def test_paper_config_holds_upstreams_setting_and_validates(vllm_installed):
@@ -47,15 +47,17 @@ def test_paper_config_holds_upstreams_setting_and_validates(vllm_installed):
         1.0,
         1.0,
     )
-    assert not a.use_kl_loss and not c.algorithm.use_kl_in_reward and r.n == 5
+    # upstream's setting runs as upstream has it: one answer per prompt, the softmean over the batch
+    assert not a.use_kl_loss and not c.algorithm.use_kl_in_reward and r.n == 1
+    assert c.algorithm.sppo_baseline == "batch"
     assert (c.trainer.n_gpus_per_node, c.trainer.total_epochs, c.trainer.test_freq) == (4, 20, 1)
     validate_sppo_config(c)
 
 
 def test_no_config_flag_means_the_cpu_default():
-    argv = with_default_config(["trainer.total_training_steps=2"])
-    assert argv[:2] == ["--config", str(configs_dir() / CPU_CONFIG)]
-    assert with_default_config(["--config", "x.yaml"]) == ["--config", "x.yaml"]
+    argv = RECIPE.with_default_config(["trainer.total_training_steps=2"])
+    assert argv[:2] == ["--config", str(RECIPE.configs_dir / CPU_CONFIG)]
+    assert RECIPE.with_default_config(["--config", "x.yaml"]) == ["--config", "x.yaml"]
     c = load_sppo_config(argv)
     assert c.trainer.device == "cpu" and c.trainer.total_training_steps == 2
     assert c.actor_rollout_ref.model.path is None and c.data.train_files is None  # assets are built
@@ -85,7 +87,6 @@ def test_validation_names_every_sppo_problem_with_cores():
             *PATHS,
             "algorithm.adv_estimator=grpo",
             "actor_rollout_ref.actor.policy_loss.loss_mode=vanilla",
-            "actor_rollout_ref.rollout.n=1",
             "algorithm.sppo_eta=0",
             "data.train_batch_size=0",
         ]
@@ -96,7 +97,6 @@ def test_validation_names_every_sppo_problem_with_cores():
     for part in (
         "algorithm.adv_estimator='grpo'",
         "loss_mode='vanilla'",
-        "rollout.n=1: SPPO compares",
         "algorithm.sppo_eta=0.0 must be > 0",
         "actor_rollout_ref.actor.sppo_eta=0.0 must be > 0",
         "data.train_batch_size=0 must be a positive integer",
@@ -106,16 +106,32 @@ def test_validation_names_every_sppo_problem_with_cores():
 
 def test_a_bad_cpu_config_fails_before_the_assets_are_built(tmp_path, monkeypatch):
     import verl.trainer.demo as demo
-    from verl_recipe_sppo.main_sppo import load_recipe_config
+    from verl_recipe_sppo.main_sppo import RECIPE
 
     monkeypatch.setattr(
         demo, "warm_started_assets", lambda *a, **k: pytest.fail("assets built for a bad config")
     )
     with pytest.raises(ConfigError, match="ppo_micro_batch_size_per_gpu=64"):
-        load_recipe_config(
+        RECIPE.load_config(
             [
                 f"trainer.default_local_dir={tmp_path}",
                 "data.train_batch_size=4",
                 "actor_rollout_ref.actor.ppo_mini_batch_size=4",
             ]
         )
+
+
+def test_upstreams_setting_runs_and_the_group_baseline_is_an_option():
+    upstream = ["algorithm.adv_estimator=sppo", "actor_rollout_ref.rollout.n=1"]
+    c = load_sppo_config(RECIPE.with_default_config(upstream))
+    assert c.algorithm.sppo_baseline == "batch" and not sppo_problems(c)  # upstream's default, not refused
+    assert sppo_problems(load_sppo_config(RECIPE.with_default_config([*upstream, "algorithm.sppo_baseline=group"]))) == [
+        "algorithm.sppo_baseline=group compares the answers to one prompt with each other, but "
+        "actor_rollout_ref.rollout.n=1; set rollout.n >= 2, or sppo_baseline=batch (upstream's)"
+    ]
+    group = ["algorithm.adv_estimator=sppo", "algorithm.sppo_baseline=group"]
+    assert not sppo_problems(load_sppo_config(RECIPE.with_default_config(group)))  # n=8 answers per prompt
+    text = "\n".join(sppo_problems(load_sppo_config(RECIPE.with_default_config(
+        ["actor_rollout_ref.rollout.n=1", "algorithm.sppo_baseline=group"]))))  # fmt: skip
+    assert "adv_estimator=sppo_win_rate compares the answers to one prompt with each other" in text
+    assert "algorithm.sppo_baseline=group: the baseline belongs to adv_estimator=sppo" in text

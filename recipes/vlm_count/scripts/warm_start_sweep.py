@@ -63,18 +63,7 @@ gen = torch.Generator().manual_seed(0)
 model.train()
 t0 = time.time()
 for step in range(1, max_steps + 1):
-    idx = torch.randperm(n, generator=gen)[: A.WARM_START_BATCH]
-    ids = train["input_ids"][idx]
-    labels = torch.full_like(ids, -100)
-    labels[:, -2:] = ids[:, -2:]
-    loss = model(
-        input_ids=ids,
-        attention_mask=train["attention_mask"][idx],
-        mm_token_type_ids=train["mm_token_type_ids"][idx],
-        pixel_values=pixels[idx].flatten(0, 1),
-        image_grid_thw=train["image_grid_thw"][idx],
-        labels=labels,
-    ).loss
+    loss = A.answer_loss(model, train, pixels, torch.randperm(n, generator=gen)[: A.WARM_START_BATCH])
     loss.backward()
     opt.step()
     opt.zero_grad()

@@ -7,7 +7,7 @@ import json
 import pytest
 from PIL import Image
 from verl_recipe_vlm_count.cpu_assets import CELL, GRID, task_rows
-from verl_recipe_vlm_count.main import PAPER_CONFIG, configs_dir, load_recipe_config
+from verl_recipe_vlm_count.main import PAPER_CONFIG, RECIPE
 
 
 def _count_red(png: bytes) -> int:
@@ -33,15 +33,15 @@ def test_geo3k_gpu_config_loads_and_validates(monkeypatch):
     # vLLM lives in envs/vllm-cpu, not in this environment, so validation runs with the HF rollout
     argv = [
         "--config",
-        str(configs_dir() / PAPER_CONFIG),
+        str(RECIPE.configs_dir / PAPER_CONFIG),
         "trainer.device=cpu",
         "actor_rollout_ref.ref.fsdp_config.param_offload=false",
     ]
-    assert load_recipe_config(argv, build_assets=False).actor_rollout_ref.rollout.name == "vllm"
+    assert RECIPE.load(argv).actor_rollout_ref.rollout.name == "vllm"
     from verl.trainer.config import installed
 
     monkeypatch.setattr(installed, "_missing", lambda module: False)  # vLLM: a GPU package, not installed here
-    cfg = load_recipe_config(argv, build_assets=False)
+    cfg = RECIPE.load(argv)
     assert cfg.data.image_key == "images" and cfg.data.train_batch_size == 512
     assert cfg.actor_rollout_ref.model.path == "Qwen/Qwen2.5-VL-7B-Instruct"
     assert cfg.actor_rollout_ref.rollout.n == 5 and cfg.actor_rollout_ref.actor.kl_loss_coef == 0.01
@@ -52,13 +52,13 @@ def test_geo3k_gpu_config_loads_and_validates(monkeypatch):
 @pytest.mark.slow
 def test_cpu_smoke_run(tmp_path, monkeypatch):
     import verl_recipe_vlm_count.cpu_assets as assets
-    from verl_recipe_vlm_count.main import main
+    from verl_recipe_vlm_count.main import RECIPE
 
     monkeypatch.setattr(assets, "TRAIN_ROWS", 16)
     monkeypatch.setattr(assets, "TEST_ROWS", 4)
     monkeypatch.setattr(assets, "WARM_START_STEPS", 1)
     monkeypatch.setattr(assets, "WARM_START_BATCH", 8)
-    main(
+    RECIPE.main(
         [
             f"trainer.default_local_dir={tmp_path}",
             "trainer.total_training_steps=1",

@@ -14,6 +14,7 @@ import asyncio
 import random
 
 import torch
+from verl.workers.tiny import masked_next_token_loss, pad_masked_rows
 
 
 def sloppy_demonstration(row: dict) -> list[str]:
@@ -52,23 +53,11 @@ def warm_start(model, trajectories, steps: int, lr: float = 3e-3, batch: int = 1
     g = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     model.train()
-    width = max(len(i) for i, _ in trajectories)
-    ids = torch.zeros((len(trajectories), width), dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    attn = torch.zeros_like(ids)
-    for k, (i, m) in enumerate(trajectories):
-        ids[k, : len(i)] = torch.tensor(i)
-        mask[k, : len(m)] = torch.tensor(m)
-        attn[k, : len(i)] = 1
+    ids, attn, mask = pad_masked_rows(trajectories)
     loss = torch.tensor(float("nan"))
     for _ in range(steps):
         pick = torch.randint(0, len(trajectories), (batch,), generator=g)
-        logits = model(input_ids=ids[pick], attention_mask=attn[pick]).logits[:, :-1].float()
-        target, m = ids[pick][:, 1:], mask[pick][:, 1:].float()
-        nll = torch.nn.functional.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]), target.reshape(-1), reduction="none"
-        )
-        loss = (nll * m.reshape(-1)).sum() / m.sum()
+        loss = masked_next_token_loss(model, ids[pick], attn[pick], mask[pick])
         opt.zero_grad()
         loss.backward()
         opt.step()

@@ -30,7 +30,7 @@ def test_tutor_lets_the_model_retry(tokenizer, stop_ids, rollout_config):
     assert [m["role"] for m in msgs] == ["user", "assistant", "user", "assistant"]
     assert msgs[2]["content"] == INCORRECT
     assert out.reward_score == 1.0 and out.extra_fields["turn_scores"] == [0.0, 1.0]
-    assert out.extra_fields["stop_reason"] == "interaction_done" and out.num_turns == 3
+    assert out.extra_fields["stop_reason"] == "interaction_done" and out.num_turns == 4
     env_text = f"\n<|im_start|>user\n{INCORRECT}<|im_end|>\n<|im_start|>assistant\n"
     env_len = len(env_text.replace("<|im_start|>", "\x01").replace("<|im_end|>", "\x01"))
     assert out.response_mask == [1] * (len("#### 4") + 1) + [0] * env_len + [1] * (len("Sorry. #### 5") + 1)

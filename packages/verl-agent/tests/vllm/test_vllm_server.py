@@ -49,6 +49,7 @@ def setup(tmp_path_factory):
             "actor_rollout_ref.rollout.name=vllm",
             "actor_rollout_ref.rollout.mode=async",
             "actor_rollout_ref.rollout.dtype=float32",
+            "actor_rollout_ref.rollout.calculate_log_probs=true",  # the agent loops return the sampling log-probs
             "data.max_prompt_length=96",
             "data.max_response_length=32",
             "actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent",

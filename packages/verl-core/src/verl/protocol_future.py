@@ -1,6 +1,5 @@
 """DataProtoFuture and upstream's module-level DataProto helpers (padding, batch-dim folding,
-collate). Import them from `verl.protocol`. DataProto is looked up from `verl.protocol` when these
-run (not at import), so either module can be imported first.
+collate). Import them from `verl.protocol`.
 """
 
 from __future__ import annotations
@@ -9,24 +8,13 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING
 
-import numpy as np
 import torch
 
+from verl.data_proto import DataProto
 from verl.protocol_support import DataProtoItem
 from verl.utils.batch_merge import as_object_array, list_of_dict_to_dict_of_list
 from verl.utils.tensor_batch import TensorBatch
-
-if TYPE_CHECKING:
-    from verl.protocol import DataProto
-
-
-def _dataproto_cls() -> type[DataProto]:
-    from verl.protocol import DataProto  # deferred: verl.protocol imports this module
-
-    return DataProto
-
 
 __all__ = [
     "DataProtoFuture",
@@ -34,7 +22,6 @@ __all__ = [
     "unpad_dataproto",
     "fold_batch_dim",
     "unfold_batch_dim",
-    "unfold_column_chunks",
     "collate_fn",
 ]
 
@@ -45,7 +32,6 @@ def pad_dataproto_to_divisor(data: DataProto, size_divisor: int) -> tuple[DataPr
     """Append copies of the first rows (cycling) so len(data) divides by size_divisor.
 
     Returns (padded, pad_size); `unpad_dataproto(result, pad_size)` undoes it."""
-    DataProto = _dataproto_cls()
     if not isinstance(data, DataProto):
         raise TypeError(f"pad_dataproto_to_divisor expects a DataProto, got {type(data).__name__}")
     if size_divisor <= 0:
@@ -72,12 +58,17 @@ def unpad_dataproto(data: DataProto, pad_size: int) -> DataProto:
     return data.slice(0, len(data) - pad_size) if pad_size else data
 
 
+def _tensors(data: DataProto) -> list:
+    """(key, tensor) pairs of ``data`` (none when it holds no tensors)."""
+    return list(data.batch.items()) if data.batch is not None else []
+
+
 def fold_batch_dim(data: DataProto, new_batch_size: int) -> DataProto:
     """[bsz, ...] -> [new_batch_size, bsz // new_batch_size, ...] for every tensor and array."""
     n = len(data)
     if new_batch_size <= 0 or n % new_batch_size:
         raise ValueError(f"fold_batch_dim: {n} rows do not divide into {new_batch_size} groups")
-    tensors = {k: t.reshape(new_batch_size, n // new_batch_size, *t.shape[1:]) for k, t in data.batch.items()}
+    tensors = {k: t.reshape(new_batch_size, n // new_batch_size, *t.shape[1:]) for k, t in _tensors(data)}
     non_tensors = {
         k: v.reshape(new_batch_size, n // new_batch_size, *v.shape[1:])
         for k, v in data.non_tensor_batch.items()
@@ -86,40 +77,9 @@ def fold_batch_dim(data: DataProto, new_batch_size: int) -> DataProto:
     return type(data)(batch=batch, non_tensor_batch=non_tensors, meta_info=data.meta_info)
 
 
-def unfold_column_chunks(data: DataProto, n_split: int, split_keys: list[str] | None = None) -> DataProto:
-    """Row i becomes n_split rows: the second dim of each ``split_keys`` entry is cut into n_split
-    chunks (chunk j goes to row i * n_split + j); every other key is repeated n_split times. With
-    ``split_keys=None`` every key is repeated (``DataProto.unfold_column_chunks``)."""
-    if not isinstance(n_split, int) or n_split < 1:
-        raise ValueError(f"unfold_column_chunks: n_split must be a positive int, got {n_split!r}")
-    keys = set(split_keys or [])
-    known = set(data.batch.keys() if data.batch is not None else []) | set(data.non_tensor_batch)
-    if keys - known:
-        raise KeyError(f"unfold_column_chunks: split_keys {sorted(keys - known)} not in the data; keys: {sorted(known)}")
-
-    def unfold(key: str, value):
-        if key not in keys:
-            if isinstance(value, torch.Tensor):
-                return value.repeat_interleave(n_split, dim=0)
-            return np.repeat(value, n_split, axis=0)
-        if value.ndim < 2 or value.shape[1] % n_split:
-            raise ValueError(
-                f"unfold_column_chunks: {key!r} has shape {tuple(value.shape)}; its second dim must exist "
-                f"and divide into n_split={n_split} chunks"
-            )
-        return value.reshape(value.shape[0] * n_split, value.shape[1] // n_split, *value.shape[2:])
-
-    rows = len(data) * n_split
-    batch = None
-    if data.batch is not None:
-        batch = TensorBatch._trusted({k: unfold(k, t) for k, t in data.batch.items()}, torch.Size((rows,)))
-    non_tensors = {k: unfold(k, v) for k, v in data.non_tensor_batch.items()}
-    return type(data)(batch=batch, non_tensor_batch=non_tensors, meta_info=data.meta_info)
-
-
 def unfold_batch_dim(data: DataProto, batch_dims: int = 2) -> DataProto:
     """Merge the first batch_dims dims of every tensor and array into one batch dim."""
-    tensors = {k: t.reshape(-1, *t.shape[batch_dims:]) for k, t in data.batch.items()}
+    tensors = {k: t.reshape(-1, *t.shape[batch_dims:]) for k, t in _tensors(data)}
     rows = next(iter(tensors.values())).shape[0] if tensors else 0
     non_tensors = {k: v.reshape(rows, *v.shape[batch_dims:]) for k, v in data.non_tensor_batch.items()}
     return type(data)(
@@ -129,10 +89,10 @@ def unfold_batch_dim(data: DataProto, batch_dims: int = 2) -> DataProto:
 
 def collate_fn(x: list[DataProtoItem]) -> DataProto:
     """Stack a list of DataProtoItem (one row each) into a DataProto."""
-    batch = TensorBatch.stack([d.batch for d in x]) if x and x[0].batch is not None else None
+    batch = TensorBatch.stack([d.batch for d in x if d.batch is not None]) if x and x[0].batch is not None else None
     non_tensor = list_of_dict_to_dict_of_list([d.non_tensor_batch for d in x])
     non_tensor_batch = {key: as_object_array(key, values) for key, values in non_tensor.items()}
-    return _dataproto_cls()(batch=batch, non_tensor_batch=non_tensor_batch)
+    return DataProto(batch=batch, non_tensor_batch=non_tensor_batch)
 
 
 def _take_chunk(data: DataProto, i: int, chunks: int) -> DataProto:
@@ -154,7 +114,7 @@ class DataProtoFuture:
     @staticmethod
     def concat(data: list) -> DataProtoFuture:
         """A future for the row-wise concatenation of the DataProtos behind `data` (object refs)."""
-        return DataProtoFuture(collect_fn=_dataproto_cls().concat, futures=list(data))
+        return DataProtoFuture(collect_fn=DataProto.concat, futures=list(data))
 
     def chunk(self, chunks: int) -> list[DataProtoFuture]:
         """`chunks` futures; the i-th resolves to chunk i of this future's DataProto."""
@@ -172,7 +132,7 @@ class DataProtoFuture:
 
         outputs = ray.get(self.futures)
         for i, out in enumerate(outputs):
-            if not isinstance(out, _dataproto_cls()):
+            if not isinstance(out, DataProto):
                 raise TypeError(
                     f"DataProtoFuture: object ref {i} resolved to a {type(out).__name__}, not a DataProto"
                 )

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from verl.utils.batch_merge import DataProtoCheckError, DataProtoTypeError
 from verl.utils.hugepage_alloc import empty_cpu, wants_fresh_buffer
 from verl.utils.tensor_batch import TensorBatch
 
@@ -62,27 +63,27 @@ def check_consistency(data: DataProto) -> None:
     """Raise if any tensor or array of `data` (a DataProto) disagrees with the batch's row count,
     or has the wrong type."""
     if data.batch is not None and len(data.batch.batch_size) != 1 and data.non_tensor_batch:
-        raise ValueError(
+        raise DataProtoCheckError(
             f"a batch with non_tensor_batch must have one batch dim, got batch size {tuple(data.batch.batch_size)}"
         )
     if not isinstance(data.non_tensor_batch, dict):
-        raise TypeError(f"non_tensor_batch must be a dict, got {type(data.non_tensor_batch).__name__}")
+        raise DataProtoTypeError(f"non_tensor_batch must be a dict, got {type(data.non_tensor_batch).__name__}")
     if not isinstance(data.meta_info, dict):
-        raise TypeError(f"meta_info must be a dict, got {type(data.meta_info).__name__}")
+        raise DataProtoTypeError(f"meta_info must be a dict, got {type(data.meta_info).__name__}")
     n = pivot = None
     if data.batch is not None:
         n, pivot = data.batch.batch_size[0] if data.batch.batch_size else None, "batch"
     for key, val in data.non_tensor_batch.items():
         if not isinstance(val, np.ndarray):
-            raise TypeError(
+            raise DataProtoTypeError(
                 f"non_tensor_batch[{key!r}] must be a numpy array (dtype=object), got {type(val).__name__}"
             )
         if val.ndim == 0:
-            raise ValueError(f"non_tensor_batch[{key!r}] is a 0-d array; it needs one entry per row")
+            raise DataProtoCheckError(f"non_tensor_batch[{key!r}] is a 0-d array; it needs one entry per row")
         if n is None:
             n, pivot = val.shape[0], f"non_tensor_batch[{key!r}]"
         elif val.shape[0] != n:
-            raise ValueError(f"non_tensor_batch[{key!r}] has {val.shape[0]} rows but {pivot} has {n}")
+            raise DataProtoCheckError(f"non_tensor_batch[{key!r}] has {val.shape[0]} rows but {pivot} has {n}")
 
 
 def make_row_iterator(
@@ -90,18 +91,18 @@ def make_row_iterator(
 ) -> Iterator[DataProto]:
     """DataProto.make_iterator: mini-batches of `data` through a torch DataLoader."""
     if len(data) % mini_batch_size:
-        raise ValueError(
+        raise DataProtoCheckError(
             f"make_iterator: {len(data)} rows do not divide into mini-batches of {mini_batch_size}"
         )
     dataloader_kwargs = dict(dataloader_kwargs or {})
     if "collate_fn" in dataloader_kwargs:
-        raise ValueError(
+        raise DataProtoCheckError(
             "make_iterator: collate_fn is set by DataProto and cannot be passed in dataloader_kwargs"
         )
     generator = torch.Generator().manual_seed(seed) if seed is not None else None
     from torch.utils.data import DataLoader
 
-    loader = DataLoader(
+    loader: DataLoader[Any] = DataLoader(
         dataset=_RowDataset(data),
         batch_size=mini_batch_size,
         collate_fn=_identity_collate,
@@ -119,7 +120,7 @@ def make_row_iterator(
     return batches()
 
 
-class _RowDataset:
+class _RowDataset(torch.utils.data.Dataset):
     """Map-style dataset over a DataProto's rows; `__getitems__` lets DataLoader fetch a whole
     mini-batch with one index_select instead of N single-row items plus a stack."""
 
@@ -148,7 +149,8 @@ def _repeat_rows(t: torch.Tensor, times: int, interleave: bool) -> torch.Tensor:
     return view.reshape(n * times, *rest)
 
 
-def _identity_collate(batch: DataProto) -> DataProto:
+def _identity_collate(batch: Any) -> Any:
+    # __getitems__ already returns the mini-batch as one DataProto
     return batch
 
 

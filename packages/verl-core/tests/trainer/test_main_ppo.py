@@ -8,12 +8,12 @@ import cloudpickle
 import pytest
 from verl.trainer import main_ppo
 from verl.trainer.config import load_config, validate_config
+from verl.trainer.ppo import run as ppo_run
 from verl.trainer.ppo.ray_trainer import Role
 
 from .ppo import bandit_workers as bw
 
 cloudpickle.register_pickle_by_value(bw)
-os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 
 REWARD_FILE = """
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
@@ -32,7 +32,6 @@ def _cfg(*overrides):
             "actor_rollout_ref.rollout.n=2",
             "actor_rollout_ref.actor.ppo_mini_batch_size=4",
             "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
-            "critic.ppo_micro_batch_size_per_gpu=2",
             *overrides,
         ]
     )
@@ -109,9 +108,38 @@ def test_cpus_per_worker_splits_the_cluster():
     assert main_ppo.cpus_per_worker(2.0, 4) == 0.5  # fewer CPUs than workers: a share each
 
 
-def test_role_mapping_comes_from_the_registry():
-    from verl.registries import WORKER_CLASSES
+class _Actor: ...
 
+
+class _Critic: ...
+
+
+class _MegatronActor: ...
+
+
+class _MegatronCritic: ...
+
+
+@pytest.fixture
+def worker_classes(monkeypatch):
+    """verl-workers' names bound to classes of this test (verl-core's tests run without verl-workers): the
+    mapping is checked against what the registry holds under each name."""
+    from verl.registries import WORKER_CLASSES
+    from verl.utils.registry import load_plugins
+
+    load_plugins()  # now, so no plugin registers into the dict that replaces the registry's below
+    names = {
+        "actor_rollout_ref": _Actor,
+        "critic": _Critic,
+        "megatron_actor_rollout_ref": _MegatronActor,
+        "megatron_critic": _MegatronCritic,
+    }
+    monkeypatch.setattr(WORKER_CLASSES, "_items", dict(names))
+    return WORKER_CLASSES
+
+
+def test_role_mapping_comes_from_the_registry(worker_classes):
+    WORKER_CLASSES = worker_classes
     actor, critic = WORKER_CLASSES.get("actor_rollout_ref"), WORKER_CLASSES.get("critic")
     assert main_ppo.build_role_worker_mapping(_cfg()) == {Role.ActorRollout: actor}
     gae = main_ppo.build_role_worker_mapping(_cfg("algorithm.adv_estimator=gae", "critic.model.path=m"))
@@ -120,9 +148,8 @@ def test_role_mapping_comes_from_the_registry():
     assert kl == {Role.ActorRolloutRef: actor}
 
 
-def test_megatron_strategy_maps_to_the_megatron_worker_classes():
-    from verl.registries import WORKER_CLASSES
-
+def test_megatron_strategy_maps_to_the_megatron_worker_classes(worker_classes):
+    WORKER_CLASSES = worker_classes
     meg = ["actor_rollout_ref.actor.strategy=megatron", "algorithm.adv_estimator=gae", "critic.model.path=m"]
     mapping = main_ppo.build_role_worker_mapping(_cfg(*meg))
     assert mapping == {
@@ -144,16 +171,25 @@ def test_unknown_worker_class_names_the_package(monkeypatch):
         main_ppo.build_role_worker_mapping(_cfg())
 
 
-def test_main_end_to_end_with_toy_workers(ray_cluster, tmp_path, monkeypatch, capsys):
+def _toy_run_files(tmp_path, monkeypatch, reward_file: str, val_rows: int = 0):
+    """Bandit rows as jsonl (16 train, ``val_rows`` validation), a reward file, and main_ppo pointed at the
+    toy tokenizer and workers. Returns ``(train, val, reward_py)``."""
     train, val = tmp_path / "train.jsonl", tmp_path / "val.jsonl"
     train.write_text("".join(json.dumps(r) + "\n" for r in bw.bandit_rows(16, seed=1)))
-    val.write_text("".join(json.dumps(r) + "\n" for r in bw.bandit_rows(8, seed=2)))
+    val.write_text("".join(json.dumps(r) + "\n" for r in bw.bandit_rows(val_rows, seed=2)))
     reward_py = tmp_path / "my_reward.py"
-    reward_py.write_text(REWARD_FILE)
-    monkeypatch.setattr(main_ppo, "load_tokenizer", lambda config: bw.BanditTokenizer())
+    reward_py.write_text(reward_file)
+    # main_ppo's command line runs verl.trainer.ppo.run, which looks these up in its own module
+    monkeypatch.setattr(ppo_run, "load_tokenizer", lambda config: bw.BanditTokenizer())
+    monkeypatch.setattr(ppo_run, "load_processor", lambda config: None)  # the toy model reads text only
     monkeypatch.setattr(
-        main_ppo, "build_role_worker_mapping", lambda config: {Role.ActorRollout: bw.BanditActorRolloutRef}
+        ppo_run, "build_role_worker_mapping", lambda config: {Role.ActorRollout: bw.BanditActorRolloutRef}
     )
+    return train, val, reward_py
+
+
+def test_main_end_to_end_with_toy_workers(ray_cluster, tmp_path, monkeypatch, capsys):
+    train, val, reward_py = _toy_run_files(tmp_path, monkeypatch, REWARD_FILE, val_rows=8)
     out = tmp_path / "run"
     argv = [
         f"data.train_files={train}",
@@ -217,3 +253,69 @@ def test_reward_model_on_its_own_pool_or_colocated(monkeypatch):
     assert own.num_cpus_per_worker == 2.0  # 6 CPUs over 3 workers: 2 each, run as 2 torch threads each
     with pytest.raises(ValueError, match="enable_resource_pool=true needs nnodes >= 1"):
         _cfg(*rm, "reward.reward_model.enable_resource_pool=true")
+
+
+# Scores that make dynamic sampling's counts derivable by hand: prompts whose index is 0 or 1 mod 4 get
+# 0, 1, 0, 1 ... in call order (the naive manager scores rows in order and a group's rows are adjacent, so
+# each of their groups of 2 is mixed); every other prompt scores 1 every time (an all-equal group).
+COUNTING_REWARD_FILE = """
+import itertools
+
+_calls = itertools.count()
+
+
+def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
+    k = next(_calls)
+    index = extra_info["index"]
+    return {"score": float(k % 2) if index % 4 in (0, 1) else 1.0, "prompt_index": index}
+"""
+
+
+def _dynamic_sampling_argv(tmp_path, monkeypatch, *extra):
+    train, _, reward_py = _toy_run_files(tmp_path, monkeypatch, COUNTING_REWARD_FILE)
+    return [
+        f"data.train_files={train}", "actor_rollout_ref.model.path=unused", "data.shuffle=false",
+        "data.max_prompt_length=4", "data.max_response_length=3",
+        "data.train_batch_size=3", "data.gen_batch_size=4", "actor_rollout_ref.rollout.n=2",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=3", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3",
+        "trainer.device=cpu", "trainer.n_gpus_per_node=2", "trainer.total_training_steps=2",
+        "trainer.logger=[jsonl]", "trainer.progress_bar=false", "trainer.val_before_train=false",
+        f"trainer.default_local_dir={tmp_path / 'run'}", f"trainer.rollout_data_dir={tmp_path / 'rollouts'}",
+        "reward.reward_manager=naive", f"reward.custom_reward_function.path={reward_py}",
+        "algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=score", *extra,
+    ]  # fmt: skip
+
+
+def test_main_ppo_runs_dynamic_sampling(ray_cluster, tmp_path, monkeypatch):
+    """algorithm.filter_groups is core's: main_ppo drops all-equal groups, generates rounds of
+    data.gen_batch_size=4 prompts until data.train_batch_size=3 varied groups are in, trims the rest."""
+    main_ppo.main(_dynamic_sampling_argv(tmp_path, monkeypatch))
+    rows = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
+    steps = [r for r in rows if "critic/score/mean" in r]
+    assert [r["step"] for r in steps] == [1, 2]
+    for r in steps:
+        # per step two rounds of 4 prompts (16 prompts = 4 rounds = the whole data, in order): each round
+        # has 2 mixed groups and 2 all-equal ones; 4 kept, 4 dropped; 3 trained
+        assert r["train/num_gen_batches"] == 2
+        assert (r["dynamic_sampling/kept_groups"], r["dynamic_sampling/dropped_groups"]) == (4, 4)
+        # every generated answer: 8 of the mixed groups' rows score 0.5 on average, the other 8 score 1
+        assert r["dynamic_sampling/all_score/mean"] == 0.75
+        # the trained groups: two mixed (0.5 each) and one more mixed; the all-equal ones never train
+        assert r["critic/score/mean"] == 0.5
+    trained = {}
+    for step in (1, 2):
+        records = [json.loads(line) for line in open(tmp_path / "rollouts" / f"{step}.jsonl")]
+        trained[step] = sorted({rec["prompt_index"] for rec in records})
+        assert len(records) == 6  # 3 groups x rollout.n=2, trimmed from 4 groups
+    # arrival order: round 1 keeps prompts 0 and 1, round 2 keeps 4 and 5; the trim drops the last (5)
+    assert trained == {1: [0, 1, 4], 2: [8, 9, 12]}
+
+
+def test_main_ppo_dynamic_sampling_stops_after_max_num_gen_batches(ray_cluster, tmp_path, monkeypatch):
+    from verl.trainer.ppo.dynamic_sampling import DynamicSamplingError
+
+    argv = _dynamic_sampling_argv(tmp_path, monkeypatch, "algorithm.filter_groups.max_num_gen_batches=1")
+    # one round gives 2 varied groups of the 3 a step needs
+    with pytest.raises(DynamicSamplingError, match=r"1 generation batches \(algorithm.filter_groups.max_num_gen_batches=1\) "
+                       r"gave 2 groups with a varied 'score', fewer than data.train_batch_size=3 \(2 kept, 2 dropped"):
+        main_ppo.main(argv)

@@ -322,8 +322,8 @@ def test_verdicts_become_per_sample_fields_and_step_metrics_through_the_trainer(
     steps = [[_HONEST, _WRONG, _WRONG], [_HONEST, _WRONG, _HACK], [_HONEST, _HACK, _HACK]]
     for step, codes in enumerate(steps, start=1):
         metrics: dict = {}
-        batch = RayPPOTrainer._rule_reward(
-            SimpleNamespace(reward_fn=manager), _code_and_math_batch(codes), metrics
+        batch = RayPPOTrainer.rule_reward(
+            SimpleNamespace(reward_fn=manager, reward_loop=None), _code_and_math_batch(codes), metrics
         )
         if step == 2:  # per sample: honest passes, wrong, refused hack; the math rows: right, no answer
             assert list(batch.non_tensor_batch["verdict"]) == [

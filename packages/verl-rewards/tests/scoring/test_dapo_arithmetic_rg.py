@@ -37,6 +37,28 @@ def test_dapo(response, gt, want, pred):
     assert out == {"score": want, "acc": want == 1.0, "pred": pred, "verdict": verdict}
 
 
+STRICT_BOX = [
+    ("so the answer is \\boxed{42}.", "42", 1.0, "42"),
+    ("\\boxed{41} no, \\boxed{42}", "42", 1.0, "42"),  # the last box counts
+    ("\\boxed{42} no, \\boxed{41}", "42", -1.0, "41"),
+    ("\\boxed{\\frac{1}{2}}", "\\frac{1}{2}", 1.0, "\\frac{1}{2}"),  # nested braces kept whole
+    ("\\boxed{ 42}", "42", -1.0, " 42"),  # exact string, no normalization
+    ("\\boxed{0.5}", "\\frac{1}{2}", -1.0, "0.5"),  # no equivalence check either
+    ("Answer: 42", "42", -1.0, "[INVALID]"),  # no box: wrong, whatever the text says
+    ("\\boxed{42", "42", -1.0, "[INVALID]"),  # unclosed
+    ("\\fbox{42}", "42", -1.0, "[INVALID]"),  # only the \\boxed{ spelling
+    ("\\boxed{42}" + "x" * 91, "42", -1.0, "[INVALID]"),  # the box starts before the last 100 characters
+    ("\\boxed{42}" + "x" * 90, "42", 1.0, "42"),  # ... and here it is inside them
+]
+
+
+@pytest.mark.parametrize("response,gt,want,pred", STRICT_BOX)
+def test_dapo_strict_box(response, gt, want, pred):
+    out = dapo_math.compute_score(response, gt, strict_box_verify=True)
+    verdict = "passed" if want == 1.0 else "format" if pred == "[INVALID]" else "wrong_answer"
+    assert out == {"score": want, "acc": want == 1.0, "pred": pred, "verdict": verdict}
+
+
 def test_reasoning_gym_scores_with_its_own_scorer():
     import reasoning_gym
 

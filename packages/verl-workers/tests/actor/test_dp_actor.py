@@ -108,7 +108,7 @@ def test_update_needs_mini_batch_and_keys(dist_world1, tiny_model_dir, ppo_confi
 
 
 def test_dynamic_batch_size_gives_the_same_update(dist_world1, tiny_model_dir, ppo_config, make_rl_batch):
-    from verl.workers.engine.batching import rows_per_micro_batch
+    from verl.utils.micro_batching import rows_per_micro_batch
 
     assert rows_per_micro_batch(11, micro_batch_size=None, use_dynamic_bsz=True, max_token_len=30) == 2
     assert rows_per_micro_batch(11, micro_batch_size=None, use_dynamic_bsz=True, max_token_len=5) == 1

@@ -2,9 +2,9 @@
 
 import pytest
 import torch
+from verl.utils.micro_batching import token_budget_groups
 from verl.workers.critic import DataParallelPPOCritic
 from verl.workers.engine import build_engine
-from verl.workers.engine.batching import token_budget_groups
 
 from .test_dp_actor import _actor, _updated_weights
 

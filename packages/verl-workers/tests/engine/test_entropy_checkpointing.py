@@ -4,7 +4,7 @@ same values and gradients, and autograd keeps less for backward (the [tokens, vo
 import torch
 from verl.utils.torch_functional import entropy_from_logits
 from verl.workers.engine.hf_model import entropy_of
-from verl.workers.engine.testing import COMPUTE_IN_MODEL_DTYPE, make_rl_batch
+from verl.workers.engine.testing import actor_engine, make_rl_batch
 
 
 def _saved_bytes_and_grad(logits: torch.Tensor, checkpoint: bool):
@@ -45,24 +45,15 @@ def test_checkpointed_entropy_equal_values_gradients_and_holds_less():
 
 def _grads(model_dir, data, **options):
     from verl.trainer.config import load_config
-    from verl.workers.engine import build_engine
 
     cfg = load_config(
         [
-            *COMPUTE_IN_MODEL_DTYPE,
             f"actor_rollout_ref.model.path={model_dir}",
             "actor_rollout_ref.model.enable_gradient_checkpointing=false",
         ],
     )
     arr = cfg.actor_rollout_ref
-    engine = build_engine(
-        "fsdp2",
-        model_config=arr.model,
-        engine_config=arr.actor.fsdp_config,
-        optim_config=arr.actor.optim,
-        total_training_steps=2,
-        **options,
-    )
+    engine = actor_engine(arr, 2, **options)
 
     def loss(out, mb):
         mask = mb["response_mask"].float()

@@ -13,10 +13,8 @@ def _actor(model_dir, strategy, mini, *extra):
     from verl.trainer.config import load_config
     from verl.workers.actor import DataParallelPPOActor
     from verl.workers.engine import build_engine
-    from verl.workers.engine.testing import COMPUTE_IN_MODEL_DTYPE
 
     cfg = load_config([
-        *COMPUTE_IN_MODEL_DTYPE,
         f"actor_rollout_ref.model.path={model_dir}", f"actor_rollout_ref.actor.strategy={strategy}",
         "actor_rollout_ref.model.enable_gradient_checkpointing=false",
         "actor_rollout_ref.actor.optim.lr=1e-3", "actor_rollout_ref.actor.optim.lr_warmup_steps=0",

@@ -9,7 +9,6 @@ import sys
 import pytest
 import torch
 from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
-from verl.workers.engine.testing import COMPUTE_IN_MODEL_DTYPE
 
 pytest.importorskip("triton")
 
@@ -91,28 +90,20 @@ def test_bad_backend_and_dtype_are_refused():
 @needs_interpreter
 def test_engine_with_triton_backend_gives_the_torch_gradients(dist_world1, tiny_model_dir):
     from verl.trainer.config import load_config
-    from verl.workers.engine import build_engine
-    from verl.workers.engine.testing import make_rl_batch
+    from verl.workers.engine.testing import actor_engine, make_rl_batch
 
     data = make_rl_batch(n=4, prompt_len=5, response_len=4, vocab=60, seed=5)
 
     def grads(backend):
         arr = load_config(
             [
-                *COMPUTE_IN_MODEL_DTYPE,
                 f"actor_rollout_ref.model.path={tiny_model_dir}",
                 "actor_rollout_ref.model.enable_gradient_checkpointing=false",
                 "actor_rollout_ref.model.use_fused_kernels=true",
                 f"actor_rollout_ref.model.fused_kernel_options.impl_backend={backend}",
             ],
         ).actor_rollout_ref
-        engine = build_engine(
-            "fsdp2",
-            model_config=arr.model,
-            engine_config=arr.actor.fsdp_config,
-            optim_config=arr.actor.optim,
-            total_training_steps=2,
-        )
+        engine = actor_engine(arr, 2)
 
         def loss(out, mb):
             mask = mb["response_mask"].float()

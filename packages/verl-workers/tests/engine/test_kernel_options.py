@@ -3,12 +3,11 @@ the fused and compiled paths give the unfused values and gradients on a real tin
 
 import pytest
 import torch
-from verl.workers.engine.testing import make_rl_batch
+from verl.workers.engine.testing import actor_engine, make_rl_batch
 
 
 def _engine(model_dir, *extra, **options):
     from verl.trainer.config import load_config
-    from verl.workers.engine import build_engine
 
     cfg = load_config(
         [
@@ -18,14 +17,7 @@ def _engine(model_dir, *extra, **options):
         ],
     )
     arr = cfg.actor_rollout_ref
-    return build_engine(
-        "fsdp2",
-        model_config=arr.model,
-        engine_config=arr.actor.fsdp_config,
-        optim_config=arr.actor.optim,
-        total_training_steps=2,
-        **options,
-    )
+    return actor_engine(arr, 2, **options)
 
 
 def _loss(out, mb):

@@ -3,25 +3,16 @@ per layer, equal to the whole-model gather (``hf_state_dict``), and lazy (one la
 
 import pytest
 import torch
-from verl.workers.engine.testing import COMPUTE_IN_MODEL_DTYPE
+from verl.workers.engine.testing import actor_engine
 
 
 def _engine(ppo_config, model_dir, *extra):
-    from verl.workers.engine import build_engine
-
     arr = ppo_config(
         f"actor_rollout_ref.model.path={model_dir}",
         "actor_rollout_ref.model.enable_gradient_checkpointing=false",
         *extra,
     ).actor_rollout_ref
-    return build_engine(
-        "fsdp2",
-        model_config=arr.model,
-        engine_config=arr.actor.fsdp_config,
-        optim_config=arr.actor.optim,
-        grad_clip=1.0,
-        total_training_steps=2,
-    )
+    return actor_engine(arr, 2, grad_clip=1.0)
 
 
 @pytest.mark.parametrize("lora", [True, False])
@@ -80,27 +71,18 @@ def _two_rank_job(rank, world, model_dir, out_dir, lora):
     """fsdp2 over 2 gloo ranks: parameters are sharded DTensors; the layered stream must gather them to the
     same full tensors as the whole-model gather, in the same order on both ranks (a collective each)."""
     from verl.trainer.config import load_config
-    from verl.workers.engine import build_engine
     from verl.workers.engine.layered import iter_layered_hf_state
 
     extra = ["actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.model.lora_alpha=8"] if lora else []
     arr = load_config(
         [
-            *COMPUTE_IN_MODEL_DTYPE,
             f"actor_rollout_ref.model.path={model_dir}",
             "actor_rollout_ref.model.enable_gradient_checkpointing=false",
         ]
         + extra,
     ).actor_rollout_ref
     torch.manual_seed(0)  # peft's lora_A init: the same on both ranks
-    engine = build_engine(
-        "fsdp2",
-        model_config=arr.model,
-        engine_config=arr.actor.fsdp_config,
-        optim_config=arr.actor.optim,
-        grad_clip=1.0,
-        total_training_steps=2,
-    )
+    engine = actor_engine(arr, 2, grad_clip=1.0)
     from torch.distributed.tensor import DTensor
 
     sharded = any(isinstance(p, DTensor) for p in engine.module.parameters())

@@ -7,7 +7,7 @@ import os
 
 import pytest
 import torch
-from verl.workers.engine.testing import COMPUTE_IN_MODEL_DTYPE, run_gloo
+from verl.workers.engine.testing import actor_engine, run_gloo
 
 pytestmark = pytest.mark.slow
 
@@ -17,11 +17,9 @@ R, ALPHA = 4, 8
 def _actor(model_dir, mini):
     from verl.trainer.config import load_config
     from verl.workers.actor import DataParallelPPOActor
-    from verl.workers.engine import build_engine
 
     cfg = load_config(
         [
-            *COMPUTE_IN_MODEL_DTYPE,
             f"actor_rollout_ref.model.path={model_dir}",
             "actor_rollout_ref.actor.strategy=fsdp2",
             "actor_rollout_ref.model.enable_gradient_checkpointing=false",
@@ -38,14 +36,7 @@ def _actor(model_dir, mini):
     )
     arr = cfg.actor_rollout_ref
     torch.manual_seed(0)  # the adapters' A init (rank 0's is broadcast on 2 ranks)
-    engine = build_engine(
-        "fsdp2",
-        model_config=arr.model,
-        engine_config=arr.actor.fsdp_config,
-        optim_config=arr.actor.optim,
-        grad_clip=arr.actor.grad_clip,
-        total_training_steps=10,
-    )
+    engine = actor_engine(arr, 10, grad_clip=arr.actor.grad_clip)
     return DataParallelPPOActor(arr.actor, engine, ppo_mini_batch_size_per_rank=mini)
 
 

@@ -6,21 +6,13 @@ from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen2ForTokenClassificat
 from verl.workers.engine.hf_model import response_outputs
 from verl.workers.engine.packing import block_causal_mask, first_fit_decreasing, plan_packing
 from verl.workers.engine.testing import make_rl_batch
+from verl.workers.tiny import tiny_config
 
 VOCAB = 101
 
 
 def tiny(cls=Qwen2ForCausalLM, impl="sdpa", seed=0):
-    cfg = Qwen2Config(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        tie_word_embeddings=True,
-        num_labels=1,
-    )
+    cfg = Qwen2Config(**tiny_config(VOCAB, tie_word_embeddings=True, num_labels=1))
     cfg._attn_implementation = impl
     torch.manual_seed(seed)
     return cls(cfg)

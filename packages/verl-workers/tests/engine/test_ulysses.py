@@ -5,7 +5,7 @@ import os
 
 import pytest
 import torch
-from verl.workers.engine.testing import COMPUTE_IN_MODEL_DTYPE, make_rl_batch, run_gloo
+from verl.workers.engine.testing import actor_engine, make_rl_batch, run_gloo
 
 _MODEL = (
     "actor_rollout_ref.model.enable_gradient_checkpointing={gc}",
@@ -20,23 +20,13 @@ _MODEL = (
 def _actor(model_dir, sp, *extra, gc=False):
     from verl.trainer.config import load_config
     from verl.workers.actor import DataParallelPPOActor
-    from verl.workers.engine import build_engine
 
     cfg = load_config(
-        [*COMPUTE_IN_MODEL_DTYPE, f"actor_rollout_ref.model.path={model_dir}", *(k.format(gc=gc) for k in _MODEL),
-         *extra],
+        [f"actor_rollout_ref.model.path={model_dir}", *(k.format(gc=gc) for k in _MODEL), *extra],
     )
     arr = cfg.actor_rollout_ref
     options = {"ulysses_sequence_parallel_size": sp} if sp > 1 else {}
-    engine = build_engine(
-        "fsdp2",
-        model_config=arr.model,
-        engine_config=arr.actor.fsdp_config,
-        optim_config=arr.actor.optim,
-        grad_clip=arr.actor.grad_clip,
-        total_training_steps=10,
-        **options,
-    )
+    engine = actor_engine(arr, 10, grad_clip=arr.actor.grad_clip, **options)
     return DataParallelPPOActor(arr.actor, engine, ppo_mini_batch_size_per_rank=8)
 
 
@@ -47,7 +37,6 @@ def _critic(model_dir, sp):
 
     cfg = load_config(
         [
-            *COMPUTE_IN_MODEL_DTYPE,
             f"critic.model.path={model_dir}",
             "critic.model.use_remove_padding=true",
             "critic.model.enable_gradient_checkpointing=false",

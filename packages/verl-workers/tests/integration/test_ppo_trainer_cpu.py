@@ -42,7 +42,6 @@ def _config(tmp_path, model_path, *overrides):
             "actor_rollout_ref.actor.ppo_mini_batch_size=2",
             "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
             "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
-            "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4",
             "actor_rollout_ref.actor.optim.lr=0.001",
             "critic.ppo_micro_batch_size_per_gpu=2",
             "trainer.device=cpu",
@@ -75,6 +74,7 @@ def test_grpo_steps_through_main_ppo(ray_cluster, tmp_path, tiny_model_dir):
     cfg = _config(
         tmp_path, tiny_model_dir, "algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.use_kl_loss=true",
         "actor_rollout_ref.rollout.calculate_log_probs=true", "actor_rollout_ref.actor.use_rollout_log_probs=true",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4",  # the reference runs for the KL loss
     )
     metrics = run_ppo(cfg)
     _assert_finite(metrics)

@@ -2,16 +2,13 @@
 
 import pytest
 from verl.trainer.config import load_config
-from verl.workers.engine.testing import COMPUTE_IN_MODEL_DTYPE
 from verl.workers.engine.testing import chat_prompt_batch as make_prompts
 
 
 def make_config(model_path, *overrides):
-    """A full trainer config (unvalidated) sized for CPU tests, every role computing in its model_dtype;
-    ``overrides`` are ``key=value``."""
+    """A full trainer config (unvalidated) sized for CPU tests; ``overrides`` are ``key=value``."""
     return load_config(
         [
-            *COMPUTE_IN_MODEL_DTYPE,
             f"actor_rollout_ref.model.path={model_path}",
             "actor_rollout_ref.model.enable_gradient_checkpointing=false",
             "critic.model.enable_gradient_checkpointing=false",

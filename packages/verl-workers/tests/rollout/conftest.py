@@ -3,6 +3,7 @@
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from verl.workers.tiny import tiny_config
 
 VOCAB = 48
 PAD, EOS = 0, 1
@@ -11,19 +12,8 @@ PAD, EOS = 0, 1
 @pytest.fixture(scope="session")
 def rollout_model_dir(tmp_path_factory):
     path = tmp_path_factory.mktemp("rollout_tiny_qwen2")
-    cfg = Qwen2Config(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        tie_word_embeddings=True,
-        pad_token_id=PAD,
-        eos_token_id=EOS,
-        bos_token_id=EOS,
-    )
+    cfg = Qwen2Config(**tiny_config(VOCAB, max_position_embeddings=128, tie_word_embeddings=True, pad_token_id=PAD,
+                                    eos_token_id=EOS, bos_token_id=EOS))  # fmt: skip
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(cfg)
     # Random init gives near-uniform logits; sharpen them so greedy decoding has clear winners

@@ -16,20 +16,11 @@ from verl.workers.engine.testing import random_left_padded
 from verl.workers.rollout import native_rollout
 from verl.workers.rollout.hf_rollout import HFRollout, SamplingParams, filter_logits, generate_tokens
 from verl.workers.rollout.native_rollout import NativeRollout, native_generate, sample_next
+from verl.workers.tiny import tiny_config
 
 PAD, EOS, VOCAB = 0, 1, 48
 
-_COMMON = dict(
-    vocab_size=VOCAB,
-    hidden_size=32,
-    intermediate_size=64,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=128,
-    pad_token_id=PAD,
-    eos_token_id=EOS,
-)
+_COMMON = tiny_config(VOCAB, max_position_embeddings=128, pad_token_id=PAD, eos_token_id=EOS)
 
 
 def make_model(kind: str, seed: int = 0):
@@ -227,11 +218,9 @@ def _two_rank_native(rank, world, model_dir, out_dir):
     import os
 
     from verl.workers.engine import build_engine
-    from verl.workers.engine.testing import COMPUTE_IN_MODEL_DTYPE
 
     cfg = load_config(
         [
-            *COMPUTE_IN_MODEL_DTYPE,
             f"actor_rollout_ref.model.path={model_dir}",
             "data.max_response_length=5",
             "actor_rollout_ref.rollout.calculate_log_probs=true",

@@ -11,23 +11,14 @@ from verl.workers.engine.testing import random_left_padded
 from verl.workers.rollout.hf_rollout import SamplingParams, generate_tokens
 from verl.workers.rollout.native_rollout import NativeRollout, native_generate
 from verl.workers.rollout.partial_rollout import ResumableGeneration
+from verl.workers.tiny import tiny_config
 
 PAD, EOS, VOCAB = 0, 1, 48
 
 
 def make_model(seed: int):
-    cfg = Qwen2Config(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        pad_token_id=PAD,
-        eos_token_id=EOS,
-        tie_word_embeddings=False,
-    )
+    cfg = Qwen2Config(**tiny_config(VOCAB, max_position_embeddings=128, pad_token_id=PAD, eos_token_id=EOS,
+                                    tie_word_embeddings=False))  # fmt: skip
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(cfg)
     with torch.no_grad():  # sharper than random init, so greedy paths differ per row and per model

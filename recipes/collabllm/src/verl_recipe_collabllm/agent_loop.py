@@ -135,7 +135,7 @@ class CollabLLMAgentLoop(AgentLoopBase):
             response_ids=traj.response_ids,
             response_mask=traj.response_mask,
             response_logprobs=traj.response_logprobs,
-            num_turns=1,
+            num_turns=2,  # the prompt and the trained turn, as upstream counts a single turn
             metrics=metrics,
             turn_metrics=[{"role": "assistant", "num_tokens": len(out.token_ids)}],
             extra_fields={

@@ -19,15 +19,15 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 from verl.trainer.config import (
     ActorRolloutRefConfig,
-    ConfigError,
     MultiTurnConfig,
     PPOTrainerConfig,
     RolloutConfig,
     load_config,
-    validate_config,
 )
 from verl.trainer.config.recipes import BUILT_IN
+from verl.trainer.recipe_runner import validate_with
 
+from verl_recipe_collabllm.metrics import MetricOptions
 from verl_recipe_collabllm.reward_manager import check_reward_kwargs
 
 MT = "actor_rollout_ref.rollout.multi_turn"
@@ -94,20 +94,19 @@ def collabllm_problems(cfg: DictConfig) -> list[str]:
     elif mt.interaction_config_path != BUILT_IN and not Path(mt.interaction_config_path).is_file():
         problems.append(f"{MT}.interaction_config_path={mt.interaction_config_path!r}: no such file")
     kwargs = OmegaConf.to_container(cfg.reward.reward_kwargs, resolve=True)
+    options = MetricOptions(
+        str(kwargs.get("accuracy_scorer", "llm_judge")),
+        str(kwargs.get("completion_extraction", "llm_judge")),
+        str(kwargs.get("bleu_unit", "char")),
+    )
     problems += check_reward_kwargs(
         kwargs.get("metric_weights"),
         kwargs.get("llm_judge_kwargs"),
         kwargs.get("normalize_by_data_source", False),
+        options,
     )
     return problems
 
 
-def validate_collabllm_config(cfg: DictConfig) -> None:
-    """Core's validation plus `collabllm_problems`, in one `ConfigError`; the config is read-only after."""
-    problems = collabllm_problems(cfg)
-    try:
-        validate_config(cfg)
-    except ConfigError as e:
-        problems = e.problems + problems
-    if problems:
-        raise ConfigError(problems)
+#: Core's validation plus `collabllm_problems`, in one `ConfigError`; the config is read-only after.
+validate_collabllm_config = validate_with(collabllm_problems)

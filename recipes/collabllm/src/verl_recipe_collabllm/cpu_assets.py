@@ -1,8 +1,8 @@
 """What the CPU default needs and a fresh clone does not have: the task data and a warm-started tiny model.
 
-When the config leaves ``data.train_files`` or ``actor_rollout_ref.model.path`` unset, `asset_overrides`
-writes them under ``{trainer.default_local_dir}/assets`` (reused when already there) and returns the
-``key=value`` overrides that point the config at them:
+When the config leaves ``data.train_files`` or ``actor_rollout_ref.model.path`` unset, `built_in` writes
+them under ``{trainer.default_local_dir}/assets`` (reused when already there; core's ``recipe_assets``)
+and returns the ``key=value`` overrides that point the config at them:
 
 - data: the built-in task (`verl_recipe_collabllm.task`: "Add 3 to my number." with the number kept
   back): train rows at both turns (the opening request, and after the number was asked for and given),
@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
+from verl.trainer.recipe_assets import BuiltIn, task_and_model
 
 from verl_recipe_collabllm import task
 
@@ -69,6 +70,7 @@ def warm_start(model: Any, examples: list[tuple[list[int], list[int]]], steps: i
                batch: int = 32, seed: int = SEED) -> float:  # fmt: skip
     """Masked next-token cross-entropy (AdamW) on random batches of ``examples``; returns the last loss."""
     import torch
+    from verl.workers.tiny import masked_next_token_loss, pad_masked_rows
 
     gen = random.Random(seed)
     torch.manual_seed(seed)
@@ -76,21 +78,8 @@ def warm_start(model: Any, examples: list[tuple[list[int], list[int]]], steps: i
     model.train()
     loss = torch.tensor(float("nan"))
     for _ in range(steps):
-        picked = gen.sample(examples, k=min(batch, len(examples)))
-        width = max(len(i) for i, _ in picked)
-        ids = torch.zeros((len(picked), width), dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        attn = torch.zeros_like(ids)
-        for r, (i, m) in enumerate(picked):
-            ids[r, : len(i)] = torch.tensor(i)
-            mask[r, : len(m)] = torch.tensor(m)
-            attn[r, : len(i)] = 1
-        logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()
-        nll = torch.nn.functional.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="none"
-        )
-        m = mask[:, 1:].reshape(-1).float()
-        loss = (nll * m).sum() / m.sum()
+        ids, attn, mask = pad_masked_rows(gen.sample(examples, k=min(batch, len(examples))))
+        loss = masked_next_token_loss(model, ids, attn, mask)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -116,28 +105,10 @@ def build_warm_model(out_dir: Path, steps: int, ask_share: float = ASK_SHARE) ->
     return out_dir
 
 
-def asset_overrides(cfg: DictConfig, warm_start_steps: int | None = None) -> list[str]:
+def built_in(cfg: DictConfig, built: BuiltIn) -> list[str]:
     """``key=value`` overrides for the unset data files / model path, creating the assets on first use
-    (the model warm-started for ``warm_start_steps``, default `WARM_START_STEPS`)."""
-    warm_start_steps = WARM_START_STEPS if warm_start_steps is None else int(warm_start_steps)
-    need_data = not cfg.data.train_files
-    need_model = not cfg.actor_rollout_ref.model.path
-    if not (need_data or need_model):
-        return []
-    root = Path(cfg.trainer.default_local_dir).resolve() / "assets"
-    out: list[str] = []
-    if need_data:
-        train, test = root / "data" / "train.parquet", root / "data" / "test.parquet"
-        if not (train.is_file() and test.is_file()):
-            train, test = write_task(root / "data")
-        out += [f"data.train_files={train}", f"data.val_files={test}"]
-    if need_model:
-        model_dir = root / f"tiny_qwen2_warm{warm_start_steps}"
-        if not (model_dir / "config.json").is_file():
-            print(
-                f"building the tiny model and its warm start ({warm_start_steps} steps) in {model_dir}",
-                flush=True,
-            )
-            build_warm_model(model_dir, warm_start_steps)
-        out.append(f"actor_rollout_ref.model.path={model_dir}")
-    return out
+    (the model warm-started for `WARM_START_STEPS`, read when the assets are made)."""
+    steps = WARM_START_STEPS
+    return task_and_model(
+        cfg, built.root, write_task, lambda out, _train: build_warm_model(out, steps), f"tiny_qwen2_warm{steps}"
+    )

@@ -12,6 +12,9 @@ turn's last token. Options (``reward.reward_kwargs``)::
     metric_weights: {accuracy: 1, interactivity: 1, token_amount: -1.0e-4}   # required, non-empty
     llm_judge_kwargs: {model: gpt-4o-mini, api_base: ..., api_key_env: ..., max_tokens: 1024, temperature: 0}
                          # the judge's ChatClient (litellm's key names); required by judged metrics
+    accuracy_scorer: llm_judge        # upstream: the judge compares with the ground truth; rule: the row's scorer
+    completion_extraction: llm_judge  # upstream: the judge extracts the final completion; last_message
+    bleu_unit: char                   # upstream (nltk on strings): characters; word
     count_errors_as_zero: false   # a metric that fails (judge unreachable after its retries, an
                                   # unparseable verdict, a scorer error) scores 0 instead of stopping
     reward_score_weight / tool_reward_weight / turn_score_weight   # agent rewards, as every manager
@@ -40,7 +43,13 @@ from verl.rewards.managers.agent_rewards import (
 )
 from verl.rewards.models.chat_client import ChatClient
 
-from verl_recipe_collabllm.metrics import METRICS, Conversation, MetricContext, first_turn_question
+from verl_recipe_collabllm.metrics import (
+    METRICS,
+    Conversation,
+    MetricContext,
+    MetricOptions,
+    first_turn_question,
+)
 
 
 def multiturn_aware_reward(
@@ -58,11 +67,15 @@ def multiturn_aware_reward(
 
 
 def check_reward_kwargs(
-    metric_weights: Any, llm_judge_kwargs: Any, normalize_by_data_source: Any = False
+    metric_weights: Any,
+    llm_judge_kwargs: Any,
+    normalize_by_data_source: Any = False,
+    options: MetricOptions | None = None,
 ) -> list[str]:
     """Problems with the manager's options, in the config's terms (also used by config validation)."""
     where = "reward.reward_kwargs"
-    problems = []
+    options = options or MetricOptions()
+    problems = options.problems(where)
     if not isinstance(metric_weights, Mapping) or not metric_weights:
         problems.append(
             f"{where}.metric_weights must map metric names to weights, e.g. {{accuracy: 1, interactivity: 1, "
@@ -74,11 +87,13 @@ def check_reward_kwargs(
             problems.append(f"{where}.metric_weights.{name}: unknown metric; known: {METRICS.names()}")
         elif not isinstance(weight, int | float) or isinstance(weight, bool):
             problems.append(f"{where}.metric_weights.{name}={weight!r} must be a number")
-    judged = [m for m in metric_weights if m in METRICS and METRICS.get(m).needs_judge]
+    judged = [] if problems else [m for m in metric_weights if m in METRICS and METRICS.get(m).needs_judge(options)]
     if judged and not llm_judge_kwargs:
         problems.append(
-            f"{where}.metric_weights has {judged}, judged by an LLM: set {where}.llm_judge_kwargs "
-            "({model, api_base, api_key_env, ...})"
+            f"{where}.metric_weights has {judged}, which ask an LLM judge (accuracy_scorer="
+            f"{options.accuracy_scorer}, completion_extraction={options.completion_extraction}): set "
+            f"{where}.llm_judge_kwargs ({{model, api_base, api_key_env, ...}}), or the rule variants "
+            "accuracy_scorer=rule / completion_extraction=last_message"
         )
     if llm_judge_kwargs is not None and not isinstance(llm_judge_kwargs, Mapping):
         problems.append(f"{where}.llm_judge_kwargs must be a mapping, got {llm_judge_kwargs!r}")
@@ -104,13 +119,17 @@ class CollabLLMRewardManager:
         metric_weights: Mapping[str, float] | None = None,
         llm_judge_kwargs: Mapping[str, Any] | None = None,
         normalize_by_data_source: bool = False,
+        accuracy_scorer: str = "llm_judge",
+        completion_extraction: str = "llm_judge",
+        bleu_unit: str = "char",
         count_errors_as_zero: bool = False,
         score_kwargs: dict | None = None,
         reward_score_weight: float = 1.0,
         tool_reward_weight: float = 1.0,
         turn_score_weight: float = 0.0,
     ):
-        problems = check_reward_kwargs(metric_weights, llm_judge_kwargs, normalize_by_data_source)
+        options = MetricOptions(str(accuracy_scorer), str(completion_extraction), str(bleu_unit))
+        problems = check_reward_kwargs(metric_weights, llm_judge_kwargs, normalize_by_data_source, options)
         if problems:
             raise ValueError("collabllm reward manager: " + "; ".join(problems))
         from verl.rewards.scoring import default_compute_score
@@ -125,7 +144,7 @@ class CollabLLMRewardManager:
             judge = ChatClient.from_kwargs(
                 dict(llm_judge_kwargs), where="reward.reward_kwargs.llm_judge_kwargs"
             )
-        self.ctx = MetricContext(compute_score or default_compute_score, dict(score_kwargs or {}), judge)
+        self.ctx = MetricContext(compute_score or default_compute_score, dict(score_kwargs or {}), judge, options)
         self.agent_weights = AgentRewardWeights(
             float(reward_score_weight), float(tool_reward_weight), float(turn_score_weight)
         )

@@ -3,19 +3,6 @@
     uv run --package verl-recipe-dapo verl-dapo                  # CPU default: tiny model, arithmetic
     uv run --package verl-recipe-dapo verl-dapo --config recipes/dapo/configs/dapo_qwen2.5_32b.yaml ...
 
-`RayDAPOTrainer` is core's PPO trainer with dynamic sampling in its filter stage; the other three DAPO
-changes are configuration (see README.md).
+DAPO's four changes are configuration of what core, verl-workers and verl-rewards offer: dynamic
+sampling is core's ``filter`` stage (``algorithm.filter_groups``); see README.md.
 """
-
-from verl_recipe_dapo.dynamic_sampling import DynamicSamplingError, GroupAccumulator
-
-__all__ = ["DynamicSamplingError", "GroupAccumulator", "RayDAPOTrainer"]
-
-
-def __getattr__(name: str):
-    # The trainer pulls in Ray; keep `import verl_recipe_dapo` light.
-    if name == "RayDAPOTrainer":
-        from verl_recipe_dapo.dapo_ray_trainer import RayDAPOTrainer
-
-        return RayDAPOTrainer
-    raise AttributeError(f"module 'verl_recipe_dapo' has no attribute {name!r}")

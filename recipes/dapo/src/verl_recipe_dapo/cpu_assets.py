@@ -1,8 +1,8 @@
 """What the CPU default needs and a fresh clone does not have: the task data and a warm-started tiny model.
 
-When the config leaves ``data.train_files`` or ``actor_rollout_ref.model.path`` unset, `asset_overrides`
-writes them under ``{trainer.default_local_dir}/assets`` (reused when already there) and returns the
-``key=value`` overrides that point the config at them:
+When the config leaves ``data.train_files`` or ``actor_rollout_ref.model.path`` unset, `built_in` writes
+them under ``{trainer.default_local_dir}/assets`` (reused when already there; core's
+``recipe_assets.task_and_model``) and returns the ``key=value`` overrides that point the config at them:
 
 - data: the built-in arithmetic task (single-digit ``+`` and ``-``; ``data_source="arithmetic"``,
   exact-match scorer from verl-rewards), train and test splits from ``verl.utils.dataset.tasks``;
@@ -18,6 +18,7 @@ import random
 from pathlib import Path
 
 from omegaconf import DictConfig
+from verl.trainer.recipe_assets import BuiltIn, task_and_model
 
 OPS = ("+", "-")
 TRAIN_PER_OP = 40
@@ -49,62 +50,17 @@ def warm_start_tiny_model(out_dir: Path, train_file: Path) -> Path:
     as the RL dataset renders them. Saves model + tokenizer to ``out_dir`` with ``save_pretrained``.
     """
     import pyarrow.parquet as pq
-    import torch
-    from verl.workers.tiny import build_tiny_qwen2
+    from verl.workers.tiny import answer_examples, build_tiny_qwen2, fine_tune_on_answers
     from verl.workers.tokenizer import hf_tokenizer
 
     model = build_tiny_qwen2(out_dir, size="xs", seed=SEED)
     tok = hf_tokenizer(str(out_dir))
-    rows = pq.read_table(train_file).to_pylist()[:WARM_START_EXAMPLES]
-    examples = []
-    for row in rows:
-        prompt = tok.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False)
-        p_ids = tok(prompt, add_special_tokens=False)["input_ids"]
-        a_ids = tok(row["reward_model"]["ground_truth"], add_special_tokens=False)["input_ids"] + [
-            tok.eos_token_id
-        ]
-        examples.append((p_ids, a_ids))
-    torch.manual_seed(SEED)
-    model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    gen = random.Random(SEED)
-    for _ in range(WARM_START_STEPS):
-        batch = gen.sample(examples, k=min(16, len(examples)))
-        width = max(len(p) + len(a) for p, a in batch)
-        ids = torch.full((len(batch), width), tok.pad_token_id)
-        labels = torch.full((len(batch), width), -100)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for i, (p, a) in enumerate(batch):
-            seq = p + a
-            ids[i, : len(seq)] = torch.tensor(seq)
-            labels[i, len(p) : len(seq)] = torch.tensor(a)
-            mask[i, : len(seq)] = 1
-        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    model.eval()
+    examples = answer_examples(tok, pq.read_table(train_file).to_pylist()[:WARM_START_EXAMPLES])
+    fine_tune_on_answers(model, examples, WARM_START_STEPS, 16, 3e-3, tok.pad_token_id, seed=SEED)
     model.save_pretrained(str(out_dir))
     return out_dir
 
 
-def asset_overrides(cfg: DictConfig) -> list[str]:
+def built_in(cfg: DictConfig, built: BuiltIn) -> list[str]:
     """``key=value`` overrides for the unset data files / model path, creating the assets on first use."""
-    need_data = not cfg.data.train_files
-    need_model = not cfg.actor_rollout_ref.model.path
-    if not (need_data or need_model):
-        return []
-    root = Path(cfg.trainer.default_local_dir).resolve() / "assets"
-    train, test = root / "data" / "train.parquet", root / "data" / "test.parquet"
-    if not (train.is_file() and test.is_file()):
-        train, test = write_task(root / "data")
-    out: list[str] = []
-    if need_data:
-        out += [f"data.train_files={train}", f"data.val_files={test}"]
-    if need_model:
-        model_dir = root / "tiny_qwen2_warm"
-        if not (model_dir / "config.json").is_file():
-            print(f"building the tiny model and its warm start in {model_dir}", flush=True)
-            warm_start_tiny_model(model_dir, train)
-        out.append(f"actor_rollout_ref.model.path={model_dir}")
-    return out
+    return task_and_model(cfg, built.root, write_task, warm_start_tiny_model)

@@ -110,13 +110,14 @@ class SyncRequest:
     """New trainer weights for the rollouter: ``payload`` says how to get them (object-store bucket refs,
     or None when the trainer is broadcasting them over the cross-pool group right now). With
     ``snapshot`` the rollouter hands back its state once loaded (for a checkpoint). ``started``: when
-    the rollouter took it (from then on the trainer's wait is the transfer itself)."""
+    the rollout pool began receiving it (when the rollouter took it, or earlier when it receives in the
+    background; from then on the trainer's wait is the transfer itself)."""
 
     version: int
     payload: Any = None
     snapshot: bool = False
     posted: float = field(default_factory=time.perf_counter)
-    started: float | None = None  # when the rollouter began loading
+    started: float | None = None  # when the rollout pool began receiving
     done: threading.Event = field(default_factory=threading.Event)
     state: dict | None = None
 
@@ -225,6 +226,17 @@ class Coordinator:
         with self.cond:
             return self._pending is not None
 
+    def pending_sync(self) -> SyncRequest | None:
+        """The pending weight sync, if any (not marked as taken)."""
+        with self.cond:
+            return self._pending
+
+    def mark_receiving(self, request: SyncRequest) -> None:
+        """The rollout pool began receiving ``request``'s weights (before its safe point: overlapped)."""
+        with self.cond:
+            if request.started is None:
+                request.started = time.perf_counter()
+
     def take_sync(self) -> SyncRequest | None:
         """The pending weight sync (marked as taken), or None."""
         with self.cond:
@@ -304,4 +316,17 @@ class Coordinator:
                 setattr(self.queue, key, int(value))
 
 
-__all__ = ["Coordinator", "MessageQueue", "Sample", "Stopped", "SyncRequest", "sample_limit"]
+#: Padding of the per-token bookkeeping past a sample's own responses: no decode segment, no weights version.
+RESPONSE_FILL = {"token_segments": -1, "token_versions": -1}
+
+
+def concat_samples(datas: list[Any], pad_token_id: int) -> Any:
+    """Samples' DataProtos as one batch, rows in the given order: generations finished at different times
+    have different response widths, so core's ``concat_rounds`` right-pads them to the widest first."""
+    from verl.trainer.ppo.dynamic_sampling import concat_rounds
+
+    return concat_rounds(datas, pad_token_id, fill=RESPONSE_FILL)
+
+
+__all__ = ["RESPONSE_FILL", "Coordinator", "MessageQueue", "Sample", "Stopped", "SyncRequest", "concat_samples",
+           "sample_limit"]

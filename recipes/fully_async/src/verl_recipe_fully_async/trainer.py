@@ -5,10 +5,11 @@ Here two loops run at once: the rollouter (``rollouter.Rollouter``, a driver thr
 scores on the rollout pool, and this trainer's ``fit`` consumes finished samples on the trainer pool;
 they meet only at the bounded queue and at weight syncs (``message_queue.Coordinator``). Upstream
 likewise ships separate trainer classes for this (``FullyAsyncTrainer``, ``OneStepOffRayTrainer``).
-The loop is built from core's pieces: ``_stage_reward`` scores on the rollouter, and a trainer step is
-core's ``_stage_old_log_prob`` -> ``_stage_ref_log_prob`` -> ``_stage_values`` -> ``_stage_advantage``
--> ``_stage_update_critic`` -> ``_stage_update_actor``, with core's validation, tracking, metrics and
-checkpoint files (``_trainer_state`` / ``_load_checkpoint`` add the rollouter's state).
+The loop is built from core's pieces: core's ``reward`` stage scores on the rollouter, and a trainer step
+is core's pipeline from ``balance`` on (``balance -> old_log_prob -> ref -> values -> adv ->
+update_critic -> update_actor``, then this class's ``sync_weights`` and core's ``testing`` and
+``save_checkpoint``), with core's validation, tracking, metrics and checkpoint files (``trainer_state`` /
+``load_checkpoint`` add the rollouter's state).
 
 One trainer step consumes ``data.train_batch_size`` samples (= ``require_batches`` mini-batches); every
 ``trigger_parameter_sync_step`` steps (and after the last) the weights go to the rollout pool as the
@@ -30,20 +31,24 @@ import numpy as np
 import ray
 from verl.protocol import DataProto
 from verl.single_controller.ray import RayClassWithInitArgs
-from verl.trainer.ppo.balance import balance_batch
 from verl.trainer.ppo.metric_utils import (
     compute_data_metrics,
     compute_throughout_metrics,
     compute_timing_metrics,
     marked_timer,
 )
+from verl.trainer.ppo.pipeline import Pipeline, Stage
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer, Role
 from verl.utils.checkpoint import get_rng_state, load_trainer_state
 
-from verl_recipe_fully_async.batching import concat_samples
-from verl_recipe_fully_async.config import samples_per_version, total_training_steps
-from verl_recipe_fully_async.message_queue import Coordinator, Sample, SyncRequest
+from verl_recipe_fully_async.config import (
+    samples_per_version,
+    total_training_steps,
+    trainer_pool_actor_config,
+)
+from verl_recipe_fully_async.message_queue import Coordinator, Sample, SyncRequest, concat_samples
 from verl_recipe_fully_async.rollouter import Rollouter, wait_refs
+from verl_recipe_fully_async.streaming import StreamingRollouter
 
 SUMMARY_FILE = "async_summary.json"
 
@@ -54,18 +59,23 @@ class FullyAsyncRayTrainer(RayPPOTrainer):
 
     separate_rollout_pool = True
 
-    def _create_dataloader(self, *args: Any) -> None:
-        super()._create_dataloader(*args)
+    def create_dataloader(self, *args: Any) -> None:
+        super().create_dataloader(*args)
         steps = total_training_steps(self.config)
         if steps is not None:  # rollout.total_rollout_steps decides when set
             self.total_training_steps = steps
 
     # ------------------------------------------------------------------ workers
-    def _spawn_ray_worker_groups(self, roles: dict) -> dict[str, Any]:
+    def spawn_worker_groups(self, roles: dict) -> dict[str, Any]:
         """Core's trainer-side groups, then the rollout pool's group, whose ``init_model`` starts at once
         so the two pools load their models concurrently."""
-        all_wg = super()._spawn_ray_worker_groups(roles)
         cfg = self.config
+        actor_cfg = trainer_pool_actor_config(cfg)  # the trainer pool validates with the native engine
+        roles = {
+            r: {**kw, "config": actor_cfg} if kw.get("config") is cfg.actor_rollout_ref else kw
+            for r, kw in roles.items()
+        }
+        all_wg = super().spawn_worker_groups(roles)
         cls = RayClassWithInitArgs(
             cls=self.role_worker_mapping[Role.Rollout],
             config=cfg.actor_rollout_ref,
@@ -86,7 +96,10 @@ class FullyAsyncRayTrainer(RayPPOTrainer):
         super().init_workers()
         ray.get(self._rollout_init)
         cfg = self.config
-        if cfg.async_training.partial_rollout and not self.rollout_wg.can_pause():
+        self.streaming = self.rollout_wg.can_stream()
+        # the native rollout copies the trainer module's own names; vLLM loads HF names
+        self._hf_names = cfg.actor_rollout_ref.rollout.name == "vllm"
+        if cfg.async_training.partial_rollout and not (self.streaming or self.rollout_wg.can_pause()):
             raise RuntimeError(
                 "async_training.partial_rollout=true but the rollout engine cannot pause this model "
                 "(the native loop does not support its architecture); set partial_rollout=false"
@@ -103,9 +116,9 @@ class FullyAsyncRayTrainer(RayPPOTrainer):
     def _transfer_weights(self) -> None:
         """Push the trainer's weights to the idle rollout pool (before the loops start)."""
         if self.config.async_training.weight_sync == "collective":
-            ray.get(self.actor_rollout_wg.send_weights() + self.rollout_wg.receive_weights())
+            ray.get(self.actor_rollout_wg.send_weights(self._hf_names) + self.rollout_wg.receive_weights())
         else:
-            self.rollout_wg.load_weights(self.actor_rollout_wg.put_weights()[0])
+            self.rollout_wg.load_weights(self.actor_rollout_wg.put_weights(self._hf_names)[0])
 
     def _publish_weights(self, snapshot: bool) -> dict | None:
         """Give the rollouter the next version; returns its state when ``snapshot`` (for a checkpoint)."""
@@ -114,11 +127,13 @@ class FullyAsyncRayTrainer(RayPPOTrainer):
         if self.config.async_training.weight_sync == "collective":
             request = SyncRequest(version, snapshot=snapshot)
             self.coord.post_sync(request)
-            wait_refs(self.coord, self.actor_rollout_wg.send_weights())  # once the rollout pool received them
+            # returns once the rollout pool received them
+            wait_refs(self.coord, self.actor_rollout_wg.send_weights(self._hf_names))
             # the trainer waited for the rollouter's safe point until it took the request
             self._sync_wait_s += max(0.0, request.started - t0)
         else:
-            request = SyncRequest(version, payload=self.actor_rollout_wg.put_weights()[0], snapshot=snapshot)
+            payload = self.actor_rollout_wg.put_weights(self._hf_names)[0]
+            request = SyncRequest(version, payload=payload, snapshot=snapshot)
             t_post = time.perf_counter()
             self.coord.post_sync(request)  # waits only if the previous version is not loaded yet
             self._sync_wait_s += time.perf_counter() - t_post
@@ -136,18 +151,19 @@ class FullyAsyncRayTrainer(RayPPOTrainer):
         self.coord = Coordinator(
             samples_per_version(cfg), float(cfg.async_training.staleness_threshold), total_samples=total * tbs
         )
-        self.rollouter = Rollouter(self, self.coord, self.rollout_wg)
+        rollouter_cls = StreamingRollouter if self.streaming else Rollouter
+        self.rollouter = rollouter_cls(self, self.coord, self.rollout_wg)
         self._sync_s = self._sync_wait_s = 0.0
         self._async_state: dict | None = None
-        self._load_checkpoint()
-        self.logger = self._make_logger()
+        self.load_checkpoint()
+        self.logger = self.make_logger()
         self._transfer_weights()
         thread = threading.Thread(target=self.rollouter.run, name="rollouter", daemon=True)
         last: dict[str, float] = {}
         val_metrics: dict[str, float] = {}
         try:
             if self.val_reward_fn is not None and cfg.trainer.val_before_train:
-                val_metrics = self._validate()
+                val_metrics = self.validate()
                 self.logger.log(val_metrics, step=self.global_steps)
                 if cfg.trainer.val_only:
                     return val_metrics
@@ -156,7 +172,7 @@ class FullyAsyncRayTrainer(RayPPOTrainer):
             thread.start()
             for step in range(self.global_steps + 1, total + 1):
                 self.global_steps = step
-                last = self._async_step(step == total)
+                last = self._async_step()
                 val_metrics = {k: v for k, v in last.items() if k.startswith("val")} or val_metrics
                 self.logger.log(last, step=step)
         finally:
@@ -169,43 +185,34 @@ class FullyAsyncRayTrainer(RayPPOTrainer):
         self._write_summary(last, val_metrics)
         return last
 
-    def _async_step(self, is_last: bool) -> dict[str, float]:
-        cfg, at = self.config, self.config.async_training
+    def build_pipeline(self) -> Pipeline:
+        """Core's pipeline from ``balance`` on (the rollouter generates and scores), with the weight sync
+        to the rollout pool before validation and the checkpoint."""
+        pipeline = super().build_pipeline().starting_at("balance")
+        return pipeline.insert_before("testing", Stage("sync_weights", self.stage_sync_weights, when=self.is_sync_step))
+
+    def is_sync_step(self) -> bool:
+        """Every ``trigger_parameter_sync_step`` steps and after the last one."""
+        freq = int(self.config.async_training.trigger_parameter_sync_step)
+        return self.global_steps >= self.total_training_steps or self.global_steps % freq == 0
+
+    def stage_sync_weights(self, batch: DataProto, metrics: dict) -> DataProto:
+        """The next weight version to the rollout pool (with the rollouter's state when this step saves)."""
+        self._async_state = self._publish_weights(snapshot=self.is_save_step())
+        return batch
+
+    def _async_step(self) -> dict[str, float]:
+        cfg = self.config
         metrics: dict[str, float] = {}
         timing: dict[str, float] = {}
-        step = self.global_steps
         with marked_timer("step", timing):
             with marked_timer("wait_samples", timing):
                 samples = self.coord.get(int(cfg.data.train_batch_size))
             version = self.coord.trainer_version
             batch = concat_samples([s.data for s in samples], self.rollouter_pad_id)
             metrics.update(self._sample_metrics(samples, version))
-            batch.meta_info.update(global_steps=step, temperature=cfg.actor_rollout_ref.rollout.temperature)
-            if cfg.trainer.balance_batch:
-                batch = balance_batch(batch, self.actor_rollout_wg.world_size, metrics)
-            batch.meta_info["global_token_num"] = batch.batch["attention_mask"].sum(-1).tolist()
-            for name, stage in (
-                ("old_log_prob", self._stage_old_log_prob),
-                ("ref", self._stage_ref_log_prob),
-                ("values", self._stage_values),
-                ("adv", self._stage_advantage),
-                ("update_critic", self._stage_update_critic),
-                ("update_actor", self._stage_update_actor),
-            ):
-                with marked_timer(name, timing):
-                    batch = stage(batch, metrics)
-            save = cfg.trainer.save_freq > 0 and (is_last or step % cfg.trainer.save_freq == 0)
-            if is_last or step % int(at.trigger_parameter_sync_step) == 0:
-                with marked_timer("sync_weights", timing):
-                    self._async_state = self._publish_weights(snapshot=save)
-            freq = cfg.trainer.test_freq
-            if self.val_reward_fn is not None and freq > 0 and (is_last or step % freq == 0):
-                with marked_timer("testing", timing):
-                    metrics.update(self._validate())
-            if save:
-                with marked_timer("save_checkpoint", timing):
-                    self._save_checkpoint()
-        metrics["training/global_step"] = step
+            batch = self.train_step(batch, metrics, timing)
+        metrics["training/global_step"] = self.global_steps
         metrics["training/epoch"] = self.epoch
         metrics.update(compute_data_metrics(batch, use_critic=self.use_critic))
         metrics.update(compute_timing_metrics(batch, timing))
@@ -278,7 +285,7 @@ class FullyAsyncRayTrainer(RayPPOTrainer):
             json.dump(summary, f, indent=2)
 
     # ------------------------------------------------------------------ checkpoints
-    def _trainer_state(self) -> dict[str, Any]:
+    def trainer_state(self) -> dict[str, Any]:
         """Core's keys, with the data position the rollouter reported at this step's sync (it draws the
         prompts), plus the rollouter's queue, counters and prompts still to generate."""
         snap = self._async_state
@@ -297,8 +304,8 @@ class FullyAsyncRayTrainer(RayPPOTrainer):
             },
         }
 
-    def _load_checkpoint(self) -> int:
-        step = super()._load_checkpoint()
+    def load_checkpoint(self) -> int:
+        step = super().load_checkpoint()
         if self._resumed_from is not None:
             self.rollouter.load_state_dict(load_trainer_state(self._resumed_from)["fully_async"])
         return step

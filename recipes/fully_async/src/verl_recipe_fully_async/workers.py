@@ -2,9 +2,11 @@
 
 On the trainer pool it runs as ``actor_rollout`` (or ``actor_rollout_ref``): core's update, log-prob and
 checkpoint methods, its rollout (sharing the actor's module) only for validation, and the sending half
-of the weight sync. On the rollout pool it runs as ``rollout``: a model copy without optimizer that
-generates *waves* (one batch of prompts decoded together, split over the rollout ranks) step by step,
-so the rollouter can stream finished groups and pause a wave for a weight sync (partial rollout).
+of the weight sync. On the rollout pool it runs as ``rollout``: with the native engine a model copy
+without optimizer that generates *waves* (one batch of prompts decoded together, split over the rollout
+ranks) step by step, so the rollouter can stream finished groups and pause a wave for a weight sync
+(partial rollout); with vLLM (``rollout.mode=async``) an engine that takes requests as they come and
+returns samples as they finish (``stream_worker``).
 """
 
 from __future__ import annotations
@@ -17,24 +19,43 @@ import torch.distributed as dist
 from verl import DataProto
 from verl.single_controller.base.decorator import Dispatch, register
 from verl.workers.fsdp_workers import ActorRolloutRefWorker
+from verl.workers.rollout.weight_group import BackgroundReceive, WeightSyncGroup, backend_for, host_store
 
-from verl_recipe_fully_async.weight_transfer import BUCKET_MB_KEY, CrossPoolGroup, buckets_of, receive_into
+from verl_recipe_fully_async.stream_worker import StreamingRolloutMixin
+from verl_recipe_fully_async.weight_transfer import BUCKET_MB_KEY, buckets_of, receive_into
 
 
-class AsyncActorRolloutWorker(ActorRolloutRefWorker):
+class AsyncActorRolloutWorker(StreamingRolloutMixin, ActorRolloutRefWorker):
     """``ActorRolloutRefWorker`` with the methods the asynchronous trainer calls (see the module doc)."""
 
     def __init__(self, config: Any, role: str, *args: Any, **kwargs: Any):
         super().__init__(config, role, *args, **kwargs)
-        self._sync_group: CrossPoolGroup | None = None
+        self._sync_group: WeightSyncGroup | None = None
         self._sync_store = None
+        self._background: BackgroundReceive | None = None  # a weight receive running while generating
         self._wave = None  # ResumableGeneration, or the finished output of a non-resumable engine
         self._wave_finished: torch.Tensor | None = None
         self._wave_emitted: torch.Tensor | None = None
         self._generator: torch.Generator | None = None
+        self._in_flight = {}  # vLLM: sample index -> its requests (stream_worker)
+        self._agent_loop = None  # multi-turn on vLLM: the agent loops' event loop (stream_worker)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> None:
+        super().init_model()
+        if self.role == "rollout" and not self.rollout.shares_trainer_weights:
+            self.rollout.resume()  # a pool of its own: the engine never gives its memory back to training
 
     def _bucket_mb(self) -> int:
         return int(dict(self.config.rollout.engine_kwargs or {}).get(BUCKET_MB_KEY, 512))
+
+    @property
+    def _engine_loads(self) -> bool:
+        """The rollout pool's engine holds its own weights (vLLM) and loads the buckets itself."""
+        return self.role == "rollout" and not self.rollout.shares_trainer_weights
+
+    def _backend(self) -> str:
+        return backend_for(torch.device(self.actor_engine.device).type)
 
     # ------------------------------------------------------------------ cross-pool group
     @register(dispatch_mode=Dispatch.RANK_ZERO)
@@ -43,50 +64,81 @@ class AsyncActorRolloutWorker(ActorRolloutRefWorker):
         import ray
 
         host = ray.util.get_node_ip_address()
-        self._sync_store = CrossPoolGroup.host_store(host, size)
+        self._sync_store = host_store(host, size)
         return host, int(self._sync_store.port)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
     def join_sync_group(self, host: str, port: int, first_rank: int, size: int) -> None:
-        """Join the cross-pool group as rank ``first_rank + rank`` (trainer: only rank 0 joins)."""
+        """Join the cross-pool group as rank ``first_rank + rank`` (trainer: only rank 0 joins; a vLLM
+        rollout rank joins from inside its engine's worker process). NCCL on GPUs, gloo on CPU."""
         if self._is_actor and dist.get_rank() != 0:
             return
-        self._sync_group = CrossPoolGroup(
-            host, port, first_rank + dist.get_rank(), size, store=self._sync_store
-        )
+        rank = first_rank + dist.get_rank()
+        if self._engine_loads:
+            self.rollout.join_weight_group(host, port, rank, size, self._backend())
+        else:
+            self._sync_group = WeightSyncGroup(
+                host, port, rank, size, backend=self._backend(), store=self._sync_store
+            )
 
     # ------------------------------------------------------------------ trainer side
     @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
-    def send_weights(self) -> int:
+    def send_weights(self, hf_names: bool = False) -> int:
         """Broadcast the actor's full weights over the cross-pool group (every trainer rank gathers;
-        rank 0 sends). Returns the bytes sent (0 on other ranks)."""
-        state = self.actor_engine.full_state_dict()  # a collective over the trainer pool
+        rank 0 sends); ``hf_names``: under the HF model's names (for an engine that loads HF checkpoints),
+        else the module's own. Returns the bytes sent (0 on other ranks)."""
+        state = self._state_for_rollout_pool(hf_names)  # a collective over the trainer pool
         if dist.get_rank() != 0:
             return 0
         return self._sync_group.send_buckets(buckets_of(state, self._bucket_mb()))
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def put_weights(self) -> list | None:
+    def put_weights(self, hf_names: bool = False) -> list | None:
         """Rank 0: the actor's full weights as object-store references, one per bucket."""
         import ray
 
-        state = self.actor_engine.full_state_dict()
+        state = self._state_for_rollout_pool(hf_names)
         if dist.get_rank() != 0:
             return None
         return [ray.put(bucket) for bucket in buckets_of(state, self._bucket_mb())]
+
+    def _state_for_rollout_pool(self, hf_names: bool) -> dict[str, torch.Tensor]:
+        return self.actor_engine.hf_state_dict() if hf_names else self.actor_engine.full_state_dict()
 
     # ------------------------------------------------------------------ rollout side
     @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
     def receive_weights(self) -> int:
         """Load the weights trainer rank 0 broadcasts; returns the tensors loaded."""
+        if self._engine_loads:
+            return self.rollout.receive_weights()
         return receive_into(self.actor_engine.module, self._sync_group.recv_buckets())
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def start_receive(self) -> None:
+        """Receive the next broadcast in the background (generation goes on); load it with
+        :meth:`finish_receive` at the next safe point."""
+        if self._engine_loads:
+            self.rollout.start_receive()
+        else:
+            self._background = BackgroundReceive(self._sync_group)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
+    def finish_receive(self) -> int:
+        """Load what :meth:`start_receive` received (waiting for the rest); returns the tensors loaded."""
+        if self._engine_loads:
+            return self.rollout.finish_receive()
+        background, self._background = self._background, None
+        return receive_into(self.actor_engine.module, background.wait())
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_weights(self, refs: list) -> int:
         """Load the weights behind object-store references (from :meth:`put_weights`)."""
         import ray
 
-        return receive_into(self.actor_engine.module, (ray.get(ref) for ref in refs))
+        buckets = (ray.get(ref) for ref in refs)
+        if self._engine_loads:
+            return self.rollout.load_weight_buckets(buckets)
+        return receive_into(self.actor_engine.module, buckets)
 
     @property
     def stepwise(self) -> bool:
@@ -160,14 +212,8 @@ class AsyncActorRolloutWorker(ActorRolloutRefWorker):
             self._wave.resume()
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def drop_wave(self) -> int:
-        """Forget the running wave (rows not yet returned are lost); returns how many rows that was."""
-        lost = 0 if self._wave is None else int((~self._wave_emitted).sum())
-        self._wave = None
-        return lost
-
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def process_info(self) -> dict:
+        """This worker's pid, role and rank (the kill-and-resume tests find the processes to kill by it)."""
         return {"pid": os.getpid(), "role": self.role, "rank": dist.get_rank()}
 
 

@@ -7,8 +7,10 @@ mistyped key is an error before anything starts. Upstream's recipe puts the PRM 
 model), with the same key names below it. Keys (upstream's names and recipe defaults):
 
 - ``data.filter_accuracy`` (true), ``data.accuracy_lower_bound`` (0.2), ``data.accuracy_upper_bound`` (0.8),
-  ``data.oversample_factor`` (4.0), ``data.filter_truncate`` (false): the prompt filter (``filtering``);
-  ``data.gen_batch_size`` defaults to ``train_batch_size * oversample_factor`` (derived at load);
+  ``data.oversample_factor`` (4.0), ``data.filter_truncate`` (true, upstream's default: a group whose longest
+  answer reaches ``max_response_length - 1`` tokens counts as failing; false keeps it by accuracy alone): the
+  prompt filter (``filtering``); ``data.gen_batch_size`` defaults to ``train_batch_size * oversample_factor``
+  (derived at load); ``data.truncation`` defaults to ``right``, as upstream's ``prime_trainer.yaml`` sets it;
 - ``algorithm.reward_gt_coef`` (5), ``algorithm.reward_dpo_coef`` (5): the advantage's weights;
   ``algorithm.adv_estimator`` defaults to ``rloo`` (upstream's recipe) and must be it;
 - ``reward.reward_model.{mini_batch_size, prime_granularity, prime_norm}`` and
@@ -28,19 +30,18 @@ from typing import Any
 from omegaconf import DictConfig
 from verl.trainer.config import (
     AlgoConfig,
-    ConfigError,
     DataConfig,
+    FSDPEngineConfig,
     OptimizerConfig,
     PPOTrainerConfig,
     RewardConfig,
     RewardModelConfig,
     RewardModelModelConfig,
     load_config,
-    resolve_device,
     tokenizer_path,
-    validate_config,
     world_size,
 )
+from verl.trainer.recipe_runner import validate_with
 
 from verl_recipe_prime.prime_core_algos import GRANULARITIES, NORMS
 
@@ -62,7 +63,8 @@ class PRIMEDataConfig(DataConfig):
     accuracy_lower_bound: float = 0.2
     accuracy_upper_bound: float = 0.8
     oversample_factor: float = 4.0
-    filter_truncate: bool = False
+    filter_truncate: bool = True
+    truncation: str = "right"  # upstream's prime_trainer.yaml
 
 
 @dataclass
@@ -80,6 +82,7 @@ class PRIMERewardModelModelConfig(RewardModelModelConfig):
     override_config: dict[str, Any] = field(default_factory=dict)
     enable_gradient_checkpointing: bool = _ref("actor_rollout_ref.model.enable_gradient_checkpointing")
     model_dtype: str = _ref("actor_rollout_ref.model.model_dtype")
+    fsdp_config: FSDPEngineConfig = field(default_factory=FSDPEngineConfig)  # the PRM is trained: an optimizer
     ref_type: str = "freeze"  # the reference is a frozen copy of the initial PRM
     update: str = "before"  # before: train then score (two forwards); after: score in the training forward
     beta_train: float = 0.05
@@ -276,15 +279,7 @@ def _prm_problems(cfg: DictConfig) -> list[str]:
         )
     else:
         problems += _prm_size_problems(cfg)
-    if resolve_device(cfg) == "cpu":
-        on = [
-            f for f in ("param_offload", "optimizer_offload", "offload_policy") if bool(model.fsdp_config[f])
-        ]
-        if on:
-            problems.append(
-                f"reward.reward_model.model.fsdp_config.{'/'.join(on)}=true means nothing on CPU; set them to false"
-            )
-    return problems
+    return problems  # offload flags on CPU: core's validation checks the reward model's fsdp_config
 
 
 def _prm_size_problems(cfg: DictConfig) -> list[str]:
@@ -306,12 +301,5 @@ def _prm_size_problems(cfg: DictConfig) -> list[str]:
     return problems
 
 
-def validate_prime_config(cfg: DictConfig) -> None:
-    """Core's validation plus `prime_problems`, in one `ConfigError`; the config is read-only after."""
-    problems = prime_problems(cfg)
-    try:
-        validate_config(cfg)
-    except ConfigError as e:
-        problems = e.problems + problems
-    if problems:
-        raise ConfigError(problems)
+#: Core's validation plus `prime_problems`, in one `ConfigError`; the config is read-only after.
+validate_prime_config = validate_with(prime_problems)

@@ -11,19 +11,19 @@ tokenizer) briefly fine-tuned in process (plain torch) on the train split's answ
 fully right answer about one time in ten: RL from a random model never sees a reward, and a model that
 already knows the task has nothing to learn. The same weights start the policy and the PRM.
 
-When the config leaves ``data.train_files`` or ``actor_rollout_ref.model.path`` unset, `asset_overrides`
-writes them under ``{trainer.default_local_dir}/assets`` (reused when there) and returns the ``key=value``
-overrides that point the config at them.
+When the config leaves ``data.train_files`` or ``actor_rollout_ref.model.path`` unset, `built_in` writes
+them under ``{trainer.default_local_dir}/assets`` (reused when there; core's ``recipe_assets``) and
+returns the ``key=value`` overrides that point the config at them.
 """
 
 from __future__ import annotations
 
 import json
-import random
 import zlib
 from pathlib import Path
 
 from omegaconf import DictConfig
+from verl.trainer.recipe_assets import BuiltIn, task_and_model
 
 NUMBERS = 3  # operands per problem: NUMBERS - 1 steps
 TEST_BUCKETS = 10  # one problem in TEST_BUCKETS (by a fixed hash) is held out
@@ -89,64 +89,22 @@ def warm_start_tiny_model(out_dir: Path, train_file: Path, steps: int | None = N
     import torch
     from transformers import AutoModelForCausalLM
     from verl.trainer.demo import build_model
+    from verl.workers.tiny import answer_examples, fine_tune_on_answers
     from verl.workers.tokenizer import hf_tokenizer
 
     steps = WARM_START_STEPS if steps is None else int(steps)
     build_model(out_dir)
     tok = hf_tokenizer(str(out_dir))
-    torch.manual_seed(SEED)
     model = AutoModelForCausalLM.from_pretrained(str(out_dir), dtype=torch.float32)
-    examples = []
-    for row in pq.read_table(train_file).to_pylist():
-        prompt = tok.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False)
-        p_ids = tok(prompt, add_special_tokens=False)["input_ids"]
-        a_ids = tok(row["reward_model"]["ground_truth"], add_special_tokens=False)["input_ids"] + [
-            tok.eos_token_id
-        ]
-        examples.append((p_ids, a_ids))
-    model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=WARM_START_LR, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 10))
-    gen = random.Random(SEED)
-    for _ in range(steps):
-        batch = gen.sample(examples, k=min(WARM_START_BATCH, len(examples)))
-        width = max(len(p) + len(a) for p, a in batch)
-        ids = torch.full((len(batch), width), tok.pad_token_id)
-        labels = torch.full((len(batch), width), -100)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for i, (p, a) in enumerate(batch):
-            seq = p + a
-            ids[i, : len(seq)] = torch.tensor(seq)
-            labels[i, len(p) : len(seq)] = torch.tensor(a)
-            mask[i, : len(seq)] = 1
-        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        sched.step()
-    model.eval()
+    examples = answer_examples(tok, pq.read_table(train_file).to_pylist())
+    loss = fine_tune_on_answers(model, examples, steps, WARM_START_BATCH, WARM_START_LR, tok.pad_token_id,
+                                seed=SEED, weight_decay=0.0, warmup_steps=10)  # fmt: skip
     model.save_pretrained(str(out_dir))
-    (out_dir / WARM_START_MARKER).write_text(json.dumps({"steps": steps, "final_loss": float(loss)}))
+    (out_dir / WARM_START_MARKER).write_text(json.dumps({"steps": steps, "final_loss": loss}))
     return out_dir
 
 
-def asset_overrides(cfg: DictConfig) -> list[str]:
-    """``key=value`` overrides for the unset data files / model path, creating the assets on first use."""
-    need_data = not cfg.data.train_files
-    need_model = not cfg.actor_rollout_ref.model.path
-    if not (need_data or need_model):
-        return []
-    root = Path(cfg.trainer.default_local_dir).resolve() / "assets"
-    train, test = root / "data" / "train.parquet", root / "data" / "test.parquet"
-    if not (train.is_file() and test.is_file()):
-        train, test = write_task(root / "data")
-    out: list[str] = []
-    if need_data:
-        out += [f"data.train_files={train}", f"data.val_files={test}"]
-    if need_model:
-        model_dir = root / "tiny_qwen2_warm"
-        if not (model_dir / WARM_START_MARKER).is_file():  # written last: a cut-short build is redone
-            print(f"building the tiny model and its warm start in {model_dir}", flush=True)
-            warm_start_tiny_model(model_dir, train)
-        out.append(f"actor_rollout_ref.model.path={model_dir}")
-    return out
+def built_in(cfg: DictConfig, built: BuiltIn) -> list[str]:
+    """``key=value`` overrides for the unset data files / model path, creating the assets on first use
+    (the warm start's record is written last: a cut-short build is redone)."""
+    return task_and_model(cfg, built.root, write_task, warm_start_tiny_model, done=WARM_START_MARKER)

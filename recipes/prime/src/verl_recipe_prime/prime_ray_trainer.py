@@ -1,18 +1,19 @@
-"""``RayPRIMETrainer``: core's PPO loop with PRIME's stages; the loop itself is core's.
+"""``RayPRIMETrainer``: core's PPO pipeline with PRIME's stages; the loop itself is core's.
 
-One step (core's ``_train_step``), with the stages this class overrides marked *:
+One step (core's pipeline), with the stages this class replaces marked * and the one it adds marked +:
 
-    generate (data.gen_batch_size = train_batch_size x oversample_factor prompts, rollout.n answers each)
+    gen (data.gen_batch_size = train_batch_size x oversample_factor prompts, rollout.n answers each)
     -> reward*      rule reward only; its sum over the answer is the outcome label ``acc``
     -> filter*      accuracy band + downsample to train_batch_size groups (``filtering``)
-    -> old log-prob -> ref log-prob (when a KL loss needs it)
-    -> advantage*   the implicit PRM (``update`` before: train, then score; after: score in the training
-                    forward; none: score only) -> implicit process rewards -> PRIME's RLOO advantage
-    -> update actor
+    -> balance -> old_log_prob -> ref (when a KL loss needs it)
+    -> prm+         the implicit PRM (``update`` before: train, then score; after: score in the training
+                    forward; none: score only) -> implicit process rewards (with reward.reward_model.enable)
+    -> adv*         PRIME's RLOO advantage over the outcome and the process rewards
+    -> update_actor
 
-Also: the PRM worker gets ``total_training_steps`` (``_role_init_kwargs``), its state is saved in
-``reward/`` of every checkpoint and resumed with the rest (``_save/_load_worker_checkpoints``), and
-validation adds the PRM's accuracy on held-out outcome labels (``_validate``).
+Also: the PRM worker gets ``total_training_steps`` (``role_init_kwargs``), its state is saved in
+``reward/`` of every checkpoint and resumed with the rest (``save/load_worker_checkpoints``), and
+validation adds the PRM's accuracy on held-out outcome labels (``validate``).
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ import numpy as np
 import torch
 from verl.protocol import DataProto
 from verl.trainer.ppo.metric_utils import reduce_metrics
+from verl.trainer.ppo.pipeline import Pipeline, Stage
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer, Role
-from verl.trainer.ppo.reward import compute_reward
 
 from verl_recipe_prime.filtering import accuracy_band_filter
 from verl_recipe_prime.prime_core_algos import (
@@ -52,31 +53,38 @@ class RayPRIMETrainer(RayPPOTrainer):
     dpo_acc_before,abs_acc}`` and ``rm/lr``; at validation ``val-prm/{acc,pair_acc,positive_rate}``."""
 
     # ------------------------------------------------------------------------------------ workers
-    def _role_init_kwargs(self, roles: dict[Role, dict[str, Any]]) -> dict[Role, dict[str, Any]]:
+    def role_init_kwargs(self, roles: dict[Role, dict[str, Any]]) -> dict[Role, dict[str, Any]]:
         roles = {role: dict(kwargs) for role, kwargs in roles.items()}
         if Role.RewardModel in roles:  # the PRM trains: its LR schedule needs the step count
             roles[Role.RewardModel]["total_training_steps"] = self.total_training_steps
         return roles
 
-    def _save_worker_checkpoints(self, ckpt_dir: str) -> None:
-        super()._save_worker_checkpoints(ckpt_dir)
+    def save_worker_checkpoints(self, ckpt_dir: str) -> None:
+        super().save_worker_checkpoints(ckpt_dir)
         if self.use_rm:
             self.rm_wg.save_checkpoint(os.path.join(ckpt_dir, PRM_CHECKPOINT_DIR), self.global_steps, None)
 
-    def _load_worker_checkpoints(self, ckpt_dir: str) -> None:
-        super()._load_worker_checkpoints(ckpt_dir)
+    def load_worker_checkpoints(self, ckpt_dir: str) -> None:
+        super().load_worker_checkpoints(ckpt_dir)
         if self.use_rm:
             self.rm_wg.load_checkpoint(os.path.join(ckpt_dir, PRM_CHECKPOINT_DIR))
 
     # ------------------------------------------------------------------------------------- stages
-    def _stage_reward(self, batch: DataProto, metrics: dict) -> DataProto:
+    def build_pipeline(self) -> Pipeline:
+        """Core's pipeline with the implicit PRM as a stage of its own, right before the advantage."""
+        pipeline = super().build_pipeline()
+        if self.use_rm:
+            pipeline.insert_before("adv", Stage("prm", self.stage_prm))
+        return pipeline
+
+    def stage_reward(self, batch: DataProto, metrics: dict) -> DataProto:
         """The rule reward only (the PRM scores later, on the filtered batch); ``acc`` = each answer's sum."""
-        batch = self._rule_reward(batch, metrics)
+        batch = self.rule_reward(batch, metrics)
         batch.batch["acc"] = outcome_labels(batch.batch["token_level_scores"])
         metrics["prime/all_acc/mean"] = float(batch.batch["acc"].mean())
         return batch
 
-    def _stage_filter(self, batch: DataProto, metrics: dict) -> DataProto:
+    def stage_filter(self, batch: DataProto, metrics: dict) -> DataProto:
         data = self.config.data
         result = accuracy_band_filter(
             batch.non_tensor_batch["uid"],
@@ -92,7 +100,7 @@ class RayPRIMETrainer(RayPPOTrainer):
         metrics.update(result.metrics())
         return batch.select_idxs(torch.from_numpy(result.rows))
 
-    def _stage_prm(self, batch: DataProto, metrics: dict) -> DataProto:
+    def stage_prm(self, batch: DataProto, metrics: dict) -> DataProto:
         """Train and/or score with the implicit PRM; adds ``prm_log_ratio`` and the implicit rewards
         ``rm_scores`` (granularity, then ``prime_norm`` over the whole batch)."""
         rm = self.config.reward.reward_model
@@ -120,10 +128,8 @@ class RayPRIMETrainer(RayPPOTrainer):
         metrics["reward_model/abs_acc"] = compute_dpo_abs_accuracy(q, acc, mask)
         return batch
 
-    def _stage_advantage(self, batch: DataProto, metrics: dict) -> DataProto:
-        """The implicit PRM (when enabled), then PRIME's RLOO over the outcome and the process rewards."""
-        if self.use_rm:
-            batch = self._stage_prm(batch, metrics)
+    def stage_adv(self, batch: DataProto, metrics: dict) -> DataProto:
+        """PRIME's RLOO over the outcome and (after the ``prm`` stage) the process rewards."""
         algo = self.config.algorithm
         b = batch.batch
         b["token_level_rewards"] = b["token_level_scores"]  # the outcome reward, for core's metrics
@@ -139,16 +145,15 @@ class RayPRIMETrainer(RayPPOTrainer):
         return batch
 
     # ---------------------------------------------------------------------------------- validation
-    def _validate(self) -> dict[str, float]:
-        metrics = super()._validate()
+    def validate(self) -> dict[str, float]:
+        metrics = super().validate()
         if self.use_rm and self.val_dataloader is not None:
-            metrics.update(self._validate_prm())
+            metrics.update(self.validate_prm())
         return metrics
 
-    def _validate_prm(self) -> dict[str, float]:
-        """The PRM on held-out outcome labels: ``rollout.val_kwargs.n`` answers per held-out prompt, sampled
-        as validation samples (``val_kwargs``), labelled by the validation reward, scored by the PRM as it
-        is now (never trained on them).
+    def validate_prm(self) -> dict[str, float]:
+        """The PRM on held-out outcome labels: a second pass of core's validation rollouts (``val_kwargs``
+        samples, labelled by the validation reward), scored by the PRM as it is now (never trained on them).
 
         ``val-prm/pair_acc``: pairs of one prompt's answers with different labels that the PRM orders right
         (upstream's ``dpo_acc``; 0.5 is chance; needs ``val_kwargs.n >= 2`` and sampling);
@@ -156,21 +161,9 @@ class RayPRIMETrainer(RayPPOTrainer):
         ``dpo_abs_acc``); ``val-prm/positive_rate``: share of right answers (``1 - positive_rate`` is the
         ``acc`` of a PRM that always says "wrong").
         """
-        val_kwargs = self.config.actor_rollout_ref.rollout.val_kwargs
         qs, labels, masks, uids = [], [], [], []
-        for batch_dict in self.val_dataloader:
-            batch = DataProto.from_single_dict(batch_dict)
-            batch.non_tensor_batch["uid"] = np.array(
-                [f"val{len(uids)}-{i}" for i in range(len(batch))], dtype=object
-            )
-            batch = batch.repeat(int(val_kwargs.n), interleave=True)
-            gen = self._gen_input(batch, do_sample=bool(val_kwargs.do_sample), validate=True)
-            output = self.actor_rollout_wg.generate_sequences(gen)
-            batch.pop(batch_keys=["input_ids", "attention_mask", "position_ids"])
-            batch.union(DataProto(batch=output.batch, non_tensor_batch=output.non_tensor_batch, meta_info={}))
-            reward_tensor, _ = compute_reward(batch, self.val_reward_fn)
-            q = self.rm_wg.compute_rm_score(batch).batch["prm_log_ratio"]
-            qs.append(q)
+        for batch, reward_tensor, _ in self.validation_rollouts():
+            qs.append(self.rm_wg.compute_rm_score(batch).batch["prm_log_ratio"])
             labels.append(outcome_labels(reward_tensor))
             masks.append(batch.batch["response_mask"])
             uids.append(batch.non_tensor_batch["uid"])

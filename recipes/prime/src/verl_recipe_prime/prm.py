@@ -24,9 +24,9 @@ from typing import Any
 
 import torch
 from verl import DataProto
+from verl.utils.micro_batching import rows_per_micro_batch
 from verl.workers.actor.dp_actor import _sum_over_ranks, response_mask_of, restore_order, split_for_engine
 from verl.workers.engine.base import BaseEngine
-from verl.workers.engine.batching import rows_per_micro_batch
 
 from verl_recipe_prime.prime_core_algos import compute_ce_dpo_loss_rm
 

@@ -5,8 +5,13 @@ real ``code_interpreter`` (the real sandbox) as the tool: the model turn writes 
 turn is whatever the sandbox printed, and the last model turn states that output as the answer. So the
 training sequences are token for token what RL rollouts look like, tool turns included, and the loss
 mask is the loop's own ``response_mask`` (tool tokens 0): the cold start, like RL, never trains on tool
-output. The A/B's no-tool arm trains on direct answers (``#### <product>``) through the same loop with
-no tools, for the same number of steps.
+output. The A/B's no-tool arm trains on direct answers (``\\boxed{<product>}``) through the same loop with
+no tools, for the same number of steps. The rows come with the prompts RL will see (with
+``retool.answer_format``, upstream's answer-format instruction appended).
+
+With ``retool.cold_start_data`` the traces come instead from a local file in the ReTool-SFT format, converted
+as upstream's preprocessing does (`verl_recipe_retool.sft_data`) and tokenized with the chat template,
+assistant turns trained, user and tool turns masked.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from verl_recipe_retool import task
 MODEL_SIZE = "xs"
 SEED = 0
 TOOL_TURN = "<|im_start|>tool\n"  # the tiny chat template's tool message header
+CONCURRENT_TRACES = 8
 
 
 def _tool_output(prompt_text: str) -> str:
@@ -65,8 +71,16 @@ def make_traces(rows: list[dict], rollout_cfg: Any, tokenizer: Any, use_tool: bo
 
     tools = [ReToolCodeInterpreter({"sandbox": "local", "default_timeout": 10})] if use_tool else []
 
+    # A bounded number of traces at a time: hundreds of sandbox processes at once on a loaded 2-core machine
+    # ran past the tool timeout (measured: 19 of 256 calls, load 7).
+    limit = asyncio.Semaphore(CONCURRENT_TRACES)
+
+    async def one(row: dict) -> dict:
+        async with limit:
+            return await _trace(row, rollout_cfg, tokenizer, tools, use_tool)
+
     async def run_all() -> list[dict]:
-        return list(await asyncio.gather(*(_trace(r, rollout_cfg, tokenizer, tools, use_tool) for r in rows)))
+        return list(await asyncio.gather(*(one(r) for r in rows)))
 
     traces = asyncio.run(run_all())
     for i, t in enumerate(traces):
@@ -77,6 +91,21 @@ def make_traces(rows: list[dict], rollout_cfg: Any, tokenizer: Any, use_tool: bo
                 f"stopped with {t['stop_reason']!r}: 'response_length' means data.max_response_length is too "
                 "short for a whole trace; 'done' with a wrong tool output means the sandbox did not run the code)"
             )
+    return traces
+
+
+def traces_from_sft_data(path: str, tokenizer: Any) -> list[dict]:
+    """Traces of the conversations in a ReTool-SFT file (see the module doc)."""
+    from verl.utils.dataset.sft_dataset import tokenize_conversation
+
+    from verl_recipe_retool.sft_data import convert_file, hermes_conversation
+
+    traces = []
+    for i, converted in enumerate(convert_file(path)):
+        ids, mask = tokenize_conversation(tokenizer, hermes_conversation(converted), f"{path}: row {i}")
+        traces.append({"ids": ids, "mask": mask})
+    if not traces:
+        raise ValueError(f"retool.cold_start_data={path}: the file has no rows")
     return traces
 
 
@@ -123,10 +152,11 @@ def sft(
 
 
 def build_cold_start_model(
-    out_dir: Path, rows: list[dict], rollout_cfg: Any, steps: int, use_tool: bool
+    out_dir: Path, rows: list[dict], rollout_cfg: Any, steps: int, use_tool: bool, sft_data: str | None = None
 ) -> Path:
-    """A tiny random-init Qwen2, SFT'd for ``steps`` steps on ``rows``' traces, saved with ``save_pretrained``
-    (built next to ``out_dir`` and renamed when done, so an interrupted build is never reused)."""
+    """A tiny random-init Qwen2, SFT'd for ``steps`` steps on ``rows``' traces (or, with ``sft_data``, on that
+    ReTool-SFT file's conversations), saved with ``save_pretrained`` (built next to ``out_dir`` and renamed
+    when done, so an interrupted build is never reused)."""
     from verl.workers.tiny import build_tiny_qwen2
     from verl.workers.tokenizer import hf_tokenizer
 
@@ -134,10 +164,11 @@ def build_cold_start_model(
     shutil.rmtree(partial, ignore_errors=True)
     model = build_tiny_qwen2(partial, size=MODEL_SIZE, seed=SEED)
     tok = hf_tokenizer(str(partial))
-    traces = make_traces(rows, rollout_cfg, tok, use_tool)
+    traces = traces_from_sft_data(sft_data, tok) if sft_data else make_traces(rows, rollout_cfg, tok, use_tool)
     loss = sft(model, traces, steps) if steps > 0 else float("nan")
     print(
-        f"cold start: {steps} SFT steps on {len(traces)} {'tool' if use_tool else 'direct'} traces, last loss {loss:.4f}",
+        f"cold start: {steps} SFT steps on {len(traces)} {'tool' if use_tool else 'direct'} traces"
+        f"{f' from {sft_data}' if sft_data else ''}, last loss {loss:.4f}",
         flush=True,
     )
     model.save_pretrained(str(partial))

@@ -2,18 +2,17 @@
 but can with code, and its scorer.
 
 Rows follow the parquet row contract: ``data_source="retool_arith"``, ``prompt`` one user message
-(``"Compute 123*456."``), ``reward_model.ground_truth`` the product, ``agent_name="tool_agent"``.
-Problems are drawn with a seeded generator; train and test are disjoint.
+(``"Compute 123*456."``; the recipe's dataset step appends upstream's answer-format instruction when the
+rows are loaded, `verl_recipe_retool.dataset`), ``reward_model.ground_truth`` the product,
+``agent_name="tool_agent"``. Problems are drawn with a seeded generator; train and test are disjoint.
+Answers are written as upstream's ReTool asks: ``\\boxed{3717}``.
 
-The scorer (`compute_score`, registered for ``retool_arith``) reads the decoded response the reward
-manager sees (tool turns included, chat-template specials stripped):
+With ``retool.reward=upstream`` (the default) every row is scored by `verl_recipe_retool.reward`. The scorer
+registered here for ``retool_arith`` is the ``retool.reward=final_answer`` variant: the final answer's
+correctness and nothing else (the paper's description), with the same strict box check:
 
-- ``score`` / ``acc``: 1.0 when the text after the last ``####`` equals the product exactly (ReTool's
-  reward is the final answer's correctness and nothing else), else 0.0;
-- ``tool_call``: 1.0 when the response holds a well-formed ``code_interpreter`` call;
-- ``tool_correct``: 1.0 when the answer is right *and* came from the tool: a well-formed call, and the
-  product appears in the text between the last call and the answer (the interpreter's output), i.e. the
-  model wrote code that computed the product and copied its result.
+- ``score`` / ``acc``: 1.0 when the last ``\\boxed{...}`` equals the product exactly, else 0.0 (no bonus);
+- ``tool_call`` / ``tool_correct``: the diagnostics of `tool_diagnostics`.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ import random
 
 from verl.agent.tools.parser import TOOL_CALL_END, format_tool_call, parse_tool_calls
 from verl.rewards.scoring import register_scorer
-from verl.rewards.scoring.arithmetic import extract_answer
+from verl.rewards.scoring.dapo_math import is_correct_strict_box
 
 DATA_SOURCE = "retool_arith"
 TOOL_NAME = "code_interpreter"
@@ -69,12 +68,16 @@ def tool_turns(row: dict) -> list[str]:
     """The assistant turns of a tool-using trace: a code call, then (after the interpreter's output)
     the answer. The answer turn is a template: the number is whatever the tool printed."""
     a, b = row["extra_info"]["a"], row["extra_info"]["b"]
-    return [format_tool_call(TOOL_NAME, {"code": f"print({a}*{b})"}), "#### {tool_output}"]
+    return [format_tool_call(TOOL_NAME, {"code": f"print({a}*{b})"}), "\\boxed{{{tool_output}}}"]
 
 
 def direct_turns(row: dict) -> list[str]:
     """The one assistant turn of a direct-answer trace (the no-tool arm of the A/B)."""
-    return [f"#### {row['reward_model']['ground_truth']}"]
+    return [boxed(row["reward_model"]["ground_truth"])]
+
+
+def boxed(answer: str) -> str:
+    return "\\boxed{" + str(answer) + "}"
 
 
 def _has_call(text: str) -> bool:
@@ -82,15 +85,23 @@ def _has_call(text: str) -> bool:
     return any(c.name == TOOL_NAME and isinstance(c.arguments.get("code"), str) for c in parsed.calls)
 
 
-@register_scorer(DATA_SOURCE)
-def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs) -> dict:
-    """See the module doc."""
-    truth = str(ground_truth).strip()
-    acc = float(extract_answer(solution_str) == truth)
+def tool_diagnostics(solution_str: str, truth: str, acc: bool) -> dict[str, float]:
+    """``tool_call``: the response holds a well-formed ``code_interpreter`` call. ``tool_correct``: the answer
+    is right and came from the tool: a well-formed call, and the truth appears in the text between the last
+    call and the last box (the interpreter's output), i.e. the model's code computed it and it was copied."""
     called = _has_call(solution_str)
     correct = 0.0
     if called and acc:
         after_call = solution_str[solution_str.rfind(TOOL_CALL_END) + len(TOOL_CALL_END) :]
-        tool_output = after_call[: after_call.rfind("####")]
+        tool_output = after_call[: after_call.rfind("\\boxed{")]
         correct = float(truth in tool_output)
-    return {"score": acc, "acc": acc, "tool_call": float(called), "tool_correct": correct}
+    return {"tool_call": float(called), "tool_correct": correct}
+
+
+@register_scorer(DATA_SOURCE)
+def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs) -> dict:
+    """The ``final_answer`` variant (see the module doc)."""
+    truth = str(ground_truth).strip()
+    acc = float(is_correct_strict_box(solution_str, truth)[0])
+    return {"score": acc, "acc": acc, **tool_diagnostics(solution_str, truth, bool(acc))}
+

@@ -11,10 +11,11 @@ Batches come as pairs: rows ``2i`` and ``2i + 1`` answer the same prompt (same `
 ``verl_recipe_spin.pairs``.
 
 - advantage ``spin``: the pair labels the loss reads, ``+1`` on the chosen row and ``-1`` on the
-  rejected one. ``algorithm.spin_mode=reward`` (upstream): the row with the higher rule reward is chosen
-  and a tie labels both rows 0 (the pair carries no preference and trains nothing);
+  rejected one. ``algorithm.spin_mode=reward`` (upstream): the row with the higher rule reward is chosen;
+  a tie follows ``algorithm.spin_ties``: ``first_chosen`` (upstream's ``argmax``: the pair's first row is
+  chosen and the pair trains) or ``drop`` (both rows 0: the pair carries no preference and trains nothing).
   ``spin_mode=sft`` (the paper): the first row of each pair, the dataset's target, is always chosen.
-- policy loss ``dpo``: the loss above per pair, averaged over pairs (a tied pair counts as 0, as an
+- policy loss ``dpo``: the loss above per pair, averaged over pairs (a dropped tie counts as 0, as an
   all-equal GRPO group does). Its ``old_log_prob`` argument holds the *reference* log-probs (the
   recipe's trainer passes ``ref_log_prob`` in that slot); ``beta = actor.dpo_beta`` and the type
   ``actor.dpo_loss_type``, both defaulting to their ``algorithm.*`` keys.
@@ -31,6 +32,7 @@ from verl.trainer.ppo.core_algos import GlobalBatchInfo, register_adv_est, regis
 __all__ = [
     "DPO_LOSS_TYPES",
     "SPIN_MODES",
+    "SPIN_TIES",
     "compute_policy_loss_dpo",
     "compute_spin_pair_labels",
     "dpo_pair_losses",
@@ -38,6 +40,7 @@ __all__ = [
 
 DPO_LOSS_TYPES = ("sigmoid", "ipo")
 SPIN_MODES = ("reward", "sft")
+SPIN_TIES = ("first_chosen", "drop")
 
 
 def _param(config: Any, key: str, where: str, user: str) -> Any:
@@ -70,18 +73,23 @@ def compute_spin_pair_labels(
     index: Any = None,
     config: Any = None,
     spin_mode: str | None = None,
+    spin_ties: str | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pair labels (+1 chosen, -1 rejected, 0 no preference) on every valid token; see the module doc.
 
     ``spin_mode`` (or ``config.spin_mode``): ``reward`` compares the pair's summed rewards, ``sft``
-    prefers the first row of every pair. ``index`` (the uids) must pair rows ``2i`` and ``2i + 1``.
+    prefers the first row of every pair. ``spin_ties`` (or ``config.spin_ties``): what a tied pair of
+    ``reward`` mode gets. ``index`` (the uids) must pair rows ``2i`` and ``2i + 1``.
     """
     mode = (
         spin_mode if spin_mode is not None else _param(config, "spin_mode", "algorithm", "estimator 'spin'")
     )
     if mode not in SPIN_MODES:
         raise ValueError(f"spin_mode={mode!r} is not one of: {', '.join(SPIN_MODES)}")
+    ties = spin_ties if spin_ties is not None else _param(config, "spin_ties", "algorithm", "estimator 'spin'")
+    if ties not in SPIN_TIES:
+        raise ValueError(f"spin_ties={ties!r} is not one of: {', '.join(SPIN_TIES)}")
     rows = token_level_rewards.shape[0]
     _check_pairs(rows, "estimator 'spin'")
     if index is not None:
@@ -100,6 +108,8 @@ def compute_spin_pair_labels(
     else:
         scores = (token_level_rewards * response_mask.to(token_level_rewards.dtype)).sum(dim=-1).view(-1, 2)
         first = torch.sign(scores[:, 0] - scores[:, 1])
+        if ties == "first_chosen":
+            first = torch.where(first == 0, torch.ones_like(first), first)
     labels = torch.stack([first, -first], dim=1).reshape(-1)
     on_tokens = labels.unsqueeze(-1) * response_mask.to(labels.dtype)
     return on_tokens, on_tokens

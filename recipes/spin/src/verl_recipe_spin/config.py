@@ -10,7 +10,14 @@ key is still an error before anything starts. Keys (upstream's names where upstr
 - ``trainer.ref_update_freq`` (-1): every that many steps the reference takes the actor's weights, at
   the start of the step (<= 0: never, the reference stays the initial model);
 - ``algorithm.spin_mode`` (``reward`` | ``sft``) and ``algorithm.spin_target_key``
-  (``reward_model.ground_truth``): how pairs are picked (``verl_recipe_spin.pairs``); new here.
+  (``reward_model.ground_truth``): how pairs are picked (``verl_recipe_spin.pairs``); new here;
+- ``algorithm.spin_ties`` (``first_chosen`` | ``drop``): a tied pair of ``spin_mode=reward``.
+  ``first_chosen`` (upstream): the pair's first row is chosen and the pair trains; ``drop``: the pair
+  carries no preference and trains nothing;
+- ``algorithm.spin_update`` (``one_step`` | ``mini_batches``): ``one_step`` (upstream): the whole batch's
+  gradients are accumulated into one optimizer step, so ``actor.ppo_mini_batch_size`` must equal
+  ``data.train_batch_size`` and ``actor.ppo_epochs`` be 1 (refused otherwise, naming this key);
+  ``mini_batches``: core's update, one optimizer step per ``ppo_mini_batch_size`` pairs and epoch.
 
 `validate_spin_config` adds what SPIN needs to core's checks and reports every problem at once.
 """
@@ -18,21 +25,24 @@ key is still an error before anything starts. Keys (upstream's names where upstr
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from omegaconf import DictConfig
 from verl.trainer.config import (
     ActorConfig,
     ActorRolloutRefConfig,
     AlgoConfig,
-    ConfigError,
     PPOTrainerConfig,
+    RefConfig,
     TrainerConfig,
     load_config,
-    validate_config,
     world_size,
 )
+from verl.trainer.recipe_runner import validate_with
 
-from verl_recipe_spin.algos import DPO_LOSS_TYPES, SPIN_MODES
+from verl_recipe_spin.algos import DPO_LOSS_TYPES, SPIN_MODES, SPIN_TIES
+
+SPIN_UPDATES = ("one_step", "mini_batches")
 
 
 @dataclass
@@ -42,8 +52,14 @@ class SPINActorConfig(ActorConfig):
 
 
 @dataclass
+class SPINRefConfig(RefConfig):
+    READ_WHEN: ClassVar[None] = None  # the DPO loss needs the reference whatever the KL keys say
+
+
+@dataclass
 class SPINActorRolloutRefConfig(ActorRolloutRefConfig):
     actor: SPINActorConfig = field(default_factory=SPINActorConfig)
+    ref: SPINRefConfig = field(default_factory=SPINRefConfig)
 
 
 @dataclass
@@ -52,6 +68,8 @@ class SPINAlgorithmConfig(AlgoConfig):
     dpo_loss_type: str = "sigmoid"
     spin_mode: str = "reward"
     spin_target_key: str = "reward_model.ground_truth"
+    spin_ties: str = "first_chosen"
+    spin_update: str = "one_step"
 
 
 @dataclass
@@ -113,10 +131,35 @@ def spin_problems(cfg: DictConfig) -> list[str]:
                 "algorithm.spin_mode=sft: the target rows were not sampled, so they have no rollout "
                 "log-probs; set actor_rollout_ref.actor.use_rollout_log_probs=false"
             )
+    if algo.spin_ties not in SPIN_TIES:
+        problems.append(f"algorithm.spin_ties={algo.spin_ties!r} is not one of: {', '.join(SPIN_TIES)}")
+    elif algo.spin_ties == "drop" and algo.spin_mode == "sft":
+        problems.append(
+            "algorithm.spin_ties=drop: spin_mode=sft always prefers the target, so no pair is a tie; "
+            "use it with spin_mode=reward or leave it at first_chosen"
+        )
+    if algo.spin_update not in SPIN_UPDATES:
+        problems.append(f"algorithm.spin_update={algo.spin_update!r} is not one of: {', '.join(SPIN_UPDATES)}")
+    elif algo.spin_update == "one_step":
+        batch, mini = int(cfg.data.train_batch_size), int(actor.ppo_mini_batch_size)
+        if mini != batch or int(actor.ppo_epochs) != 1:
+            problems.append(
+                "algorithm.spin_update=one_step takes one optimizer step per batch (upstream: the batch's "
+                f"gradients accumulated), but actor_rollout_ref.actor.ppo_mini_batch_size={mini} with "
+                f"data.train_batch_size={batch} and actor_rollout_ref.actor.ppo_epochs={actor.ppo_epochs} make "
+                f"{-(-batch // mini) * int(actor.ppo_epochs)} steps; set ppo_mini_batch_size={batch} and "
+                "ppo_epochs=1, or algorithm.spin_update=mini_batches"
+            )
     if cfg.trainer.balance_batch:
         problems.append(
             "trainer.balance_batch=true reorders rows across workers, which separates SPIN's "
             "(chosen, rejected) pairs; set it to false"
+        )
+    if actor.use_dynamic_bsz and cfg.actor_rollout_ref.model.use_remove_padding:
+        problems.append(
+            "actor_rollout_ref.actor.use_dynamic_bsz=true with model.use_remove_padding packs micro-batches by a "
+            "token budget, which regroups rows freely and separates SPIN's (chosen, rejected) pairs (the worker "
+            "refuses it at the first update); set it to false"
         )
     if algo.use_kl_in_reward:
         problems.append(
@@ -155,12 +198,5 @@ def _pair_size_problems(cfg: DictConfig) -> list[str]:
     return problems
 
 
-def validate_spin_config(cfg: DictConfig) -> None:
-    """Core's validation plus `spin_problems`, in one `ConfigError`; the config is read-only after."""
-    problems = spin_problems(cfg)
-    try:
-        validate_config(cfg)
-    except ConfigError as e:
-        problems = e.problems + problems
-    if problems:
-        raise ConfigError(problems)
+#: Core's validation plus `spin_problems`, in one `ConfigError`; the config is read-only after.
+validate_spin_config = validate_with(spin_problems)

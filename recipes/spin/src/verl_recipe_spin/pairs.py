@@ -4,7 +4,9 @@ Two ways to pick them (``algorithm.spin_mode``):
 
 - ``reward`` (upstream verl): from the ``rollout.n`` scored answers to a prompt, the best (first
   highest score) is chosen and the worst (last lowest score) rejected; when all answers score the
-  same the pair carries no preference (the ``spin`` estimator labels it 0).
+  same the pair is the first and the last answer, and ``algorithm.spin_ties`` decides (the ``spin``
+  estimator: ``first_chosen`` prefers the first, as upstream's ``argmax`` over its two answers does;
+  ``drop`` labels the pair 0). With upstream's ``rollout.n=2`` the pair is the two answers in order.
 - ``sft`` (the paper): the dataset's target answer is chosen, the model's own answer (``rollout.n=1``)
   rejected. The target is the assistant turn as the chat template renders it (exactly the tokens an SFT
   trainer puts its loss on), read from the row field ``algorithm.spin_target_key``.

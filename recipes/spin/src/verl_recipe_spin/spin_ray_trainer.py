@@ -1,11 +1,11 @@
-"""``RaySPINTrainer``: core's loop as iterative online DPO, through four stage overrides.
+"""``RaySPINTrainer``: core's pipeline as iterative online DPO, through three stage overrides.
 
-    generate  - every ``trainer.ref_update_freq`` steps first give the reference the actor's weights
+    gen       - every ``trainer.ref_update_freq`` steps first give the reference the actor's weights
                 (upstream's schedule: at the start of steps freq, 2 freq, ...); spin_mode=sft then puts
                 each prompt's target answer next to the model's own answer
     filter    - spin_mode=reward keeps the best and the worst scored answer of each prompt
-    (old log-prob, ref log-prob, advantage: core's stages; the ``spin`` estimator labels the pairs)
-    update    - the actor's DPO step: the reference log-probs go in the loss's ``old_log_prob`` slot and
+    (balance, old_log_prob, ref, adv: core's stages; the ``spin`` estimator labels the pairs)
+    update_actor - the actor's DPO step: the reference log-probs go in the loss's ``old_log_prob`` slot and
                 ``rows_per_prompt=2`` keeps every pair in one micro-batch
 
 The reference always exists (it is DPO's anchor) and lives in the actor's process, where the refresh
@@ -48,13 +48,13 @@ class RaySPINTrainer(RayPPOTrainer):
         self._stop_ids: set[int] | None = None  # the rollout's stop tokens, read once (spin_mode=sft)
 
     # ---------------------------------------------------------------------------------------- stages
-    def _stage_generate(self, batch: DataProto, metrics: dict) -> DataProto:
+    def stage_gen(self, batch: DataProto, metrics: dict) -> DataProto:
         freq = int(self.config.trainer.ref_update_freq)
         refresh = freq > 0 and self.global_steps % freq == 0
         if refresh:
             self.actor_rollout_wg.refresh_ref_from_actor()
         metrics["spin/ref_refreshed"] = float(refresh)
-        batch = super()._stage_generate(batch, metrics)
+        batch = super().stage_gen(batch, metrics)
         if self.config.algorithm.spin_mode == "sft":
             batch = sft_pairs(
                 batch,
@@ -64,7 +64,7 @@ class RaySPINTrainer(RayPPOTrainer):
             )
         return batch
 
-    def _stage_filter(self, batch: DataProto, metrics: dict) -> DataProto:
+    def stage_filter(self, batch: DataProto, metrics: dict) -> DataProto:
         if self.config.algorithm.spin_mode == "reward":
             batch, pair_metrics = reward_pairs(batch)
             metrics.update(pair_metrics)
@@ -74,7 +74,7 @@ class RaySPINTrainer(RayPPOTrainer):
         metrics["spin/target_score/mean"] = float(scores[:, 0].mean().item())
         return batch
 
-    def _stage_update_actor(self, batch: DataProto, metrics: dict) -> DataProto:
+    def stage_update_actor(self, batch: DataProto, metrics: dict) -> DataProto:
         metrics.update(self._pair_metrics(batch))
         tensors = {key: batch.batch[key] for key in batch.batch.keys()}
         tensors["old_log_probs"] = batch.batch["ref_log_prob"]  # the DPO loss compares with the reference
@@ -83,13 +83,13 @@ class RaySPINTrainer(RayPPOTrainer):
             non_tensors=dict(batch.non_tensor_batch),
             meta_info={**batch.meta_info, "rows_per_prompt": 2},
         )
-        super()._stage_update_actor(update, metrics)
+        super().stage_update_actor(update, metrics)
         return batch
 
-    def _load_checkpoint(self) -> int:
+    def load_checkpoint(self) -> int:
         """Core's resume; then the reference restarts from the resumed actor (the reference is not
         checkpointed: exact for ref_update_freq=1, a restart of the interval otherwise)."""
-        step = super()._load_checkpoint()
+        step = super().load_checkpoint()
         if step > 0 and int(self.config.trainer.ref_update_freq) > 0:
             self.actor_rollout_wg.refresh_ref_from_actor()
         return step

@@ -10,15 +10,17 @@ The log-probabilities are sequence sums; ``pi_t`` is the policy that sampled (``
 critic, no ratio clipping. The preference signal comes from the rule reward of the ``rollout.n``
 answers to one prompt (rows sharing a ``uid``):
 
-- advantage ``sppo`` (upstream verl's estimate): ``A_i = r_i - softmean_beta(r_group)`` with
-  ``softmean_beta(r) = log(mean(exp(beta * r))) / beta`` (the plain mean at ``beta = 0``) and
-  ``beta = algorithm.sppo_eta``;
+- advantage ``sppo`` (upstream verl's estimate): ``A_i = r_i - softmean_beta(r_B)`` with
+  ``softmean_beta(r) = log(mean(exp(beta * r))) / beta`` (the plain mean at ``beta = 0``),
+  ``beta = algorithm.sppo_eta``, and ``B`` per ``algorithm.sppo_baseline``: ``batch`` (upstream: every row
+  of the batch, so it runs with upstream's ``rollout.n=1``) or ``group`` (the rows sharing i's prompt);
 - advantage ``sppo_win_rate`` (the paper's ``P_hat - 1/2`` with the rule reward as the preference
   model): ``A_i = mean_{j != i} (1[r_i > r_j] + 1/2 * 1[r_i = r_j]) - 1/2``;
 - policy loss ``sppo``: ``(sum_t log pi - sum_t log pi_old - eta * A_i)^2`` per sequence, averaged over
   sequences, ``eta = actor_rollout_ref.actor.sppo_eta``.
 
-A group of one answer gets ``A = 0`` (nothing to compare with). Advantages come back on every valid
+With the ``group`` baseline or ``sppo_win_rate``, a group of one answer gets ``A = 0`` (nothing to compare
+with). Advantages come back on every valid
 response token (the loss reads one value per sequence).
 """
 
@@ -36,11 +38,15 @@ from verl.trainer.ppo.core_algos import (
 )
 
 __all__ = [
+    "SPPO_BASELINES",
     "compute_policy_loss_sppo",
     "compute_sppo_advantage",
     "compute_sppo_win_rate_advantage",
     "softmean",
 ]
+
+
+SPPO_BASELINES = ("batch", "group")
 
 
 def softmean(x: torch.Tensor, beta: float) -> torch.Tensor:
@@ -63,10 +69,10 @@ def _groups(index: Any, batch: int, estimator: str) -> list[list[int]]:
     return list(groups.values())
 
 
-def _param(config: Any, key: str, where: str, user: str) -> float:
-    """``config.<key>`` as a float; a config without the key names the section that must hold it."""
+def _param(config: Any, key: str, where: str, user: str) -> Any:
+    """``config.<key>``; a config without the key names the section that must hold it."""
     try:
-        return float(getattr(config, key))
+        return getattr(config, key)
     except AttributeError as e:  # omegaconf's missing-key error is an AttributeError too
         raise KeyError(
             f"{user} reads {where}.{key}, which this config does not have: run it through the recipe's "
@@ -91,15 +97,22 @@ def compute_sppo_advantage(
     index: Any = None,
     config: Any = None,
     sppo_eta: float | None = None,
+    sppo_baseline: str | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``A_i = r_i - softmean_beta(rewards of i's group)``, ``beta = sppo_eta`` (or ``config.sppo_eta``)."""
-    beta = (
-        float(sppo_eta)
-        if sppo_eta is not None
-        else _param(config, "sppo_eta", "algorithm", "estimator 'sppo'")
+    """``A_i = r_i - softmean_beta(rewards of the batch | of i's group)``, ``beta = sppo_eta`` (or
+    ``config.sppo_eta``), the rows per ``sppo_baseline`` (or ``config.sppo_baseline``)."""
+    beta = float(sppo_eta if sppo_eta is not None else _param(config, "sppo_eta", "algorithm", "estimator 'sppo'"))
+    baseline = (
+        sppo_baseline
+        if sppo_baseline is not None
+        else _param(config, "sppo_baseline", "algorithm", "estimator 'sppo'")
     )
+    if baseline not in SPPO_BASELINES:
+        raise ValueError(f"sppo_baseline={baseline!r} is not one of: {', '.join(SPPO_BASELINES)}")
     scores = _scores(token_level_rewards, response_mask)
+    if baseline == "batch":
+        return _on_tokens(scores - softmean(scores, beta), response_mask)
     adv = torch.zeros_like(scores)
     for rows in _groups(index, len(scores), "sppo"):
         group = scores[rows]
@@ -156,7 +169,7 @@ def compute_policy_loss_sppo(
             f"policy loss 'sppo': old_log_prob {tuple(old_log_prob.shape)}, log_prob {tuple(log_prob.shape)}, "
             f"advantages {tuple(advantages.shape)}, response_mask {tuple(response_mask.shape)} must share one shape"
         )
-    eta = _param(config, "sppo_eta", "actor_rollout_ref.actor", "policy loss 'sppo'")
+    eta = float(_param(config, "sppo_eta", "actor_rollout_ref.actor", "policy loss 'sppo'"))
     mask = response_mask.to(log_prob.dtype)
     log_ratio = ((log_prob - old_log_prob) * mask).sum(dim=-1)
     lengths = mask.sum(dim=-1).clamp(min=1)

@@ -1,10 +1,13 @@
-"""SPPO's config: core's typed schema plus two keys, loaded and validated once.
+"""SPPO's config: core's typed schema plus three keys, loaded and validated once.
 
 The recipe extends core's dataclasses instead of copying them (``load_config(schema=...)``): every core
 key keeps its type, default and validation, and the two new keys are typed too, so an unknown or
 mistyped key is still an error before anything starts.
 
 - ``algorithm.sppo_eta`` (default 1.0, upstream): ``beta`` of the ``sppo`` estimator's softmean;
+- ``algorithm.sppo_baseline`` (``batch`` | ``group``): the rows the ``sppo`` estimator's softmean runs over.
+  ``batch`` (upstream): the whole batch, so upstream's setting (``rollout.n=1``) runs; ``group``: the
+  ``rollout.n`` answers to the same prompt (needs ``rollout.n >= 2``);
 - ``actor_rollout_ref.actor.sppo_eta`` (default ``${algorithm.sppo_eta}``, upstream's actor key):
   ``eta`` of the ``sppo`` policy loss (the worker only sees the actor section).
 
@@ -20,11 +23,12 @@ from verl.trainer.config import (
     ActorConfig,
     ActorRolloutRefConfig,
     AlgoConfig,
-    ConfigError,
     PPOTrainerConfig,
     load_config,
-    validate_config,
 )
+from verl.trainer.recipe_runner import validate_with
+
+from verl_recipe_sppo.algos import SPPO_BASELINES
 
 SPPO_ESTIMATORS = ("sppo", "sppo_win_rate")
 
@@ -42,6 +46,7 @@ class SPPOActorRolloutRefConfig(ActorRolloutRefConfig):
 @dataclass
 class SPPOAlgorithmConfig(AlgoConfig):
     sppo_eta: float = 1.0
+    sppo_baseline: str = "batch"
 
 
 @dataclass
@@ -78,22 +83,29 @@ def sppo_problems(cfg: DictConfig) -> list[str]:
         if not float(value) > 0:
             problems.append(f"{key}={value} must be > 0")
     n = int(cfg.actor_rollout_ref.rollout.n)
-    if n < 2:
+    if algo.sppo_baseline not in SPPO_BASELINES:
         problems.append(
-            f"actor_rollout_ref.rollout.n={n}: SPPO compares the answers to one prompt with each other; "
-            "set rollout.n >= 2"
+            f"algorithm.sppo_baseline={algo.sppo_baseline!r} is not one of: {', '.join(SPPO_BASELINES)}"
+        )
+    elif algo.adv_estimator == "sppo" and algo.sppo_baseline == "group" and n < 2:
+        problems.append(
+            f"algorithm.sppo_baseline=group compares the answers to one prompt with each other, but "
+            f"actor_rollout_ref.rollout.n={n}; set rollout.n >= 2, or sppo_baseline=batch (upstream's)"
+        )
+    elif algo.adv_estimator == "sppo_win_rate" and algo.sppo_baseline == "group":
+        problems.append(
+            "algorithm.sppo_baseline=group: the baseline belongs to adv_estimator=sppo; sppo_win_rate "
+            "compares each prompt's answers with each other; leave sppo_baseline at batch"
+        )
+    if algo.adv_estimator == "sppo_win_rate" and n < 2:
+        problems.append(
+            f"algorithm.adv_estimator=sppo_win_rate compares the answers to one prompt with each other, but "
+            f"actor_rollout_ref.rollout.n={n}; set rollout.n >= 2"
         )
     if cfg.critic.enable:
         problems.append("critic.enable=true: SPPO has no value model; set critic.enable=false (or null)")
     return problems
 
 
-def validate_sppo_config(cfg: DictConfig) -> None:
-    """Core's validation plus `sppo_problems`, in one `ConfigError`; the config is read-only after."""
-    problems = sppo_problems(cfg)
-    try:
-        validate_config(cfg)
-    except ConfigError as e:
-        problems = e.problems + problems
-    if problems:
-        raise ConfigError(problems)
+#: Core's validation plus `sppo_problems`, in one `ConfigError`; the config is read-only after.
+validate_sppo_config = validate_with(sppo_problems)

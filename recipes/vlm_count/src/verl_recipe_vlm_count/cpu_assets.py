@@ -10,8 +10,8 @@ The model: :func:`verl.workers.tiny_vlm.build_tiny_qwen2_vl` (about 160k paramet
 process (plain torch, the processor's batches) on answers of the train split for ``WARM_START_STEPS``
 steps, so it starts above chance but far from solved: GRPO has something to learn and a reward to see.
 
-When the config leaves ``data.train_files`` or ``actor_rollout_ref.model.path`` unset, `asset_overrides`
-writes them under ``{trainer.default_local_dir}/assets`` (reused when there).
+When the config leaves ``data.train_files`` or ``actor_rollout_ref.model.path`` unset, `built_in` writes
+them under ``{trainer.default_local_dir}/assets`` (reused when there; core's ``recipe_assets``).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import random
 from pathlib import Path
 
 from omegaconf import DictConfig
+from verl.trainer.recipe_assets import BuiltIn, task_and_model
 
 CELL = 28
 GRID = 2
@@ -111,18 +112,7 @@ def warm_start(out_dir: Path, rows: list[dict], steps: int | None = None) -> Pat
     gen = torch.Generator().manual_seed(0)
     model.train()
     for _ in range(steps):
-        idx = torch.randperm(len(rows), generator=gen)[:WARM_START_BATCH]
-        ids = full["input_ids"][idx]
-        labels = torch.full_like(ids, -100)
-        labels[:, -2:] = ids[:, -2:]  # the digit and EOS
-        loss = model(
-            input_ids=ids,
-            attention_mask=full["attention_mask"][idx],
-            mm_token_type_ids=full["mm_token_type_ids"][idx],
-            pixel_values=pixels[idx].flatten(0, 1),
-            image_grid_thw=full["image_grid_thw"][idx],
-            labels=labels,
-        ).loss
+        loss = answer_loss(model, full, pixels, torch.randperm(len(rows), generator=gen)[:WARM_START_BATCH])
         loss.backward()
         opt.step()
         opt.zero_grad()
@@ -131,19 +121,24 @@ def warm_start(out_dir: Path, rows: list[dict], steps: int | None = None) -> Pat
     return out_dir
 
 
-def asset_overrides(cfg: DictConfig) -> list[str]:
+def answer_loss(model, full, pixels, idx):
+    """The warm start's loss on examples ``idx`` of the processor's batch ``full`` (``pixels``: its pixel
+    values, one block per image): cross-entropy on the digit and EOS, the last two tokens."""
+    import torch
+
+    ids = full["input_ids"][idx]
+    labels = torch.full_like(ids, -100)
+    labels[:, -2:] = ids[:, -2:]
+    return model(
+        input_ids=ids, attention_mask=full["attention_mask"][idx], mm_token_type_ids=full["mm_token_type_ids"][idx],
+        pixel_values=pixels[idx].flatten(0, 1), image_grid_thw=full["image_grid_thw"][idx], labels=labels,
+    ).loss  # fmt: skip
+
+
+def built_in(cfg: DictConfig, built: BuiltIn) -> list[str]:
     """``key=value`` overrides pointing an unset data/model config at the built-in task and model."""
-    out: list[str] = []
-    assets = Path(cfg.trainer.default_local_dir) / "assets"
-    if not cfg.data.train_files:
-        assets.mkdir(parents=True, exist_ok=True)
-        train, test = assets / "train.parquet", assets / "test.parquet"
-        if not (train.exists() and test.exists()):
-            train, test = write_task(assets)
-        out += [f"data.train_files={train}", f"data.val_files={test}"]
-    if not cfg.actor_rollout_ref.model.path:
-        model_dir = assets / "model"
-        if not (model_dir / MARKER).exists():
-            warm_start(model_dir, task_rows(TRAIN_ROWS, TRAIN_SEED, "train"))
-        out.append(f"actor_rollout_ref.model.path={model_dir}")
-    return out
+
+    def build_model(out_dir: Path, _train: Path) -> Path:
+        return warm_start(out_dir, task_rows(TRAIN_ROWS, TRAIN_SEED, "train"))
+
+    return task_and_model(cfg, built.root, write_task, build_model, model_dir="model", done=MARKER)

@@ -22,9 +22,12 @@ from verl.registries import AGENT_LOOPS
 class AgentLoopOutput:
     """One trajectory. ``response_mask`` is 1 on model-generated tokens and 0 on tool / user /
     environment tokens; ``response_logprobs`` is the sampling log-prob on model tokens, 0 elsewhere.
-    ``num_turns`` counts assistant turns plus environment turns. ``metrics`` are per-trajectory
+    ``num_turns`` counts the messages of the conversation as upstream does: the prompt's user turn, plus
+    every assistant turn and every environment (tool / user) turn after it (a single turn is 2). ``metrics`` are per-trajectory
     numbers (averaged over the batch by the manager); ``turn_metrics`` one dict per turn.
-    ``reward_score`` is the environment's reward when there is one (interactions), else None."""
+    ``reward_score`` is the environment's reward when there is one (interactions), else None.
+    ``response_versions``: the weights version of each model token (-1 on environment tokens) when the
+    server reports them (`TokenOutput.versions`), else None."""
 
     prompt_ids: list[int]
     response_ids: list[int]
@@ -35,37 +38,51 @@ class AgentLoopOutput:
     turn_metrics: list[dict[str, Any]] = field(default_factory=list)
     reward_score: float | None = None
     extra_fields: dict[str, Any] = field(default_factory=dict)
+    response_versions: list[int] | None = None
 
     def __post_init__(self) -> None:
         n = len(self.response_ids)
-        if len(self.response_mask) != n or (
-            self.response_logprobs is not None and len(self.response_logprobs) != n
-        ):
+        optional = (self.response_logprobs, self.response_versions)
+        if len(self.response_mask) != n or any(x is not None and len(x) != n for x in optional):
             raise ValueError(
-                f"AgentLoopOutput: response_ids ({n}), response_mask ({len(self.response_mask)}) and "
+                f"AgentLoopOutput: response_ids ({n}), response_mask ({len(self.response_mask)}), "
                 f"response_logprobs ({None if self.response_logprobs is None else len(self.response_logprobs)}) "
+                f"and response_versions ({None if self.response_versions is None else len(self.response_versions)}) "
                 "must have the same length"
             )
 
 
 class Trajectory:
-    """Accumulates response tokens with their mask and log-probs."""
+    """Accumulates response tokens with their mask, log-probs and (when every model turn reports them)
+    the weights version of each token (-1 on environment tokens)."""
 
     def __init__(self, prompt_ids: list[int]):
         self.prompt_ids = list(prompt_ids)
         self.response_ids: list[int] = []
         self.response_mask: list[int] = []
         self.response_logprobs: list[float] = []
+        self._versions: list[int] = []
+        self._versioned = True
 
     def add_model(self, out: TokenOutput) -> None:
         self.response_ids += out.token_ids
         self.response_mask += [1] * len(out.token_ids)
         self.response_logprobs += list(out.log_probs)
+        if out.versions is None:
+            self._versioned = False
+        else:
+            self._versions += list(out.versions)
 
     def add_env(self, ids: list[int]) -> None:
         self.response_ids += ids
         self.response_mask += [0] * len(ids)
         self.response_logprobs += [0.0] * len(ids)
+        self._versions += [-1] * len(ids)
+
+    @property
+    def response_versions(self) -> list[int] | None:
+        """Each response token's weights version (-1: environment), or None when a turn had none."""
+        return list(self._versions) if self._versioned and self.response_ids else None
 
     @property
     def all_ids(self) -> list[int]:
@@ -133,8 +150,9 @@ class SingleTurnAgentLoop(AgentLoopBase):
             response_ids=traj.response_ids,
             response_mask=traj.response_mask,
             response_logprobs=traj.response_logprobs,
-            num_turns=1,
+            num_turns=2,
             metrics={"assistant_turns": 1.0, "response_length_exceeded": exceeded},
             turn_metrics=[{"role": "assistant", "num_tokens": len(out.token_ids)}],
             extra_fields={"stop_reason": "response_length" if exceeded else "done"},
+            response_versions=traj.response_versions,
         )

@@ -44,7 +44,9 @@ class ChatEndpointAgentLoop(AgentLoopBase):
                 "chat_endpoint_agent needs loop_kwargs['agent_fn'] (the agent to run against the endpoint)"
             )
         self.agent_fn = _resolve(agent_fn)
-        self.endpoint = ChatCompletionServer(server, tokenizer, default_max_tokens=self.max_response_length)
+        self.endpoint = ChatCompletionServer(
+            server, tokenizer, default_max_tokens=self.max_response_length, tool_format=str(config.multi_turn.format)
+        )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._starting: asyncio.Task | None = None
 

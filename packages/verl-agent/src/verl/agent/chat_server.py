@@ -9,7 +9,7 @@ added between completions mask 0).
 Requests follow the OpenAI chat API: ``messages`` (with ``tool_calls`` / ``tool`` messages),
 ``tools``, ``max_tokens`` (or ``max_completion_tokens``), ``temperature``, ``top_p``. The session is
 the ``session_id`` body field, else the ``X-Session-Id`` header, else ``user``. Tool calls the model
-writes in Hermes format come back as OpenAI ``tool_calls``; when the client sends them back, the
+writes in the server's tool-call format (``tool_format``: Hermes by default) come back as OpenAI ``tool_calls``; when the client sends them back, the
 exact text the model generated is put in the prompt again, so a session's prompts extend each other
 token by token. Served by aiohttp in the caller's event loop (`verl.rewards.http_server`): bound to
 127.0.0.1 unless told otherwise, request bodies bounded (``max_body_mb``, 413 beyond; 408 when one
@@ -29,7 +29,7 @@ from aiohttp import web
 from verl.agent.agent_loop import AgentLoopOutput
 from verl.agent.server import AsyncLLMServer
 from verl.agent.tokenization import ChatTokens
-from verl.agent.tools.parser import format_tool_call, parse_tool_calls
+from verl.agent.tools.formats import tool_call_format
 from verl.rewards.http_server import HTTPError, HTTPLimits, make_app, openai_error, read_json, start_site
 
 
@@ -66,9 +66,11 @@ class ChatCompletionServer:
         max_body_mb: float = 32.0,
         body_timeout: float = 30.0,
         idle_timeout: float = 60.0,
+        tool_format: str = "hermes",
     ):
         self.llm = llm
         self.chat = ChatTokens(tokenizer)
+        self.tool_format = tool_call_format(tool_format)
         self.default_max_tokens = default_max_tokens
         self.model_name = model_name
         self.records: dict[str, list[CompletionRecord]] = {}
@@ -103,7 +105,7 @@ class ChatCompletionServer:
 
     # ------------------------------------------------------------------ completions
     def _to_template_messages(self, messages: list[dict], session: list[CompletionRecord]) -> list[dict]:
-        """OpenAI messages -> what the chat template renders (assistant tool calls as Hermes text,
+        """OpenAI messages -> what the chat template renders (assistant tool calls as the format's text,
         replaced by the model's exact text when the message is one of this session's completions)."""
         known = {r.message_key: r.raw_text for r in session}
         out = []
@@ -123,7 +125,7 @@ class ChatCompletionServer:
                     else:
                         for c in m.get("tool_calls") or []:
                             args = c["function"].get("arguments", "{}")
-                            content += format_tool_call(
+                            content += self.tool_format.format_call(
                                 c["function"]["name"], json.loads(args) if isinstance(args, str) else args
                             )
                 except (KeyError, TypeError, AttributeError, ValueError) as e:
@@ -170,7 +172,7 @@ class ChatCompletionServer:
         session = self.records.setdefault(session_id, known)
         out = await self.llm.generate(prompt_ids, params, f"{session_id}-{len(session)}")
         raw = self.chat.assistant_content(out.token_ids, list(self.llm.stop_token_ids))
-        parsed = parse_tool_calls(raw) if tools else None
+        parsed = self.tool_format.parse(raw) if tools else None
         tool_calls = [
             {
                 "id": f"call_{uuid.uuid4().hex[:12]}",
@@ -237,6 +239,6 @@ class ChatCompletionServer:
             response_ids=response,
             response_mask=mask,
             response_logprobs=logps,
-            num_turns=2 * len(records) - 1,
+            num_turns=2 * len(records),  # the prompt, each model call and the turn between two calls
             metrics={"assistant_turns": float(len(records))},
         )

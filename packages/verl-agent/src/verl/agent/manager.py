@@ -4,8 +4,9 @@ Each row runs in the loop its ``agent_name`` names (else ``rollout.agent.default
 at most ``rollout.agent.num_workers`` loops run at once (they share one `AsyncLLMServer`, which
 batches their concurrent requests). The output has the contract's keys (docs/contracts.md:
 ``prompts``, ``responses``, ``response_mask``, ``input_ids``, ``attention_mask``, ``position_ids``,
-``rollout_log_probs``), where ``response_mask`` is 0 on tool / user tokens while
-``attention_mask`` is 1 on every real token; non-tensors ``num_turns``, ``stop_reason`` and the
+``rollout_log_probs``; ``token_versions`` too, the weights version of each model token, -1 elsewhere,
+when every loop reports them: `AgentLoopOutput.response_versions`), where ``response_mask`` is 0 on tool /
+user tokens while ``attention_mask`` is 1 on every real token; non-tensors ``num_turns``, ``stop_reason`` and the
 agent's rewards, which verl-rewards' managers add to the token-level reward (weighted, see
 ``verl.rewards.managers.base``): ``reward_score`` (the trajectory's reward from an interaction or an
 endpoint agent; NaN when none), ``tool_rewards`` / ``turn_scores`` (lists of step rewards: tool
@@ -209,8 +210,14 @@ class AgentLoopManager:
             "input_ids": torch.cat([prompts, responses], dim=1),
             "attention_mask": attention_mask,
             "position_ids": position_ids,
-            "rollout_log_probs": log_probs,
         }
+        if self.config.calculate_log_probs:  # as the plain rollouts: the sampling log-probs only when asked for
+            tensors["rollout_log_probs"] = log_probs
+        if all(o.response_versions is not None for o in outputs):
+            versions = torch.full((n, r), -1, dtype=torch.long)
+            for i, o in enumerate(outputs):
+                versions[i, : len(o.response_versions)] = torch.tensor(o.response_versions, dtype=torch.long)
+            tensors["token_versions"] = versions
         non_tensors = {
             "num_turns": np.array([o.num_turns for o in outputs], dtype=np.int64),
             "reward_score": np.array(

@@ -28,11 +28,14 @@ import torch
 @dataclass
 class TokenOutput:
     """One generation: the sampled ids (ending with the stop token when ``stop_reason == "stop"``),
-    the log-prob of each under the sampling distribution, and why it ended."""
+    the log-prob of each under the sampling distribution, and why it ended; ``versions``: the weights
+    version that sampled each token, from servers whose requests survive weight updates (vLLM's async
+    engine on a rollout pool of its own), else None."""
 
     token_ids: list[int]
     log_probs: list[float]
     stop_reason: str  # "stop" | "length"
+    versions: list[int] | None = None
 
 
 class AsyncLLMServer(ABC):

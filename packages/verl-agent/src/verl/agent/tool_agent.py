@@ -1,4 +1,5 @@
-"""``tool_agent``: multi-turn rollouts with tool calls (Hermes format) and interactions.
+"""``tool_agent``: multi-turn rollouts with tool calls (in ``multi_turn.format``: ``hermes`` or ``gpt-oss``,
+`verl.agent.tools.formats`) and interactions.
 
 Each step: the model generates a turn (mask 1). If the turn calls tools, the calls run (at most
 ``multi_turn.max_parallel_calls`` per turn, concurrently) and their answers are appended as
@@ -24,9 +25,10 @@ from verl.agent.agent_loop import AgentLoopBase, AgentLoopOutput, Trajectory, re
 from verl.agent.interactions.base import BaseInteraction, load_interactions
 from verl.agent.tokenization import check_trajectory
 from verl.agent.tools.base import BaseTool, tool_text
+from verl.agent.tools.formats import tool_call_format
 from verl.agent.tools.function_tool import FunctionTool, normalize_function_tool_return, validate_arguments
 from verl.agent.tools.loader import load_all_tools
-from verl.agent.tools.parser import FunctionCall, parse_tool_calls, truncate_text
+from verl.agent.tools.parser import FunctionCall, truncate_text
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +66,7 @@ class ToolAgentLoop(AgentLoopBase):
         if not self.tool_timeout > 0:
             raise ValueError(f"multi_turn.tool_timeout={mt.tool_timeout} must be a positive number of seconds")
         self.sanity_mode = str(mt.tokenization_sanity_check_mode)
+        self.tool_format = tool_call_format(str(mt.format))
 
     async def _call_tool(
         self, call: FunctionCall, instances: dict[str, str], tools_kwargs: dict[str, Any]
@@ -152,7 +155,7 @@ class ToolAgentLoop(AgentLoopBase):
             if out.stop_reason == "length":
                 stop_reason = "response_length"
                 break
-            parsed = parse_tool_calls(content) if self.tools else None
+            parsed = self.tool_format.parse(content) if self.tools else None
             wants_tools = parsed is not None and parsed.has_tool_call
             if not wants_tools and interaction is None:
                 break
@@ -240,7 +243,8 @@ class ToolAgentLoop(AgentLoopBase):
             response_ids=traj.response_ids,
             response_mask=traj.response_mask,
             response_logprobs=traj.response_logprobs,
-            num_turns=assistant_turns + user_turns,
+            response_versions=traj.response_versions,
+            num_turns=assistant_turns + user_turns + 1,  # + the prompt's user turn, as upstream counts
             metrics=metrics,
             turn_metrics=turn_metrics,
             reward_score=reward,

@@ -49,4 +49,5 @@ class VLLMAsyncServer(AsyncLLMServer):
         )
         out = await self.rollout.agenerate(list(prompt_ids), params, request_id, self.stop_token_ids)
         stopped = bool(out.token_ids) and out.token_ids[-1] in self.stop_token_ids
-        return TokenOutput(list(out.token_ids), list(out.log_probs), "stop" if stopped else "length")
+        reason = "stop" if stopped else "length"
+        return TokenOutput(list(out.token_ids), list(out.log_probs), reason, out.versions)

@@ -23,6 +23,14 @@ class ToolType(Enum):
     NATIVE = "native"
 
 
+UPSTREAM_TOOL_TYPES = ("native", "mcp")  # upstream's ToolType values; mcp is not implemented here
+
+
+class ToolClassNotFoundError(AttributeError):
+    """A ``class_name`` whose module imports but lacks the class: an AttributeError, as upstream's
+    ``getattr`` raises (its callers catch that)."""
+
+
 def resolve_class(class_name: str, registry: Any, where: str = "") -> type:
     """A class from a ``package.module.Class`` path, or a short name registered in ``registry``."""
     prefix = f"{where}: " if where else ""
@@ -34,7 +42,9 @@ def resolve_class(class_name: str, registry: Any, where: str = "") -> type:
     except ImportError as e:
         raise ImportError(f"{prefix}cannot import module {module_name!r} for class_name {class_name!r}: {e}") from e
     if attr not in vars(module):
-        raise ImportError(f"{prefix}module {module_name!r} has no {attr!r} (class_name {class_name!r})")
+        raise ToolClassNotFoundError(
+            f"{prefix}module {module_name!r} has no attribute {attr!r} (class_name {class_name!r})"
+        )
     return vars(module)[attr]
 
 
@@ -61,11 +71,13 @@ def initialize_tools_from_config(tools_config_file: str | Path) -> list[BaseTool
             raise ValueError(f"{where}: each tool needs 'class_name' (and optionally 'config', 'tool_schema')")
         config: dict[str, Any] = dict(entry.get("config") or {})
         kind = config.get("type", ToolType.NATIVE.value)
+        if kind not in UPSTREAM_TOOL_TYPES:  # upstream: ToolType(kind) raises this ValueError
+            raise ValueError(f"{where}: {kind!r} is not a valid ToolType; supported here: 'native'")
         if kind != ToolType.NATIVE.value:
             raise NotImplementedError(f"{where}: config.type={kind!r}; only 'native' tools are supported")
         try:
             cls = get_tool_class(str(entry["class_name"]))
-        except (ImportError, KeyError) as e:
+        except (ImportError, AttributeError, KeyError) as e:
             raise type(e)(f"{where}: {e.args[0] if e.args else e}") from e
         schema = entry.get("tool_schema")
         try:

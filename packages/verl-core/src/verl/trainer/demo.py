@@ -17,9 +17,7 @@ Options: ``--out DIR``, ``--sft-steps N``, ``--rl-steps N``, ``--workers N`` (qu
 ``--sft-model DIR`` (skip the warm start, start GRPO from DIR), ``--worker-backend local`` (both stages in this
 process, without Ray; with ``--workers 1``), ``--device cuda`` (both stages on the GPU), ``--lora-rank R --lora-alpha A --lr LR``
 (GRPO trains LoRA adapters instead of every weight; needs verl-workers[lora]; see docs/lora.md).
-
-Measured (2 cores, quiet machine, 2026-11-22): held-out greedy exact match 30.8% after the 180-step SFT
-warm start, 42.3% after 60 GRPO steps; 66 s in total (the GRPO part 27 s).
+What it reaches, with the commands: docs/measurements.md.
 """
 
 from __future__ import annotations
@@ -112,7 +110,6 @@ def rl_args(model: str, data: dict, out: Path, steps: int, workers: int, model_d
         f"actor_rollout_ref.rollout.n={n}", "actor_rollout_ref.rollout.temperature=1.0",
         f"actor_rollout_ref.actor.ppo_mini_batch_size={prompts}",
         f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={prompts * n // workers}",
-        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={prompts * n // workers}",
         f"actor_rollout_ref.actor.optim.lr={lr}", "actor_rollout_ref.actor.optim.weight_decay=0.0",
         "actor_rollout_ref.actor.use_kl_loss=false", "actor_rollout_ref.actor.entropy_coeff=0.0",
         # one PPO epoch over one mini-batch from the weights that sampled: the rollout's log-probs are
@@ -153,16 +150,17 @@ def warm_started_assets(root: str | os.PathLike, sft_steps: int = DEFAULT_SFT_ST
     return out
 
 
-def asset_overrides(config: Any, sft_steps: int = DEFAULT_SFT_STEPS) -> list[str]:
+def asset_overrides(config: Any, sft_steps: int = DEFAULT_SFT_STEPS, workers: int | None = None) -> list[str]:
     """``key=value`` overrides for a trainer config that leaves ``data.train_files`` or
     ``actor_rollout_ref.model.path`` unset: the task and the warm-started model of `warm_started_assets`
-    under ``{trainer.default_local_dir}/assets`` (built on first use, with the config's worker count).
-    Recipes' CPU defaults load their config, add these and load again."""
+    under ``{trainer.default_local_dir}/assets`` (built on first use, on ``workers`` SFT workers, by
+    default the config's worker count). Recipes' CPU defaults load their config, add these and load again."""
     need_data = not config.data.train_files
     need_model = not config.actor_rollout_ref.model.path
     if not (need_data or need_model):
         return []
-    workers = int(config.trainer.nnodes) * int(config.trainer.n_gpus_per_node)
+    if workers is None:
+        workers = int(config.trainer.nnodes) * int(config.trainer.n_gpus_per_node)
     assets = warm_started_assets(Path(config.trainer.default_local_dir) / "assets", sft_steps, workers)
     out = [f"data.train_files={assets['train']}", f"data.val_files={assets['test']}"] if need_data else []
     return out + ([f"actor_rollout_ref.model.path={assets['model']}"] if need_model else [])
@@ -192,7 +190,7 @@ def run(out_dir: str | os.PathLike | None = None, sft_steps: int = DEFAULT_SFT_S
     ``sft_model``: a Hugging Face folder to start GRPO from instead of running the SFT warm start.
     ``device``: ``trainer.device`` of both stages (``cpu`` or ``cuda``)."""
     from verl.trainer.config import load_config, validate_config
-    from verl.trainer.main_ppo import run_ppo
+    from verl.trainer.ppo.run import run_ppo
     from verl.trainer.sft import load_sft_config, validate_sft_config
     from verl.trainer.sft_trainer import run_sft
 

@@ -12,253 +12,34 @@ never imports those packages or transformers by name; a missing one is an error 
 from __future__ import annotations
 
 import os
-import sys
-from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from verl.trainer.config import (
-    ConfigError,
-    config_to_yaml,
-    load_config,
-    resolve_device,
-    tokenizer_path,
-    validate_config,
+from verl.trainer.config import config_to_yaml, load_config, validate_config
+from verl.trainer.ppo.run import (
+    build_resource_pool_manager,
+    build_role_worker_mapping,
+    build_trainer,
+    cpus_per_worker,
+    load_processor,
+    load_tokenizer,
+    run_ppo,
 )
-from verl.trainer.config import use_critic as _use_critic
-from verl.trainer.config import use_reference_policy as _use_ref
+from verl.utils.ray_start import ray_init_kwargs, reuse_driver_env_for_workers
 
-
-def cpus_per_worker(cluster_cpus: float, n_workers: int) -> float:
-    """CPUs each CPU worker reserves (its Ray ``num_cpus``): the cluster's CPUs split evenly, whole
-    CPUs when there are at least as many CPUs as workers (a worker then runs that many torch threads,
-    ``verl.utils.cpu_threads``), a fraction otherwise so a small machine still hosts every worker
-    (one thread each)."""
-    n_workers = max(n_workers, 1)
-    if cluster_cpus >= n_workers:
-        return float(int(cluster_cpus // n_workers))
-    return cluster_cpus / n_workers
-
-
-def ray_init_kwargs(config: DictConfig) -> dict[str, Any]:
-    """``ray_kwargs.ray_init`` with defaults: no dashboard, no tokenizer thread pools. Each worker's
-    torch threads follow the CPUs it reserves (set where the worker group starts it), so no
-    ``OMP_NUM_THREADS`` is set here; one in ``ray_kwargs.ray_init.runtime_env.env_vars`` still wins. The
-    workers run at nice 0 instead of Ray's 15 (``cpu_threads.worker_niceness_env``) unless the user set
-    ``RAY_worker_niceness`` here or in the driver's environment."""
-    kwargs = {
-        k: v
-        for k, v in OmegaConf.to_container(config.ray_kwargs.ray_init, resolve=True).items()
-        if v is not None
-    }
-    kwargs.setdefault("include_dashboard", False)
-    runtime_env = dict(kwargs.get("runtime_env") or {})
-    env_vars = {
-        "TOKENIZERS_PARALLELISM": "false",
-        # Ray takes strings only; an override like env_vars.OMP_NUM_THREADS=3 arrives as an int
-        **{k: str(v) for k, v in dict(runtime_env.get("env_vars") or {}).items()},
-    }
-    from verl.utils.cpu_threads import worker_niceness_env
-
-    if "RAY_worker_niceness" not in env_vars:
-        # workers at nice 0, not Ray's 15 (verl.utils.cpu_threads.worker_niceness_env); the user's wins
-        env_vars.update(worker_niceness_env())
-    runtime_env["env_vars"] = env_vars
-    kwargs["runtime_env"] = runtime_env
-    return kwargs
-
-
-def build_role_worker_mapping(config: DictConfig) -> dict:
-    """Role -> worker class from the registry. The reference shares the actor's process when needed."""
-    from verl.registries import WORKER_CLASSES
-    from verl.trainer.ppo.ray_trainer import Role
-
-    # Multi-turn rollouts run agent loops inside the actor's process (verl-agent's subclass of the worker).
-    # strategy=megatron roles are separate classes (their data goes to Megatron's data-parallel ranks)
-    multi_turn = config.actor_rollout_ref.rollout.multi_turn.enable
-    actor_key = "agent_actor_rollout_ref" if multi_turn else "actor_rollout_ref"
-    if config.actor_rollout_ref.actor.strategy == "megatron":
-        actor_key = "megatron_actor_rollout_ref"
-    mapping = {
-        (Role.ActorRolloutRef if _use_ref(config) else Role.ActorRollout): WORKER_CLASSES.get(actor_key)
-    }
-    if _use_critic(config):
-        critic_key = "megatron_critic" if config.critic.strategy == "megatron" else "critic"
-        mapping[Role.Critic] = WORKER_CLASSES.get(critic_key)
-    if config.reward.reward_model.enable:
-        mapping[Role.RewardModel] = WORKER_CLASSES.get("reward_model")
-    return mapping
-
-
-def build_resource_pool_manager(config: DictConfig, mapping: dict):
-    """One pool of ``nnodes x n_gpus_per_node`` workers shared by every role (colocated); with
-    ``reward.reward_model.enable_resource_pool`` the reward model gets a pool of its own
-    (``reward.reward_model.nnodes x n_gpus_per_node``)."""
-    from verl.trainer.ppo.ray_trainer import ResourcePoolManager, Role
-
-    t = config.trainer
-    rm = config.reward.reward_model
-    own_rm_pool = bool(rm.enable and rm.enable_resource_pool)
-    n_workers = int(t.nnodes) * int(t.n_gpus_per_node)
-    if own_rm_pool:
-        n_workers += int(rm.nnodes) * int(rm.n_gpus_per_node)
-    use_gpu = resolve_device(config) == "cuda"
-    cpus = 1.0
-    if not use_gpu and t.worker_backend == "ray":
-        # CPU workers do the arithmetic: each reserves its share of the cluster's CPUs and runs that
-        # many torch threads (the driver runs one); fractional so a 2-core machine hosts 2+ workers.
-        # The share is of the CPUs free now, so worker groups already holding CPUs (another run in the
-        # same Ray session) are not waited for.
-        import ray
-
-        free = float(ray.available_resources().get("CPU", 0.0))
-        cpus = cpus_per_worker(free if free > 0 else float(ray.cluster_resources().get("CPU", 1)), n_workers)
-    spec = {"global_pool": [int(t.n_gpus_per_node)] * int(t.nnodes)}
-    pools = {role: "global_pool" for role in mapping}
-    if own_rm_pool:
-        spec["reward_pool"] = [int(rm.n_gpus_per_node)] * int(rm.nnodes)
-        pools[Role.RewardModel] = "reward_pool"
-    return ResourcePoolManager(spec, pools, use_gpu=use_gpu, num_cpus_per_worker=cpus)
-
-
-def load_tokenizer(config: DictConfig):
-    """The tokenizer through verl-workers' registered loader (core never imports transformers)."""
-    from verl.trainer.model_builders import load_tokenizer as _load
-
-    tokenizer = _load(
-        tokenizer_path(config), trust_remote_code=bool(config.actor_rollout_ref.model.trust_remote_code)
-    )
-    template = config.actor_rollout_ref.model.custom_chat_template
-    if template is not None:
-        # the driver renders every prompt (the dataset), so its tokenizer's template is the one that counts
-        tokenizer.chat_template = template
-    return tokenizer
-
-
-def load_processor(config: DictConfig):
-    """A vision-language model's processor (None for text-only models), through verl-workers."""
-    from verl.trainer.model_builders import load_processor as _load
-
-    return _load(
-        tokenizer_path(config), trust_remote_code=bool(config.actor_rollout_ref.model.trust_remote_code)
-    )
-
-
-def build_trainer(
-    config: DictConfig,
-    tokenizer: Any = None,
-    reward_fn: Any = None,
-    val_reward_fn: Any = None,
-    role_worker_mapping: dict | None = None,
-    trainer_cls: type | None = None,
-    resource_pool_manager: Any = None,
-):
-    """Everything ``fit`` needs: tokenizer, datasets, reward managers, roles and pools, the trainer.
-
-    ``resource_pool_manager``: the pools and which role runs where (default: `build_resource_pool_manager`,
-    one pool for every role); recipes with pools of their own (recipes/fully_async) pass theirs."""
-    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
-    from verl.trainer.ppo.reward import load_reward_manager
-    from verl.utils.dataset.rl_dataset import collate_fn, create_rl_dataset
-
-    tokenizer = tokenizer if tokenizer is not None else load_tokenizer(config)
-    if reward_fn is None:
-        reward_fn = load_reward_manager(config, tokenizer, num_examine=config.reward.num_examine)
-    if val_reward_fn is None and config.data.val_files:
-        val_reward_fn = load_reward_manager(config, tokenizer, num_examine=1)
-    processor = load_processor(config)
-    train_dataset = create_rl_dataset(
-        config.data.train_files, config.data, tokenizer, processor, is_train=True
-    )
-    val_dataset = None
-    if config.data.val_files:
-        val_dataset = create_rl_dataset(
-            config.data.val_files, config.data, tokenizer, processor, is_train=False
-        )
-    mapping = role_worker_mapping if role_worker_mapping is not None else build_role_worker_mapping(config)
-    if resource_pool_manager is None:
-        resource_pool_manager = build_resource_pool_manager(config, mapping)
-    return (trainer_cls or RayPPOTrainer)(
-        config,
-        tokenizer,
-        mapping,
-        resource_pool_manager,
-        reward_fn=reward_fn,
-        val_reward_fn=val_reward_fn,
-        train_dataset=train_dataset,
-        val_dataset=val_dataset,
-        collate_fn=collate_fn,
-        processor=processor,
-    )
-
-
-def run_ppo(config: DictConfig, **build_kwargs: Any) -> dict[str, float]:
-    """Start Ray (unless running), record the config next to the outputs, train, say where things went."""
-    _reuse_driver_env_for_workers()
-    from verl.utils.checkpoint import atomic_write_text
-
-    if config.trainer.worker_backend == "local":
-        # no Ray: the worker runs in this process, which need not have Ray installed at all
-        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # what ray_init_kwargs gives Ray workers
-    else:
-        _start_ray(config)
-    out_dir = config.trainer.default_local_dir
-    os.makedirs(out_dir, exist_ok=True)
-    atomic_write_text(os.path.join(out_dir, "config.yaml"), config_to_yaml(config))
-    trainer = build_trainer(config, **build_kwargs)
-    trainer.check_steps_remaining()  # a finished run fails here, before any worker starts
-    trainer.init_workers()
-    try:
-        metrics = trainer.fit()
-    finally:
-        ray = sys.modules.get("ray")  # imported by the Ray backend only
-        if config.ray_kwargs.timeline_json_file and ray is not None and ray.is_initialized():
-            ray.timeline(filename=config.ray_kwargs.timeline_json_file)  # Chrome trace of the Ray tasks
-        trainer.shutdown()
-    _print_outputs(config, metrics)
-    return metrics
-
-
-def _start_ray(config: DictConfig) -> None:
-    """Start Ray with `ray_init_kwargs` unless it is running already."""
-    import ray
-
-    from verl.utils.ray_start import init_ray
-
-    if ray.is_initialized():
-        return
-    init_ray(**ray_init_kwargs(config))
-    if not ray_init_kwargs(config).get("address"):
-        # this process owns the cluster it just started: if it is SIGKILLed, the reaper ends Ray's
-        # processes (agents otherwise outlive it, reparented to init)
-        from verl.utils.reaper import start_reaper
-
-        start_reaper()
-
-
-def _print_outputs(config: DictConfig, metrics: dict[str, float]) -> None:
-    out = os.path.abspath(config.trainer.default_local_dir)
-    lines = [f"training finished: {out}", f"  config:      {os.path.join(out, 'config.yaml')}"]
-    if "jsonl" in config.trainer.logger:
-        lines.append(f"  metrics:     {os.path.join(out, 'metrics.jsonl')}")
-    if "tensorboard" in config.trainer.logger:
-        lines.append(
-            f"  tensorboard: {os.environ.get('TENSORBOARD_DIR') or os.path.join(out, 'tensorboard')}"
-        )
-    if os.path.exists(os.path.join(out, "reward_curve.png")):
-        lines.append(f"  plot:        {os.path.join(out, 'reward_curve.png')}")
-    if config.trainer.save_freq > 0:
-        lines.append(f"  checkpoints: {out}/global_step_*")
-    if "critic/score/mean" in metrics:
-        lines.append(f"  last reward: {metrics['critic/score/mean']:.4f}")
-    print("\n".join(lines), flush=True)
-
-
-def _reuse_driver_env_for_workers() -> None:
-    """Under `uv run`, Ray rebuilds the uv environment for every worker process (slow, and fragile
-    while the workspace changes); the driver's interpreter already has everything, so workers reuse
-    it. Ray reads this flag when it is first imported, so this runs before any Ray import."""
-    os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+# Upstream's entry module: what recipes and user code import from here lives in verl.trainer.ppo.run.
+__all__ = [
+    "build_resource_pool_manager",
+    "build_role_worker_mapping",
+    "build_trainer",
+    "cpus_per_worker",
+    "load_processor",
+    "load_tokenizer",
+    "ray_init_kwargs",
+    "run_ppo",
+    "checked_config",
+    "main",
+]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -269,8 +50,15 @@ def main(argv: list[str] | None = None) -> None:
     run_cli(argv, prog="verl-ppo", main=_train, about=__doc__)
 
 
+def checked_config(args: list[str]) -> DictConfig:
+    """``main_ppo``'s config from its arguments: loaded and validated (then read-only), before Ray starts."""
+    config = load_config(args)
+    validate_config(config)
+    return config
+
+
 def _train(args: list[str]) -> None:
-    _reuse_driver_env_for_workers()
+    reuse_driver_env_for_workers()
     from verl.trainer.ppo.ray_trainer import NothingToTrainError
 
     if not args:
@@ -279,8 +67,7 @@ def _train(args: list[str]) -> None:
 
         demo_main([])
         return
-    config = load_config(args)
-    validate_config(config)
+    config = checked_config(args)
     # Hydra's run directory (hydra.run.dir=...): its .hydra/config.yaml and overrides.yaml, as upstream's
     # @hydra.main writes them (load_config refused every hydra.* setting it does not read)
     from verl.trainer.config.hydra_run import split_hydra, write_run_dir
@@ -288,14 +75,6 @@ def _train(args: list[str]) -> None:
     run_dir = write_run_dir(split_hydra(args)[1], config_to_yaml(config))
     if run_dir is not None:
         print(f"hydra run directory: {os.path.abspath(run_dir)}", flush=True)
-    if not config.actor_rollout_ref.hybrid_engine:
-        # refused here, before Ray starts (the trainer refuses it too, for code that builds one directly)
-        raise ConfigError(
-            [
-                "actor_rollout_ref.hybrid_engine=false puts the rollout on a pool of its own, which main_ppo's "
-                "colocated loop does not do; use the asynchronous trainers of recipes/fully_async"
-            ]
-        )
     try:
         run_ppo(config)
     except NothingToTrainError as e:

@@ -22,16 +22,15 @@ from omegaconf import DictConfig  # noqa: E402
 
 from verl.trainer.sft.config import load_sft_config, validate_sft_config  # noqa: E402
 from verl.trainer.sft.trainer import CONFIG_FILE, SFTTrainer  # noqa: E402
+from verl.utils.ray_start import ray_init_kwargs as rl_kwargs  # noqa: E402
 
 __all__ = ["SFTTrainer", "main", "run_sft"]
 
 
 def ray_init_kwargs(config: DictConfig) -> dict[str, Any]:
-    """``ray.init`` keyword arguments: the RL trainer's (``main_ppo.ray_init_kwargs``: no dashboard,
+    """``ray.init`` keyword arguments: the RL trainer's (``verl.utils.ray_start.ray_init_kwargs``: no dashboard,
     workers at nice 0, the user's ``runtime_env`` merged), with one torch thread per worker unless the
     driver's environment or ``runtime_env.env_vars`` sets ``OMP_NUM_THREADS``."""
-    from verl.trainer.main_ppo import ray_init_kwargs as rl_kwargs
-
     kwargs = rl_kwargs(config)
     kwargs["runtime_env"]["env_vars"].setdefault("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "1"))
     return kwargs

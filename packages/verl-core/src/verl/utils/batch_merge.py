@@ -14,7 +14,20 @@ import torch
 
 from verl.utils.tensor_batch import TensorBatch
 
+
+class DataProtoCheckError(ValueError, AssertionError):
+    """A DataProto consistency check failed (row counts, batch sizes, conflicting values on a merge).
+
+    A ValueError, and an AssertionError: upstream's DataProto runs the same checks as asserts, and code
+    written for it catches AssertionError."""
+
+
+class DataProtoTypeError(TypeError, AssertionError):
+    """A DataProto field of the wrong type (a TypeError, and an AssertionError as upstream's asserts)."""
+
 __all__ = [
+    "DataProtoCheckError",
+    "DataProtoTypeError",
     "values_equal",
     "union_two_dict",
     "union_tensor_dict",
@@ -83,7 +96,7 @@ def union_two_dict(dict1: dict, dict2: dict) -> dict:
     """Add dict2's entries to dict1 (in place, returned); a key in both must hold equal values."""
     for key, value in dict2.items():
         if key in dict1 and not values_equal(dict1[key], value):
-            raise ValueError(
+            raise DataProtoCheckError(
                 f"union: key {key!r} has different values on the two sides: {dict1[key]!r} vs {value!r}"
             )
         dict1[key] = value
@@ -107,7 +120,7 @@ def list_of_dict_to_dict_of_list(list_of_dict: list[dict]) -> dict[str, list]:
 def union_tensor_dict(tensor_dict1: TensorBatch, tensor_dict2: TensorBatch) -> TensorBatch:
     """Add tensor_dict2's tensors to tensor_dict1 (in place); shared keys must hold equal tensors."""
     if tensor_dict1.batch_size != tensor_dict2.batch_size:
-        raise ValueError(
+        raise DataProtoCheckError(
             f"union: the batches have different sizes {tuple(tensor_dict1.batch_size)} and "
             f"{tuple(tensor_dict2.batch_size)}"
         )
@@ -116,7 +129,7 @@ def union_tensor_dict(tensor_dict1: TensorBatch, tensor_dict2: TensorBatch) -> T
         if mine is None:
             tensor_dict1[key] = value
         elif mine is not value and not values_equal(mine, value):
-            raise ValueError(f"union: batch key {key!r} holds different tensors on the two sides")
+            raise DataProtoCheckError(f"union: batch key {key!r} holds different tensors on the two sides")
     return tensor_dict1
 
 
@@ -124,12 +137,12 @@ def union_numpy_dict(tensor_dict1: dict[str, np.ndarray], tensor_dict2: dict[str
     """Add tensor_dict2's arrays to tensor_dict1 (in place); shared keys must hold equal arrays."""
     for key, value in tensor_dict2.items():
         if not isinstance(value, np.ndarray):
-            raise TypeError(
+            raise DataProtoTypeError(
                 f"union: non_tensor_batch[{key!r}] must be a numpy array, got {type(value).__name__}"
             )
         mine = tensor_dict1.get(key)
         if mine is not None and mine is not value and not values_equal(mine, value):
-            raise ValueError(f"union: non_tensor_batch key {key!r} holds different values on the two sides")
+            raise DataProtoCheckError(f"union: non_tensor_batch key {key!r} holds different values on the two sides")
         tensor_dict1[key] = value
     return tensor_dict1
 
@@ -143,7 +156,7 @@ def as_object_array(key: str, value: Any) -> np.ndarray:
         for i, v in enumerate(value):
             arr[i] = v
         return arr
-    raise TypeError(f"non_tensor_batch[{key!r}] must be a numpy array or a list, got {type(value).__name__}")
+    raise DataProtoTypeError(f"non_tensor_batch[{key!r}] must be a numpy array or a list, got {type(value).__name__}")
 
 
 def merge_meta_info(metas: list[dict]) -> dict:
@@ -159,7 +172,7 @@ def merge_meta_info(metas: list[dict]) -> dict:
                 gathered.extend(value if isinstance(value, list) else [value])
             elif key in merged:
                 if not values_equal(merged[key], value):
-                    raise ValueError(
+                    raise DataProtoCheckError(
                         f"DataProto.concat: meta_info key {key!r} differs between batches: "
                         f"{merged[key]!r} (batch {origin[key]}) vs {value!r} (batch {i})"
                     )

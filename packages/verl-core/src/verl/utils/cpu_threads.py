@@ -17,16 +17,15 @@ running a pool the size of the machine, or a worker using more threads than it r
 region wait for a descheduled thread, and a step of thousands of small regions slows many-fold.
 
 Priority (``worker_niceness_env``): Ray starts its worker processes at nice 15; ours run at nice 0,
-like the driver and any other job. Under contention a nice-15 worker gets ~1/30 of a core's share,
-which was the whole "collapse" of our step beside another training run (measured 2026-11-26 on the
-quiet 2-core machine, ``benchmarks/grpo_step/contention.py``, s/16: loaded/quiet 23-37x at nice 15,
-3.1x at nice 0, against 3.6x for the bare step and 3.5x for TRL's).
+like the driver and any other job. Under contention a nice-15 worker gets ~1/30 of a core's share, so
+beside another training run the step slows many-fold while the worker's own CPU time stays the same.
 
-How OpenMP threads wait is left to libgomp (spin ~300000 iterations at a barrier, then sleep):
-``OMP_WAIT_POLICY=PASSIVE`` degraded less under contention (1.6x) but cost 30-45% of the step on a
-quiet machine, where a spinning thread catches the next parallel region without a wake-up. A user on
-a node shared with other jobs can set ``OMP_WAIT_POLICY=PASSIVE`` in the driver's environment (the
-workers inherit it) or in ``ray_kwargs.ray_init.runtime_env.env_vars``.
+How OpenMP threads wait is left to libgomp (spin at a barrier, then sleep): passive waiting degrades
+less under contention but slows the step on a quiet machine, where a spinning thread catches the next
+parallel region without a wake-up. A user on a node shared with other jobs can set
+``OMP_WAIT_POLICY=PASSIVE`` in the driver's environment (the workers inherit it) or in
+``ray_kwargs.ray_init.runtime_env.env_vars``. The measurements behind both choices:
+``benchmarks/grpo_step/README.md`` ("The cause: Ray runs its workers at nice 15").
 """
 
 from __future__ import annotations
@@ -61,9 +60,8 @@ def worker_niceness_env(environ: Mapping[str, str] | None = None) -> dict[str, s
     Ray starts every worker process at nice 15 (its ``worker_niceness`` setting) so that its own daemons
     stay responsive. In a training run the workers are the computation: at nice 15 a worker gets a
     CPU-time weight of 36 against 1024 for any ordinary process, so one other job on the node (another
-    training run, a compile, a data loader) takes ~97% of the cores it shares with the worker, and the
-    step slows 10-40x while the worker's own CPU time stays the same (measured: ``contention.py``). At
-    nice 0 the worker shares the cores fairly, as a plain ``python train.py`` does."""
+    training run, a compile, a data loader) takes ~97% of the cores it shares with the worker. At nice 0
+    the worker shares the cores fairly, as a plain ``python train.py`` does."""
     environ = os.environ if environ is None else environ
     if "RAY_worker_niceness" in environ:
         return {}

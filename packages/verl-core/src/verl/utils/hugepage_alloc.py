@@ -3,8 +3,8 @@
 DataProto ops that build big new tensors (repeat, concat, index select) spend most of their time
 in first-touch page faults, one per 4 KiB page, once the output is too large for malloc to recycle. Advising the fresh buffer with
 `madvise(MADV_HUGEPAGE)` before it is written lets Linux back it with 2 MiB pages when THP is in
-"madvise" or "always" mode: 512x fewer faults (measured 2-3x faster for a 224 MiB repeat on the
-project's VM). Elsewhere (THP off, not Linux, no libc) the advice is skipped or ignored and the
+"madvise" or "always" mode: 512x fewer faults (benchmarks/bench_dataproto.py measures the effect).
+Elsewhere (THP off, not Linux, no libc) the advice is skipped or ignored and the
 tensor is an ordinary `torch.empty`.
 """
 

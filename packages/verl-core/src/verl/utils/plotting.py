@@ -1,9 +1,24 @@
-"""The reward-curve PNG written next to a run (matplotlib with the Agg backend, imported lazily)."""
+"""The reward-curve PNG written next to a run (matplotlib with the Agg backend, imported lazily).
+
+matplotlib comes with ``verl-core[tracking]``; without it a run trains as usual and says once that it
+writes no plot (:func:`plot_available`).
+"""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+
+PLOT_INSTALL = "pip install 'verl-core[tracking]'"
+
+
+def plot_available() -> bool:
+    """Whether matplotlib imports here (the plot is a nicety: its absence is not an error)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def plot_reward_curve(

@@ -134,7 +134,10 @@ class Registry(MutableMapping, Generic[T]):
         del self._items[name]
 
     def __contains__(self, name: object) -> bool:
-        return name in self._items or (load_plugins() or name in self._items)
+        if name in self._items:
+            return True
+        load_plugins()
+        return name in self._items
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())

@@ -57,8 +57,8 @@ def normalize_row_index(index: Any, num_rows: int) -> torch.Tensor:
 # process's intra-op threads (torch.get_num_threads()), a number fixed when the process starts by the
 # CPUs it was given (verl.utils.cpu_threads: a Ray worker uses the CPUs its resource request reserved,
 # the driver, which only moves data between workers, one), never by how busy the machine looks at the
-# moment. Measured on one thread (CPU time, 64x80 to 1024x1024 rows of four tensors): torch's
-# cat / index_select cost 0.1-0.9x a numpy memcpy path's, so no second kernel is kept.
+# moment. torch's cat / index_select are no slower than a numpy memcpy path at any batch size we use
+# (benchmarks/bench_dataproto.py), so no second kernel is kept.
 
 
 def _out_buffer(like: torch.Tensor, rows: int) -> torch.Tensor | None:

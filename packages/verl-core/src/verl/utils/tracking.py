@@ -139,7 +139,7 @@ class _Jsonl:
         self._f = open(path, "a", encoding="utf-8")  # append: a resumed run continues the same file
 
     def log(self, data: dict, step: int) -> None:
-        row = {"step": step, **scalar_metrics(data)}
+        row: dict[str, Any] = {"step": step, **scalar_metrics(data)}
         # NaN/inf are not valid JSON; write them as strings so the line stays parseable.
         row = {k: (v if not isinstance(v, float) or math.isfinite(v) else str(v)) for k, v in row.items()}
         self._f.write(json.dumps(row) + "\n")
@@ -182,7 +182,7 @@ class _Wandb:
         os.environ.setdefault("WANDB_SILENT", "true")
         import wandb
 
-        mode = os.environ.get("WANDB_MODE", "offline")  # never reach for the network unless asked
+        mode: Any = os.environ.get("WANDB_MODE", "offline")  # never reach for the network unless asked; wandb checks it
         os.makedirs(out_dir, exist_ok=True)
         self.run = wandb.init(project=project, name=name, config=config, mode=mode, dir=out_dir)
         self._wandb = wandb
@@ -246,7 +246,7 @@ class _MLflow:
 
     def log_generations(self, samples: list[Sample], step: int) -> None:
         rows = [{"input": i, "output": o, "score": float(s)} for i, o, s in samples]
-        self._mlflow.log_dict(rows, f"val_generations/step_{step}.json")
+        self._mlflow.log_dict(rows, f"val_generations/step_{step}.json")  # type: ignore[arg-type]  # any JSON value
 
     def finish(self) -> None:
         self._mlflow.end_run()
@@ -271,7 +271,10 @@ def _plain_config(config: Any) -> dict | None:
         return dict(config)
     from omegaconf import OmegaConf
 
-    return OmegaConf.to_container(config, resolve=True)
+    plain = OmegaConf.to_container(config, resolve=True)
+    if not isinstance(plain, dict):
+        raise TypeError(f"the run config must be a mapping, got {type(plain).__name__}")
+    return plain
 
 
 class Tracking:
@@ -313,6 +316,7 @@ class Tracking:
         self.val_history: dict[str, list[tuple[int, float]]] = {}
         self.share_history: dict[str, list[tuple[int, float]]] = {}
         self._finished = False
+        self._plot_notice_given = False
 
     def _make(self, backend: str, config: dict | None):
         if backend == "console":
@@ -363,7 +367,13 @@ class Tracking:
         """Write the reward curve (and validation scores) as a PNG; returns its path, or None if no data."""
         if not self.reward_history and not self.val_history and not self.share_history:
             return None
-        from verl.utils.plotting import plot_reward_curve
+        from verl.utils.plotting import PLOT_INSTALL, plot_available, plot_reward_curve
+
+        if not plot_available():
+            if not self._plot_notice_given:
+                self._plot_notice_given = True
+                print(f"note: no reward plot: matplotlib is not installed ({PLOT_INSTALL})", file=sys.stderr)
+            return None
 
         path = path or os.path.join(self.output_dir, "reward_curve.png")
         plot_reward_curve(self.reward_history, self.val_history, path,

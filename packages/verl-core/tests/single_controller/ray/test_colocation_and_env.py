@@ -7,7 +7,6 @@ import sys
 import pytest
 import torch
 
-os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 ray = pytest.importorskip("ray")
 
 from verl import DataProto  # noqa: E402

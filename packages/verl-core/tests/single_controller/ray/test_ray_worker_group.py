@@ -10,9 +10,6 @@ import numpy as np
 import pytest
 import torch
 
-# Under `uv run`, Ray would otherwise rebuild the project venv for its workers (slow); only effective
-# when this module is the first to import Ray.
-os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 ray = pytest.importorskip("ray")
 
 from verl import DataProto  # noqa: E402

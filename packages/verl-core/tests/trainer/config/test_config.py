@@ -321,8 +321,11 @@ def test_checkpoint_kl_controller_and_validation_sample_checks():
     problems = _problems(
         [
             "trainer.max_actor_ckpt_to_keep=0",
+            "trainer.save_freq=5",
+            "algorithm.use_kl_in_reward=true",
             "algorithm.kl_ctrl.type=adaptive",
             "algorithm.kl_ctrl.target_kl=0",
+            "data.val_files=val.parquet",
             "actor_rollout_ref.rollout.val_kwargs.n=0",
             "trainer.resume_mode=resume_path",
         ]
@@ -360,6 +363,7 @@ def test_offload_flags_are_rejected_before_workers_start_on_cpu():
         validate_config(load_config([*REQUIRED, "trainer.device=cpu",
                                      "actor_rollout_ref.actor.fsdp_config.param_offload=true",
                                      "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true",
+                                     "actor_rollout_ref.actor.use_kl_loss=true",
                                      "actor_rollout_ref.ref.fsdp_config.offload_policy=true"]))
     problems = ei.value.problems
     assert len(problems) == 2
@@ -394,11 +398,10 @@ def test_precision_keys_follow_model_dtype_and_are_checked():
                        "actor_rollout_ref.ref.fsdp_config.mixed_precision.param_dtype=fp32"])
     arr = cfg.actor_rollout_ref
     assert arr.actor.fsdp_config.model_dtype == "bfloat16"  # the older model-level key is the default
-    # compute dtype: auto (the engine computes in model_dtype, or bf16 for fp32 weights on bf16 hardware)
-    assert arr.actor.fsdp_config.mixed_precision == {"param_dtype": "auto", "reduce_dtype": "fp32",
+    assert arr.actor.fsdp_config.mixed_precision == {"param_dtype": "bfloat16", "reduce_dtype": "fp32",
                                                      "buffer_dtype": "fp32"}
     assert arr.ref.fsdp_config.mixed_precision.param_dtype == "fp32"
-    assert cfg.critic.model.fsdp_config.mixed_precision.param_dtype == "auto"
+    assert cfg.critic.model.fsdp_config.mixed_precision.param_dtype == "bf16"
     assert cfg.data.seed == cfg.trainer.seed == 1 and arr.rollout.seed == 42
     assert load_config(["trainer.seed=7"]).data.seed == 7  # trainer.seed orders the data unless data.seed is set
 
@@ -412,10 +415,22 @@ def test_precision_keys_follow_model_dtype_and_are_checked():
     assert "actor_rollout_ref.actor.fsdp_config.mixed_precision.reduce_dtype='half' is not one of" in text
     assert "ref.fsdp_config.mixed_precision.param_dtype=fp16" not in text  # inference in fp16 is fine
     sft = load_sft_config(["data.train_files=x.parquet", "model.path=m", "model.model_dtype=float16"])
-    assert sft.model.fsdp_config.mixed_precision.param_dtype == "auto"
-    with pytest.raises(ConfigError, match="model.fsdp_config.model_dtype=float16 with mixed_precision.param_dtype=auto "
-                                          "trains in fp16"):
+    assert sft.model.fsdp_config.mixed_precision.param_dtype == "float16"
+    with pytest.raises(ConfigError, match="model.fsdp_config.mixed_precision.param_dtype=float16 trains in fp16"):
         validate_sft_config(sft)
+
+
+def test_param_dtype_auto_is_a_compute_dtype_only():
+    """``param_dtype=auto`` (bf16 compute where the hardware has native bf16 units) is accepted for every
+    FSDP section; with fp16 weights of a trained model it would train in fp16 and is refused; ``auto`` is
+    no storage dtype."""
+    auto = "fsdp_config.mixed_precision.param_dtype=auto"
+    validate_config(load_config(REQUIRED + [f"actor_rollout_ref.actor.{auto}"]))
+    fp16 = load_config(REQUIRED + [f"actor_rollout_ref.actor.{auto}",
+                                   "actor_rollout_ref.actor.fsdp_config.model_dtype=fp16"])
+    with pytest.raises(ConfigError, match=r"actor_rollout_ref.actor.fsdp_config.model_dtype=fp16 with "
+                                          r"mixed_precision.param_dtype=auto trains in fp16"):
+        validate_config(fp16)
     refused = load_config(REQUIRED + ["actor_rollout_ref.actor.fsdp_config.model_dtype=auto"])
     with pytest.raises(ConfigError, match=r"actor_rollout_ref.actor.fsdp_config.model_dtype='auto' is not one of"):
-        validate_config(refused)  # auto is a compute dtype only
+        validate_config(refused)

@@ -86,3 +86,25 @@ def test_liger_on_cuda_without_the_package_names_the_install(monkeypatch):
     text = "\n".join(_problems("actor_rollout_ref.model.use_liger=true"))
     # the port tool counts "<module>, which is not installed: <install line>" as an install, like vllm's
     assert "use_liger=true needs liger_kernel, which is not installed: pip install liger-kernel" in text
+
+
+def test_remove_padding_is_refused_for_a_local_vision_language_model(tmp_path):
+    """The packed forward cannot take M-RoPE positions: said at validation, from the folder's config.json
+    (the worker would refuse it only at the first step's forward pass)."""
+    import json
+
+    vl, text = tmp_path / "vl", tmp_path / "text"
+    for folder, cfg in ((vl, {"model_type": "qwen2_vl", "vision_config": {"depth": 1}}),
+                        (text, {"model_type": "qwen2"})):  # fmt: skip
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps(cfg))
+    on = "actor_rollout_ref.model.use_remove_padding=true"
+    problems = _problems(on, f"actor_rollout_ref.model.path={vl}")
+    assert [p for p in problems if "use_remove_padding" in p] == [
+        f"{on}: the model at {vl} is a vision-language model, whose M-RoPE (3-D) position ids the packed "
+        "forward does not support yet; set it to false"
+    ]
+    validate_config(load_config([*REQUIRED, on, f"actor_rollout_ref.model.path={text}"]))  # a text model: fine
+    fused = _problems("actor_rollout_ref.model.use_fused_kernels=true", f"actor_rollout_ref.model.path={vl}")
+    assert any(p.startswith(f"actor_rollout_ref.model.use_fused_kernels=true: the model at {vl} is a vision-language")
+               for p in fused), fused  # fmt: skip

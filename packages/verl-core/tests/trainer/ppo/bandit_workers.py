@@ -21,6 +21,7 @@ from verl.protocol import DataProto
 from verl.single_controller.base.decorator import Dispatch, register
 from verl.single_controller.base.worker import Worker
 from verl.trainer.ppo import core_algos
+from verl.trainer.ppo.reward_loop import SampleScorer
 from verl.utils.torch_functional import entropy_from_logits, masked_mean
 
 VOCAB = 6
@@ -116,11 +117,15 @@ class BanditActorRolloutRef(Worker):
                 toks = probs.argmax(-1, keepdim=True).expand(n, max_len)
             else:
                 toks = torch.multinomial(probs, max_len, replacement=True, generator=self.gen)
-        # Stop at the first EOS (kept), pad after it; R = the longest response in this batch.
+        # Stop at the first EOS (kept), pad after it; R = the longest response in this batch (over the
+        # group's ranks, as the real rollouts do: each rank generates a part of it).
         is_eos = toks == EOS
         after = (is_eos.long().cumsum(-1) - is_eos.long()) > 0
         mask = (~after).long()
-        resp_len = int(mask.sum(-1).max())
+        resp_len = mask.sum(-1).max()
+        if dist.is_initialized():
+            dist.all_reduce(resp_len, op=dist.ReduceOp.MAX)
+        resp_len = int(resp_len)
         responses = torch.where(after, torch.full_like(toks, PAD), toks)[:, :resp_len]
         mask = mask[:, :resp_len]
         attn = torch.cat([prompts.batch["attention_mask"], mask], -1)
@@ -306,3 +311,22 @@ def bandit_rows(num: int, seed: int = 0) -> list[dict]:
         rows.append({"data_source": "bandit", "prompt": [{"role": "user", "content": digits}], "ability": "toy",
                      "reward_model": {"ground_truth": chr(ord("a") + target(last))}, "extra_info": {"index": i}})
     return rows
+
+
+class BanditScorer(SampleScorer):
+    """`bandit_reward_fn` for the reward loop: a part's scores are its rows' rewards; `assemble` puts them
+    on the last valid token of the whole batch, as the one-pass function does."""
+
+    def __call__(self, data: DataProto, return_dict: bool = False):
+        return bandit_reward_fn(data, return_dict)
+
+    def score_part(self, data: DataProto, first_row: int = 0) -> dict:
+        out = bandit_reward_fn(data, return_dict=True)
+        return {"scores": out["reward_tensor"].sum(-1), "acc": out["reward_extra_info"]["acc"]}
+
+    def assemble(self, data: DataProto, parts: list[dict]) -> dict:
+        scores = torch.cat([p["scores"] for p in parts])
+        mask = data.batch["response_mask"]
+        reward = torch.zeros_like(data.batch["responses"], dtype=torch.float32)
+        reward[torch.arange(len(reward)), (mask.sum(-1) - 1).clamp(min=0)] = scores
+        return {"reward_tensor": reward, "reward_extra_info": {"acc": [a for p in parts for a in p["acc"]]}}

@@ -246,7 +246,7 @@ def test_every_registered_estimator_takes_the_uniform_call():
 
 
 def test_registry_errors_and_custom_estimator():
-    with pytest.raises(ValueError, match="already registered"):
+    with pytest.raises(ValueError, match="has already been registered"):
         core_algos.register_adv_est("grpo")(lambda **kw: None)
     with pytest.raises(KeyError, match="known: .*grpo.*rloo"):
         core_algos.get_adv_estimator_fn("grpoo")

@@ -11,8 +11,6 @@ from verl.trainer.ppo.ray_trainer import RayPPOTrainer, ResourcePoolManager, Rol
 from . import bandit_workers as bw
 
 cloudpickle.register_pickle_by_value(bw)
-# Under `uv run`, Ray would rebuild the uv environment for every worker process; reuse the driver's.
-os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 
 
 class BanditTrainer(RayPPOTrainer):
@@ -25,7 +23,9 @@ def bandit_config(tmp_path, *overrides):
         "data.train_batch_size=8", "data.max_prompt_length=3", "data.max_response_length=3",
         "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
-        "actor_rollout_ref.actor.optim.lr=0.2", "critic.optim.lr=0.2", "critic.model.path=unused",
+        # the estimator is named, so the critic's settings stay for the tests that turn on GAE
+        "algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.optim.lr=0.2", "critic.optim.lr=0.2",
+        "critic.model.path=unused",
         "critic.ppo_micro_batch_size_per_gpu=4",
         "trainer.device=cpu", "trainer.nnodes=1", "trainer.n_gpus_per_node=2",
         "trainer.logger=[console,jsonl]", "trainer.project_name=bandit", "trainer.progress_bar=false",
@@ -36,7 +36,7 @@ def bandit_config(tmp_path, *overrides):
     return cfg
 
 
-def make_trainer(cfg, n_train=32, n_val=12, critic=False, trainer_cls=BanditTrainer):
+def make_trainer(cfg, n_train=32, n_val=12, critic=False, trainer_cls=BanditTrainer, reward_fn=bw.bandit_reward_fn):
     mapping = {Role.ActorRollout: bw.BanditActorRolloutRef, Role.RefPolicy: bw.BanditActorRolloutRef}
     pools = {Role.ActorRollout: "global_pool", Role.RefPolicy: "global_pool"}
     if critic:
@@ -45,7 +45,7 @@ def make_trainer(cfg, n_train=32, n_val=12, critic=False, trainer_cls=BanditTrai
     rpm = ResourcePoolManager({"global_pool": [cfg.trainer.n_gpus_per_node]}, pools, use_gpu=False,
                               num_cpus_per_worker=0.1)
     trainer = trainer_cls(cfg, tokenizer=None, role_worker_mapping=mapping, resource_pool_manager=rpm,
-                          reward_fn=bw.bandit_reward_fn, val_reward_fn=bw.bandit_reward_fn,
+                          reward_fn=reward_fn, val_reward_fn=bw.bandit_reward_fn,
                           train_dataset=bw.make_prompts(n_train, seed=1), val_dataset=bw.make_prompts(n_val, seed=2),
                           collate_fn=bw.collate_rows)
     trainer.init_workers()
@@ -109,9 +109,9 @@ def test_ppo_gae_reward_rises(ray_cluster, tmp_path):
 class OverlapProbe(BanditTrainer):
     """Opens ``log_prob_started`` when the old-log-prob stage begins (on the driver's main thread)."""
 
-    def _stage_old_log_prob(self, batch, metrics):
+    def stage_old_log_prob(self, batch, metrics):
         self.log_prob_started.set()
-        return super()._stage_old_log_prob(batch, metrics)
+        return super().stage_old_log_prob(batch, metrics)
 
 
 def test_async_reward_overlaps_the_log_prob_passes(ray_cluster, tmp_path):

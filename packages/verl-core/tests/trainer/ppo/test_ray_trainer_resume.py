@@ -19,17 +19,17 @@ class RecordingTrainer(BanditTrainer):
 
     crash_at_save_step = None
 
-    def _train_step(self, batch, metrics, timing_raw):
-        out = super()._train_step(batch, metrics, timing_raw)
+    def train_step(self, batch, metrics, timing_raw):
+        out = super().train_step(batch, metrics, timing_raw)
         self.record.append((self.global_steps, out.non_tensor_batch["index"].tolist(),
                             out.batch["token_level_rewards"].sum(-1).tolist(),
                             out.batch["old_log_probs"].sum(-1).tolist()))
         return out
 
-    def _trainer_state(self):
+    def trainer_state(self):
         if self.global_steps == self.crash_at_save_step:
             raise RuntimeError(f"injected crash while saving step {self.global_steps}")
-        return super()._trainer_state()
+        return super().trainer_state()
 
 
 def _config(root, total, *extra):

@@ -1,4 +1,4 @@
-"""RayPPOTrainer._validate reports upstream's val-core / val-aux metrics, computed per prompt from the
+"""RayPPOTrainer.validate reports upstream's val-core / val-aux metrics, computed per prompt from the
 scores the reward function gave (checked against an independent computation with the same seed)."""
 
 import math

@@ -3,8 +3,8 @@
 key, both values and the checkpoint file; growing the run is allowed."""
 
 import pytest
+from verl.trainer.ppo.checkpointing import RESUME_FIXED_KEYS
 from verl.trainer.ppo.ray_trainer import NothingToTrainError, ResourcePoolManager, Role
-from verl.trainer.ppo.stages import RESUME_FIXED_KEYS
 from verl.utils.checkpoint import atomic_checkpoint, save_trainer_state
 
 from . import bandit_workers as bw
@@ -30,7 +30,7 @@ def _checkpoint_at(root, step, *overrides):
     t = _trainer(bandit_config(root, "trainer.total_training_steps=4", *overrides))
     t.global_steps = step
     with atomic_checkpoint(str(root), step) as tmp:
-        save_trainer_state(tmp, t._trainer_state())
+        save_trainer_state(tmp, t.trainer_state())
 
 
 @pytest.mark.parametrize(
@@ -75,7 +75,7 @@ def test_checkpoint_without_recorded_keys_still_resumes(tmp_path):
     """Checkpoints written before the keys were recorded: nothing to compare, no refusal."""
     t = _trainer(bandit_config(tmp_path, "trainer.total_training_steps=4"))
     t.global_steps = 1
-    state = t._trainer_state()
+    state = t.trainer_state()
     del state["resume_identity"]
     with atomic_checkpoint(str(tmp_path), 1) as tmp:
         save_trainer_state(tmp, state)

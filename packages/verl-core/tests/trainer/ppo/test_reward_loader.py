@@ -359,3 +359,30 @@ def test_disabled_judge_is_dropped_and_reward_model_judge_is_read(managers, judg
     }
     assert load_reward_manager(cfg, None, 0).compute_score == "judged"
     assert judge_wrapper == [({"enable": True, "weight": 2}, None)]
+
+
+def test_validation_refuses_a_custom_function_the_manager_cannot_call(managers, tmp_path):
+    """Checked with the config, before Ray and before a recipe's assets: a batch scorer under a per-sample
+    manager names the manager, the file and the signature it needs."""
+    from verl.trainer.config.rewards import check_reward
+
+    batch_fn = _write(tmp_path, """
+        def compute_score(data_sources, solution_strs, ground_truths, extra_infos):
+            return [0.0 for _ in data_sources]
+    """)
+    per_sample = _write(tmp_path, """
+        def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+            return 0.0
+    """, name="ok.py")
+    problems: list[str] = []
+    check_reward(load_config(["reward.reward_manager=test_recording",
+                              f"reward.custom_reward_function.path={batch_fn}"]), problems)  # fmt: skip
+    assert len(problems) == 1
+    assert problems[0].startswith(
+        "reward.reward_manager=test_recording calls reward.custom_reward_function one sample at a time: "
+        f"compute_score(data_sources, solution_strs, ground_truths, extra_infos) in {batch_fn} cannot be called as"
+    ), problems
+    problems.clear()
+    check_reward(load_config(["reward.reward_manager=test_recording",
+                              f"reward.custom_reward_function.path={per_sample}"]), problems)  # fmt: skip
+    assert problems == []

@@ -149,7 +149,7 @@ def test_old_log_prob_stage_adds_truncated_weights_that_scale_the_policy_loss():
     old = rollout_lp + RATIOS.log()  # pi_old / pi_rollout = RATIOS
     trainer.actor_rollout_wg = _ActorGroup(old)
     metrics = {}
-    out = trainer._stage_old_log_prob(batch, metrics)
+    out = trainer.stage_old_log_prob(batch, metrics)
     torch.testing.assert_close(
         out.batch["rollout_is_weights"], torch.tensor([[0.5, 1.0, 2.0], [1.5, 1.2, 0.0]])
     )
@@ -166,7 +166,7 @@ def test_bypass_mode_uses_the_rollout_log_probs_and_adds_no_weights():
     trainer = _stage_trainer("algorithm.rollout_correction.bypass_mode=true")
     batch, rollout_lp = _batch()
     trainer.actor_rollout_wg = None  # no forward pass may happen
-    out = trainer._stage_old_log_prob(batch, {})
+    out = trainer.stage_old_log_prob(batch, {})
     assert torch.equal(out.batch["old_log_probs"], rollout_lp) and "rollout_is_weights" not in out.batch
 
 
@@ -174,7 +174,7 @@ def test_without_rollout_is_the_batch_is_unchanged():
     trainer = _stage_trainer()
     batch, rollout_lp = _batch()
     trainer.actor_rollout_wg = _ActorGroup(rollout_lp)
-    out = trainer._stage_old_log_prob(batch, {})
+    out = trainer.stage_old_log_prob(batch, {})
     assert "rollout_is_weights" not in out.batch
     batch, _ = _batch()
     batch.batch.pop("rollout_log_probs")

@@ -159,7 +159,7 @@ def test_misaligned_inputs_are_refused():
 def test_validation_infos_stay_aligned_when_a_batch_lacks_a_key():
     from collections import defaultdict
 
-    from verl.trainer.ppo.stages import _extend_infos
+    from verl.trainer.ppo.validation import _extend_infos
 
     infos = defaultdict(list)
     _extend_infos(infos, 0, {"reward": [1.0, 0.0], "acc": [1.0, 0.0]}, 2)

@@ -137,9 +137,10 @@ class ActorRolloutRefWorker(Worker):
 
     def __init__(
         self, config: Any, role: str, total_training_steps: int | None = None, device: str | None = None,
-        seed: int | None = None, **_: Any,
+        seed: int | None = None, distillation_loss: Any = None, **_: Any,
     ):
         super().__init__()
+        self.distillation_loss = distillation_loss  # distillation.distillation_loss when OPD is on
         if role not in ROLES:
             raise ValueError(f"unknown ActorRolloutRefWorker role {role!r}; known: {', '.join(ROLES)}")
         self.config = config
@@ -151,7 +152,8 @@ class ActorRolloutRefWorker(Worker):
         self._is_ref = role in ("actor_rollout_ref", "ref")
         self.ppo_mini_batch_size_per_rank: int | None = None
         _register_sp_mesh(self, "actor", _sp_size(config.get("actor")))
-        _register_sp_mesh(self, "ref", _sp_size(config.get("ref")))
+        if self._is_ref:  # a worker without the reference leaves its section alone
+            _register_sp_mesh(self, "ref", _sp_size(config.get("ref")))
         if self._is_actor:
             self.ppo_mini_batch_size_per_rank = per_rank_size(
                 config.actor.ppo_mini_batch_size,
@@ -204,6 +206,7 @@ class ActorRolloutRefWorker(Worker):
                     actor_cfg,
                     self.actor_engine,
                     ppo_mini_batch_size_per_rank=self.ppo_mini_batch_size_per_rank,
+                    distillation_loss=self.distillation_loss,
                 )
         if self._is_rollout:
             self.tokenizer = hf_tokenizer(
@@ -261,7 +264,7 @@ class ActorRolloutRefWorker(Worker):
         if engine.lora is None or not get_rollout_class(self.config.rollout.name).shares_trainer_weights:
             return engine.module
         from verl.workers.engine.hf_model import load_hf_model
-        from verl.workers.megatron_workers import HFWeightCopy
+        from verl.workers.rollout.weight_sync import HFWeightCopy
 
         module = load_hf_model(self.config.model, "causal_lm", engine.precision.param_dtype).to(engine.device)
         module.requires_grad_(False)
@@ -333,7 +336,10 @@ class ActorRolloutRefWorker(Worker):
         try:
             return self.rollout.generate_sequences(prompts)
         finally:
-            self.rollout.release()
+            # meta_info["more_chunks"]: the reward loop's next chunk of this round follows (no training in
+            # between), so the engine keeps its memory instead of sleeping and waking once per chunk
+            if not prompts.meta_info.get("more_chunks", False):
+                self.rollout.release()
 
     # ------------------------------------------------------------------ log-probs
     @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn("actor"))

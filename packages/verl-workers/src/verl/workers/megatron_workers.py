@@ -20,7 +20,6 @@ from __future__ import annotations
 import shutil
 from typing import Any
 
-import torch
 import torch.distributed as dist
 from verl import DataProto
 from verl.single_controller.base.decorator import Dispatch, register
@@ -33,27 +32,7 @@ from verl.workers.fsdp_workers import (
     init_distributed,
     per_rank_size,
 )
-
-
-class HFWeightCopy:
-    """An HF module that receives weights by name (what :func:`sync_weights` feeds)."""
-
-    def __init__(self, module: torch.nn.Module):
-        self.module = module
-        self._params = dict(module.named_parameters())
-
-    def update_weights(self, weights) -> None:
-        with torch.no_grad():
-            for name, tensor in weights:
-                if name not in self._params:
-                    raise KeyError(f"the rollout's HF model has no parameter {name!r} (sent by the Megatron actor)")
-                self._params[name].copy_(tensor.to(self._params[name].device))
-
-    def load_weight_buckets(self, buckets) -> int:
-        """What :func:`sync_weights` calls: reassemble the buckets into named tensors."""
-        from verl.workers.rollout.weight_sync import load_buckets_into
-
-        return load_buckets_into(self.update_weights, buckets)
+from verl.workers.rollout.weight_sync import HFWeightCopy
 
 
 def _data_parallel_size(megatron_config: Any, world_size: int) -> int:
@@ -169,7 +148,10 @@ class ActorRolloutRefWorker(_MegatronRole):
         try:
             return self.rollout.generate_sequences(prompts)
         finally:
-            self.rollout.release()
+            # meta_info["more_chunks"]: the reward loop's next chunk of this round follows (no training in
+            # between), so the engine keeps its memory instead of sleeping and waking once per chunk
+            if not prompts.meta_info.get("more_chunks", False):
+                self.rollout.release()
 
     @register(dispatch_mode=Dispatch.MEGATRON_COMPUTE_PROTO)
     def compute_log_prob(self, data: DataProto) -> DataProto:

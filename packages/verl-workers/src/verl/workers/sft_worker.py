@@ -134,7 +134,7 @@ def save_hf_folder(state: dict[str, torch.Tensor], hf_config: Any, model_config:
     import copy
 
     from transformers import AutoModelForCausalLM, GenerationConfig
-    from verl.workers.model_merger import state_dtype
+    from verl.workers.checkpoint.hf_model import state_dtype
 
     # Built in the dtype of the trained weights (fp32 masters under mixed precision), as upstream's
     # save_pretrained(state_dict=...) writes them: hf_config's dtype is model_dtype, the dtype the

@@ -45,6 +45,11 @@ def _byte_level(ch: str) -> str:
     return ch if 33 <= b <= 126 else chr(256 + b)
 
 SIZES: dict[str, dict[str, int]] = {
+    # for unit tests that build models in memory (tiny_config)
+    "xxxs": dict(hidden_size=16, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                 intermediate_size=32),
+    "xxs": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                intermediate_size=64),
     "xs": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                intermediate_size=128),
     # head_dim 32 (xs has 16): the smallest head size vLLM-CPU's attention kernels accept
@@ -53,6 +58,14 @@ SIZES: dict[str, dict[str, int]] = {
     "s": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
               intermediate_size=512),
 }
+
+
+def tiny_config(vocab_size: int, size: str = "xxs", **overrides) -> dict:
+    """Keyword arguments of a tiny decoder config (``Qwen2Config(**tiny_config(48))``, ``LlamaConfig``, ...):
+    the shapes of ``SIZES[size]``, ``vocab_size`` and ``overrides``."""
+    if size not in SIZES:
+        raise ValueError(f"unknown tiny model size {size!r}; known: {sorted(SIZES)}")
+    return {"vocab_size": vocab_size, **SIZES[size], **overrides}
 
 
 def build_char_tokenizer(out_dir: str | os.PathLike | None = None, vocab_size: int | None = None):
@@ -103,26 +116,25 @@ def build_char_tokenizer(out_dir: str | os.PathLike | None = None, vocab_size: i
     return tok
 
 
+def load_char_tokenizer(out_dir: str | os.PathLike):
+    """`build_char_tokenizer` saved to ``out_dir`` and loaded back through ``AutoTokenizer.from_pretrained``
+    (the path a model's tokenizer takes)."""
+    from transformers import AutoTokenizer
+
+    build_char_tokenizer(out_dir)
+    return AutoTokenizer.from_pretrained(str(out_dir))
+
+
 def tiny_qwen2_config(size: str = "xs", vocab_size: int | None = None, tied: bool = True):
     """The ``Qwen2Config`` for a tiny size (see :data:`SIZES`) over the character vocabulary;
     ``tied``: the LM head shares the embedding matrix."""
     from transformers import Qwen2Config
 
-    if size not in SIZES:
-        raise ValueError(f"unknown tiny model size {size!r}; known: {sorted(SIZES)}")
     n_vocab = vocab_size if vocab_size is not None else len(SPECIAL_TOKENS) + len(CHARS)
-    return Qwen2Config(
-        vocab_size=n_vocab,
-        max_position_embeddings=1024,
-        tie_word_embeddings=tied,
-        pad_token_id=0,
-        eos_token_id=1,
-        bos_token_id=None,
-        rms_norm_eps=1e-6,
-        rope_theta=10000.0,
-        attention_dropout=0.0,
-        **SIZES[size],
-    )
+    return Qwen2Config(**tiny_config(
+        n_vocab, size, max_position_embeddings=1024, tie_word_embeddings=tied, pad_token_id=0, eos_token_id=1,
+        bos_token_id=None, rms_norm_eps=1e-6, rope_theta=10000.0, attention_dropout=0.0,
+    ))  # fmt: skip
 
 
 def build_tiny_qwen2(
@@ -151,3 +163,78 @@ def build_tiny_qwen2(
         model.generation_config.eos_token_id = tok.eos_token_id
     model.save_pretrained(str(out))
     return model
+
+
+# ------------------------------------------------------------------------------------------- warm start
+def answer_examples(tokenizer, rows: list[dict]) -> list[tuple[list[int], list[int]]]:
+    """``(prompt ids, answer ids + EOS)`` per RL row: the prompt rendered with the chat template as the RL
+    dataset renders it, the answer its ``reward_model.ground_truth``."""
+    examples = []
+    for row in rows:
+        prompt = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False)
+        p_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        a_ids = tokenizer(row["reward_model"]["ground_truth"], add_special_tokens=False)["input_ids"]
+        examples.append((p_ids, [*a_ids, tokenizer.eos_token_id]))
+    return examples
+
+
+def fine_tune_on_answers(model, examples: list[tuple[list[int], list[int]]], steps: int, batch_size: int,
+                         lr: float, pad_token_id: int, seed: int = 0, weight_decay: float = 0.01,
+                         warmup_steps: int = 0) -> float:  # fmt: skip
+    """A CPU default's warm start, in process: AdamW on the answer tokens only (the prompt is context), on
+    ``batch_size`` examples drawn with ``random.Random(seed)`` each step, the LR ramped up linearly over
+    ``warmup_steps``. Leaves the model in eval mode; returns the last step's loss."""
+    import random
+
+    import torch
+
+    torch.manual_seed(seed)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup_steps)) if warmup_steps else None
+    gen = random.Random(seed)
+    loss = torch.tensor(float("nan"))
+    for _ in range(steps):
+        batch = gen.sample(examples, k=min(batch_size, len(examples)))
+        width = max(len(p) + len(a) for p, a in batch)
+        ids = torch.full((len(batch), width), pad_token_id)
+        labels = torch.full((len(batch), width), -100)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for i, (p, a) in enumerate(batch):
+            ids[i, : len(p) + len(a)] = torch.tensor(p + a)
+            labels[i, len(p) : len(p) + len(a)] = torch.tensor(a)
+            mask[i, : len(p) + len(a)] = 1
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if sched is not None:
+            sched.step()
+    model.eval()
+    return float(loss.detach())
+
+
+def pad_masked_rows(rows: list[tuple[list[int], list[int]]]):
+    """``(ids, attention_mask, loss_mask)`` [N, longest] of ``(token ids, loss mask)`` rows, right-padded
+    with 0 (the loss mask may be shorter than its row)."""
+    import torch
+
+    ids = torch.zeros((len(rows), max(len(i) for i, _ in rows)), dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    attn = torch.zeros_like(ids)
+    for r, (i, m) in enumerate(rows):
+        ids[r, : len(i)] = torch.tensor(i)
+        mask[r, : len(m)] = torch.tensor(m)
+        attn[r, : len(i)] = 1
+    return ids, attn, mask
+
+
+def masked_next_token_loss(model, ids, attention_mask, loss_mask):
+    """Mean next-token cross-entropy over the tokens whose ``loss_mask`` is 1 (a multi-turn warm start
+    trains the model's own turns, not the user's or the tools')."""
+    import torch
+
+    logits = model(input_ids=ids, attention_mask=attention_mask).logits[:, :-1].float()
+    nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="none")
+    m = loss_mask[:, 1:].reshape(-1).float()
+    return (nll * m).sum() / m.sum()

@@ -287,6 +287,27 @@ def test_vision_language_engines_load_the_tokenizer_and_never_sample_placeholder
     kw = translate.sampling_kwargs(params, [1], ignore_eos=False, log_probs=True, suppress_ids=[IMG, VID])
     assert kw["logit_bias"] == {IMG: -100.0, VID: -100.0}
     assert "logit_bias" not in translate.sampling_kwargs(params, [1], ignore_eos=False, log_probs=True)
+def test_the_synchronous_path_never_samples_placeholders_either(monkeypatch):
+    """generate_sequences' SamplingParams carry the placeholders' logit_bias, as agenerate's do (a fake
+    ``vllm`` module records what the rollout builds; the engine is not needed for this)."""
+    import sys
+    import types
+
+    from verl.workers.rollout.vllm_rollout.vllm_rollout import VLLMRollout
+
+    fake = types.ModuleType("vllm")
+    fake.SamplingParams = lambda **kwargs: kwargs
+    monkeypatch.setitem(sys.modules, "vllm", fake)
+    rollout = object.__new__(VLLMRollout)  # only what building the request reads
+    rollout.config, rollout.eos_token_ids, rollout.suppress_ids = rollout_cfg(), [1], [IMG, VID]
+    params = SamplingParams(do_sample=True, temperature=1.0, top_k=-1, top_p=1.0, response_length=4)
+    sync = rollout.vllm_sampling_params(params, log_probs=False)
+    assert sync["logit_bias"] == {IMG: -100.0, VID: -100.0} and sync["stop_token_ids"] == [1]
+    assert rollout.request_sampling_kwargs(params, True, [7])["logit_bias"] == sync["logit_bias"]  # async
+    rollout.suppress_ids = []  # a text model
+    assert "logit_bias" not in rollout.vllm_sampling_params(params, log_probs=False)
+
+
 @pytest.mark.parametrize(("rank", "vllm_rank"), [(4, 8), (8, 8), (9, 16), (64, 64), (320, 320)])
 def test_lora_adapter_sync_turns_on_vllms_lora_path(rank, vllm_rank):
     cfg = rollout_cfg("actor_rollout_ref.rollout.lora_sync=adapter")
@@ -308,7 +329,7 @@ def test_lora_adapter_sync_turns_on_vllms_lora_path(rank, vllm_rank):
          "lora_sync=adapter needs vLLM's LoRA path \\(rollout.name=vllm\\); rollout.name='native'"),
         (["actor_rollout_ref.rollout.lora_sync=adapter", "actor_rollout_ref.rollout.name=vllm"],
          "lora_sync=adapter sends LoRA adapters to the rollout, but LoRA is off"),
-        (["actor_rollout_ref.rollout.lora_sync=adapters"], "lora_sync='adapters' must be one of \\['merged', 'adapter'\\]"),
+        (["actor_rollout_ref.rollout.lora_sync=adapters"], "lora_sync='adapters' is not one of: merged, adapter"),
         (["actor_rollout_ref.rollout.lora_sync=adapter", "actor_rollout_ref.rollout.name=vllm",
           "actor_rollout_ref.model.lora_rank=1024"], "vLLM's LoRA path takes ranks up to 512"),
     ],

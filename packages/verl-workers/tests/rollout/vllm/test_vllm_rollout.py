@@ -80,3 +80,18 @@ def test_copies_of_a_prompt_sample_independently_and_a_seeded_engine_repeats(xs3
     assert len({tuple(r.tolist()) for r in a}) > 1, "the n copies of one prompt sampled the same response"
     assert torch.equal(a, runs["b"])
     assert not torch.equal(a, runs["c"])
+
+
+def test_the_synchronous_path_never_samples_the_suppressed_tokens(worker):
+    """A vision-language model's placeholders are suppressed in generate_sequences too (here: the token
+    greedy decoding picks first, on a text model, standing in for a placeholder)."""
+    prompts = chat_prompt_batch(worker.tokenizer, TEXTS, meta={"validate": True})
+    first = worker.generate_sequences(prompts).batch["responses"][:, 0].tolist()
+    banned = sorted(set(first))
+    worker.rollout.suppress_ids = banned
+    try:
+        got = worker.generate_sequences(prompts)
+    finally:
+        worker.rollout.suppress_ids = []
+    real = got.batch["responses"][got.batch["response_mask"].bool()]
+    assert not set(real.tolist()) & set(banned)

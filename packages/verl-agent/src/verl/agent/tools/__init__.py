@@ -1,6 +1,7 @@
-"""Tools for agent loops: upstream's `verl.tools` API (re-exported), the Hermes parser, built-ins."""
+"""Tools for agent loops: upstream's `verl.tools` API (re-exported), the tool-call formats, built-ins."""
 
 from verl.agent.tools.base import BaseTool, OpenAIFunctionToolSchema, ToolResponse, tool_text
+from verl.agent.tools.formats import ToolCallFormat, tool_call_format  # noqa: E402  (after the parser it uses)
 from verl.agent.tools.function_tool import (
     FUNCTION_TOOL_REGISTRY,
     FunctionTool,
@@ -24,6 +25,7 @@ __all__ = [
     "FunctionTool",
     "OpenAIFunctionToolSchema",
     "ParsedTurn",
+    "ToolCallFormat",
     "ToolResponse",
     "format_tool_call",
     "function_tool",
@@ -31,6 +33,7 @@ __all__ = [
     "load_all_tools",
     "load_tools",
     "parse_tool_calls",
+    "tool_call_format",
     "tool_text",
     "truncate_text",
     "validate_arguments",

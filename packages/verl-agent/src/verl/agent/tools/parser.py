@@ -1,4 +1,5 @@
-"""Hermes / Qwen tool-call format: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``.
+"""Hermes / Qwen tool-call format: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` (the
+``hermes`` entry of `verl.agent.tools.formats`, which holds the other formats).
 
 `parse_tool_calls` never raises on model output: every malformed call becomes an error text that the
 loop sends back to the model as the tool's answer, so the model can learn to call correctly.
@@ -48,15 +49,20 @@ def _parse_one(body: str) -> FunctionCall | str:
         return f"Error: the tool call {_short(body)} is not valid JSON ({e.msg} at char {e.pos})"
     if not isinstance(data, dict) or not isinstance(data.get("name"), str):
         return f'Error: a tool call must be a JSON object with a "name" string, got {_short(body)}'
-    args = data.get("arguments", {})
-    if isinstance(args, str):  # some models emit the arguments as a JSON string
+    return parse_arguments(data["name"], data.get("arguments", {}))
+
+
+def parse_arguments(name: str, args: Any) -> FunctionCall | str:
+    """A call of ``name`` with ``args`` (a JSON object, or its JSON text: some models emit a string), or
+    the error text for the model when they are not a JSON object."""
+    if isinstance(args, str):
         try:
             args = json.loads(args) if args.strip() else {}
         except json.JSONDecodeError:
-            return f"Error: the arguments of tool call {data['name']!r} are not valid JSON: {args!r}"
+            return f"Error: the arguments of tool call {name!r} are not valid JSON: {_short(args)}"
     if not isinstance(args, dict):
-        return f'Error: "arguments" of tool call {data["name"]!r} must be a JSON object, got {args!r}'
-    return FunctionCall(data["name"], args)
+        return f'Error: "arguments" of tool call {name!r} must be a JSON object, got {args!r}'
+    return FunctionCall(name, args)
 
 
 def parse_tool_calls(text: str) -> ParsedTurn:

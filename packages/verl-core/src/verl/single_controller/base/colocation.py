@@ -18,6 +18,7 @@ A Ray backend wraps the class in its ``ClassWithInitArgs`` (``create_colocated_w
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from verl.single_controller.base.decorator import MAGIC_ATTR, registered_methods
@@ -35,15 +36,19 @@ def _user_class(cls: Any) -> Any:
 
 
 def _delegate(role: str, name: str, attrs: dict, is_async: bool):
+    method: Callable[..., Any]
     if is_async:
 
-        async def method(self, *args, **kwargs):
+        async def async_method(self, *args, **kwargs):
             return await getattr(self.fused_worker_dict[role], name)(*args, **kwargs)
 
+        method = async_method
     else:
 
-        def method(self, *args, **kwargs):
+        def sync_method(self, *args, **kwargs):
             return getattr(self.fused_worker_dict[role], name)(*args, **kwargs)
+
+        method = sync_method
 
     method.__name__ = f"{role}_{name}"
     # The role's own method already resolves futures; the group needs the dispatch settings.
@@ -83,7 +88,7 @@ class FusedWorker(Worker):
         return method(*args, **kwargs)
 
 
-def create_colocated_worker_raw_cls(class_dict: dict[str, ClassWithInitArgs]) -> type[FusedWorker]:
+def create_colocated_worker_raw_cls(class_dict: Mapping[str, ClassWithInitArgs]) -> type[FusedWorker]:
     """A ``Worker`` subclass that runs every role of ``class_dict`` in one process (module doc)."""
     if not class_dict:
         raise ValueError("create_colocated_worker_raw_cls needs at least one role")

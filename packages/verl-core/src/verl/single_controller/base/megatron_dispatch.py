@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from verl.protocol import DataProtoFuture
-from verl.single_controller.base.decorator import (
+from verl.single_controller.base.dispatch import (
     _concat_outputs,
     _is_future_list,
     _padding_size_key,

@@ -73,7 +73,7 @@ class Worker:
             apply_worker_threads(float(env["VERL_WORKER_NUM_CPUS"]))
         if env.get("VERL_RAY_TENSOR_TRANSPORT") == "1":
             # Set by RayWorkerGroup: send results back through Ray's object store without extra copies.
-            from verl.single_controller.ray.transport import install_tensor_transport
+            from verl.utils.ray_transport import install_tensor_transport
 
             install_tensor_transport()
 

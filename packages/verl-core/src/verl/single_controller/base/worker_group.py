@@ -13,11 +13,10 @@ from typing import Any
 from verl.single_controller.base.decorator import (
     Dispatch,
     Execute,
-    _padding_size_key,
     registered_methods,
-    remove_padding,
     resolve_dispatch_mode,
 )
+from verl.single_controller.base.dispatch import _padding_size_key, remove_padding
 
 
 class ResourcePool:

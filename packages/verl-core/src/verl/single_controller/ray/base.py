@@ -22,7 +22,7 @@ from verl.single_controller.base.colocation import FusedWorker, create_colocated
 from verl.single_controller.base.decorator import registered_methods
 from verl.single_controller.base.errors import WorkerDiedError, WorkerError
 from verl.single_controller.base.worker import get_free_port
-from verl.single_controller.ray.transport import install_tensor_transport
+from verl.utils.ray_transport import install_tensor_transport
 
 __all__ = [
     "RayResourcePool",

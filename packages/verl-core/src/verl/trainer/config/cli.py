@@ -115,9 +115,16 @@ def render_yaml(schema: type, header: str) -> str:
             if sec not in written:
                 written.add(sec)
                 out.append(f"{'  ' * depth}{parts[depth]}:")
+        indent = "  " * (len(parts) - 1)
+        if isinstance(info.default, dict) and any(isinstance(v, dict) and v for v in info.default.values()):
+            # a nested open dict (e.g. distillation.teacher_models) in block style, readable line by line
+            block = yaml.safe_dump(info.default, sort_keys=False, default_flow_style=False).rstrip().splitlines()
+            out.append(f"{indent}{parts[-1]}:" + (f"  # {info.help}" if info.help else ""))
+            out.extend(f"{indent}  {line}" for line in block)
+            continue
         value = _text(info.default)
         if isinstance(info.default, str) and (value == "" or yaml.safe_load(value) != info.default):
             value = yaml.safe_dump(info.default, default_style="'").strip().removesuffix("\n...")
         comment = f"  # {info.help}" if info.help else ""
-        out.append(f"{'  ' * (len(parts) - 1)}{parts[-1]}: {value}{comment}")
+        out.append(f"{indent}{parts[-1]}: {value}{comment}")
     return "\n".join(out) + "\n"

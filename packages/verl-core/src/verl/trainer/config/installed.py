@@ -1,4 +1,6 @@
-"""Refuse, before Ray starts, an engine or strategy whose package is not installed in this environment.
+"""Refuse, before Ray starts, an engine, strategy, tracker or LoRA run whose package is not installed in
+this environment (optional dependencies are imported only where used, so a missing one would otherwise
+surface minutes into the run).
 
 The names come from the registries' provider hints (``verl.registries``); only the extras that exist in
 verl-workers' pyproject are named. vLLM and SGLang are GPU packages from PyPI; vLLM's CPU build lives in
@@ -27,6 +29,15 @@ STRATEGY_PACKAGES = {
     "fsdp2": ("verl.workers", "pip install verl-workers", ""),
     "megatron": ("megatron.core", "pip install 'verl-workers[megatron]'", ""),
 }
+
+# trainer.logger entry -> (module that must be importable, install line); console and jsonl need nothing
+LOGGER_PACKAGES = {
+    "tensorboard": ("tensorboard", "pip install 'verl-core[tracking]'"),
+    "wandb": ("wandb", "pip install 'verl-core[wandb]'"),
+    "swanlab": ("swanlab", "pip install 'verl-core[swanlab]'"),
+    "mlflow": ("mlflow", "pip install 'verl-core[mlflow]'"),
+}
+LORA_PACKAGE = ("peft", "pip install 'verl-workers[lora]'")
 
 
 def _missing(module: str) -> bool:
@@ -61,3 +72,12 @@ def check_installed(cfg: DictConfig, problems: list[str]) -> None:
             module, line, _ = STRATEGY_PACKAGES[strategy]
             if _missing(module):
                 problems.append(f"{key}={strategy} needs {module}, which is not installed: {line}")
+    for name in cfg.trainer.logger:
+        if name in LOGGER_PACKAGES and _missing(LOGGER_PACKAGES[name][0]):
+            module, line = LOGGER_PACKAGES[name]
+            problems.append(f"trainer.logger entry {name} needs {module}, which is not installed: {line}")
+    model = arr.model
+    if (model.lora_rank or 0) > 0 or model.lora_adapter_path:
+        module, line = LORA_PACKAGE
+        if _missing(module):
+            problems.append(f"actor_rollout_ref.model LoRA (lora_rank > 0 or lora_adapter_path) needs {module}, which is not installed: {line}")

@@ -14,6 +14,7 @@ wrong type) is collected and raised together as one `ConfigError`.
 
 from __future__ import annotations
 
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +63,19 @@ def load_config(argv: list[str] | None = None, *, schema: type = PPOTrainerConfi
     problems = refused + upstream.check_mirrors(lambda key, default: _select(cfg, key, default), mirrors)
     if problems:
         raise ConfigError(problems)
+    _EXPLICIT[id(cfg)] = frozenset(s.key for s in settings)
+    weakref.finalize(cfg, _EXPLICIT.pop, id(cfg), None)
     return cfg
+
+
+_EXPLICIT: dict[int, frozenset[str]] = {}
+
+
+def explicit_keys(cfg: DictConfig) -> frozenset[str]:
+    """The keys ``cfg``'s files and overrides set (any value, the default included); empty for a config that
+    `load_config` did not make. Validation accepts a gated key when the config sets the gate's switch itself
+    (`verl.trainer.config.fields.Gate`)."""
+    return _EXPLICIT.get(id(cfg), frozenset())
 
 
 def config_to_yaml(cfg: DictConfig) -> str:

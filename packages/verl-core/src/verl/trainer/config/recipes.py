@@ -47,6 +47,8 @@ def load_with_built_in(
     unset = [key for key in keys if not OmegaConf.select(cfg, key)]
     if unset:
         validate(load([*argv, *(f"{key}={BUILT_IN}" for key in unset)]))
+    # what the assets read of the config is as the run will have it (read-only, as validated configs are)
+    OmegaConf.set_readonly(cfg, True)
     extra = overrides(cfg, unset)
     if extra:
         cfg = load([*argv, *extra])

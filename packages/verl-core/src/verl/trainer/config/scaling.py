@@ -10,9 +10,11 @@ kernels need a CUDA device and the ``liger-kernel`` package. ``use_fused_kernels
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from verl.trainer.config.derived import resolve_device
 
@@ -21,17 +23,36 @@ _ACTOR = "actor_rollout_ref.actor"
 
 def check_scaling(cfg: DictConfig, problems: list[str], ws: int, critic: bool, ref: bool) -> None:
     arr = cfg.actor_rollout_ref
-    roles = [(_ACTOR, arr.actor, arr.actor.strategy, "actor_rollout_ref.model", arr.model)]
+    roles = [(_ACTOR, arr.actor, arr.actor.strategy, "actor_rollout_ref.model", arr.model, f"{_ACTOR}.fsdp_config")]
     if ref:
-        roles.append(
-            ("actor_rollout_ref.ref", arr.ref, arr.ref.strategy, "actor_rollout_ref.model", arr.model)
-        )
+        roles.append(("actor_rollout_ref.ref", arr.ref, arr.ref.strategy, "actor_rollout_ref.model", arr.model,
+                      "actor_rollout_ref.ref.fsdp_config"))
     if critic:
-        roles.append(("critic", cfg.critic, cfg.critic.strategy, "critic.model", cfg.critic.model))
-    for key, section, strategy, model_key, model in roles:
+        roles.append(("critic", cfg.critic, cfg.critic.strategy, "critic.model", cfg.critic.model,
+                      "critic.model.fsdp_config"))
+    for key, section, strategy, model_key, model, fsdp_key in roles:
         _check_sp(problems, ws, key, int(section.ulysses_sequence_parallel_size), strategy, model_key, model)
+        if strategy in ("fsdp", "fsdp2"):
+            _check_fsdp_size(problems, ws, fsdp_key, int(OmegaConf.select(cfg, f"{fsdp_key}.fsdp_size")), key, strategy)
     if bool(arr.model.use_liger):
         _check_liger(cfg, problems)
+    if bool(arr.actor.freeze_vision_tower):
+        _check_vision_tower(arr.model.path, problems)
+    # the engines refuse these for image inputs, but only at the first forward pass of a step
+    vl_unsupported = {"use_remove_padding": "whose M-RoPE (3-D) position ids the packed forward does not support yet",
+                      "use_fused_kernels": "which the fused kernels' language-model-only forward cannot take images into"}
+    on = [flag for flag in vl_unsupported if bool(arr.model[flag])]
+    if on and _has_vision_tower(arr.model.path):
+        for flag in on:
+            problems.append(f"actor_rollout_ref.model.{flag}=true: the model at {arr.model.path} is a vision-language "
+                            f"model, {vl_unsupported[flag]}; set it to false")
+    if bool(arr.model.enable_activation_offload):
+        key = "actor_rollout_ref.model.enable_activation_offload=true"
+        if resolve_device(cfg) == "cpu":
+            problems.append(f"{key} means nothing on CPU (activations already live in host memory); set it to false")
+        elif not bool(arr.model.enable_gradient_checkpointing):
+            problems.append(f"{key} offloads what gradient checkpointing saves; set "
+                            "actor_rollout_ref.model.enable_gradient_checkpointing=true too")
     _check_fused_backend(cfg, problems)
     if arr.actor.strategy == "megatron":
         for flag, value in (
@@ -61,6 +82,36 @@ def _check_sp(problems, ws: int, key: str, sp: int, strategy: str, model_key: st
         problems.append(f"{what} is implemented for strategy fsdp2; {key}.strategy is {strategy!r}")
     if not bool(model.use_remove_padding):
         problems.append(f"{what} splits packed sequences; set {model_key}.use_remove_padding=true")
+
+
+def _has_vision_tower(path: str | None) -> bool:
+    """A local model folder whose config.json has a ``vision_config`` (a hub id: unknown here, False)."""
+    config = Path(str(path)) / "config.json"
+    return bool(path) and config.is_file() and "vision_config" in json.loads(config.read_text())
+
+
+def _check_vision_tower(path: str | None, problems: list[str]) -> None:
+    """A local model folder's config.json says whether there is a vision tower to freeze (a hub id is left
+    to the worker, which refuses a text model too)."""
+    config = Path(str(path)) / "config.json"
+    if path and config.is_file() and "vision_config" not in json.loads(config.read_text()):
+        problems.append(
+            f"actor_rollout_ref.actor.freeze_vision_tower=true: the model at {path} has no vision tower (its "
+            "config.json has no vision_config); set it to false"
+        )
+
+
+def _check_fsdp_size(problems: list[str], ws: int, fsdp_key: str, size: int, key: str, strategy: str) -> None:
+    """The engine's hybrid sharding (verl.workers.engine.fsdp): ``fsdp_size`` ranks per shard group."""
+    if size <= 0 or size >= ws:
+        return  # one shard group of every worker
+    if ws % size:
+        problems.append(f"{fsdp_key}.fsdp_size={size} must divide the {ws} workers (trainer.nnodes * n_gpus_per_node)")
+    elif strategy != "fsdp2":
+        problems.append(
+            f"{fsdp_key}.fsdp_size={size} < {ws} workers shards in groups (HSDP), which strategy fsdp2 implements; "
+            f"{key}.strategy is {strategy!r}: use fsdp2 or fsdp_size=-1"
+        )
 
 
 def _check_liger(cfg: DictConfig, problems: list[str]) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import warnings
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from verl.trainer.config.derived import (
     resolve_device,
@@ -18,10 +18,13 @@ from verl.trainer.config.derived import (
     use_reference_policy,
     world_size,
 )
-from verl.trainer.config.fields import ConfigError, schema_fields
+from verl.trainer.config.distillation import check_distillation
+from verl.trainer.config.field_checks import field_problems, one_of
+from verl.trainer.config.fields import ConfigError
 from verl.trainer.config.installed import check_installed
 from verl.trainer.config.lora import check_lora
 from verl.trainer.config.megatron import check_megatron, data_parallel_size
+from verl.trainer.config.rewards import check_reward, check_reward_scheduling
 from verl.trainer.config.scaling import check_scaling
 
 # Estimators whose baseline is the group of n samples: with n == 1 every advantage is 0.
@@ -39,8 +42,10 @@ def validate_config(cfg: DictConfig) -> None:
     _check_sizes(cfg, problems)
     _check_algorithm(cfg, problems)
     _check_trainer(cfg, problems)
-    check_scaling(cfg, problems, world_size(cfg), use_critic(cfg), use_reference_policy(cfg))
+    check_reward_scheduling(cfg, problems)
+    check_scaling(cfg, problems, world_size(cfg), use_critic(cfg), _reference_runs(cfg))
     check_installed(cfg, problems)
+    _check_tool_call_format(cfg, problems)
     if cfg.actor_rollout_ref.model.custom_chat_template is not None and cfg.actor_rollout_ref.rollout.multi_turn.enable:
         problems.append(
             "actor_rollout_ref.model.custom_chat_template applies to the driver's tokenizer (single-turn prompts); "
@@ -48,43 +53,13 @@ def validate_config(cfg: DictConfig) -> None:
             "tokenizer_config.json instead"
         )
     check_lora(cfg, problems)
+    check_distillation(cfg, problems, _distillation_loss_settings)
     if "megatron" in (cfg.actor_rollout_ref.actor.strategy, cfg.actor_rollout_ref.ref.strategy, cfg.critic.strategy):
         on_cpu = resolve_device(cfg) == "cpu"
         check_megatron(cfg, problems, world_size(cfg), use_critic(cfg), on_cpu)
     if problems:
         raise ConfigError(problems)
     OmegaConf.set_readonly(cfg, True)
-
-
-def field_problems(cfg: DictConfig) -> list[str]:
-    """The schema's own rules, from its fields' metadata: ``choices``, ``refused`` (any value but the
-    default) and ``engines`` (read only by those rollout engines: any other refuses a value but the default)."""
-    problems = []
-    for key, info in schema_fields(OmegaConf.get_type(cfg)).items():
-        value = OmegaConf.select(cfg, key)
-        if isinstance(value, (DictConfig, ListConfig)):
-            value = OmegaConf.to_container(value, resolve=True)
-        if info.choices is not None and isinstance(value, list):
-            for entry in value:
-                _one_of(problems, f"{key} entry", entry, info.choices)
-        elif info.choices is not None and value not in info.choices:
-            _one_of(problems, key, value, info.choices)
-        elif info.refused is not None and value != info.default:
-            problems.append(f"{key}={value!r}: {info.refused} (accepted only at its default, {info.default!r})")
-        elif info.engines is not None and value != info.default:
-            engine = OmegaConf.select(cfg, key.rsplit(".", 1)[0] + ".name")
-            if engine not in info.engines:
-                problems.append(
-                    f"{key}={value!r} is read by the {' and '.join(info.engines)} rollout only; the {engine} rollout "
-                    f"does not read it: leave it at its default ({info.default!r}) or use rollout.name="
-                    f"{info.engines[0]}"
-                )
-    return problems
-
-
-def _one_of(problems: list[str], key: str, value, allowed) -> None:
-    if value not in allowed:
-        problems.append(f"{key}={value!r} is not one of: {', '.join(map(str, allowed))}")
 
 
 def _check_required(cfg: DictConfig, problems: list[str]) -> None:
@@ -174,6 +149,20 @@ def _check_sizes(cfg: DictConfig, problems: list[str]) -> None:
             _positive(
                 problems, f"{key}.log_prob_micro_batch_size_per_gpu", sub.log_prob_micro_batch_size_per_gpu
             )
+    if rollout.response_length != data.max_response_length:
+        problems.append(
+            f"actor_rollout_ref.rollout.response_length={rollout.response_length} differs from "
+            f"data.max_response_length={data.max_response_length}: responses are generated up to "
+            "rollout.response_length and nothing else reads data.max_response_length; set data.max_response_length "
+            "(rollout.response_length follows it)"
+        )
+    for engine in sorted(set(rollout.engine_kwargs) - {rollout.name}):
+        options = rollout.engine_kwargs[engine]
+        options = OmegaConf.to_container(options, resolve=True) if isinstance(options, DictConfig) else options
+        problems.append(
+            f"actor_rollout_ref.rollout.engine_kwargs.{engine}={options} are options of the {engine} engine, which "
+            f"rollout.name={rollout.name} does not run; remove them or use rollout.name={engine}"
+        )
     if rollout.prompt_length < data.max_prompt_length:
         problems.append(
             f"actor_rollout_ref.rollout.prompt_length={rollout.prompt_length} is shorter than "
@@ -268,6 +257,12 @@ def _check_algorithm(cfg: DictConfig, problems: list[str]) -> None:
         actor.policy_loss.loss_mode,
         "get_policy_loss_fn",
     )
+    clip, low, high = float(actor.clip_ratio), float(actor.clip_ratio_low), float(actor.clip_ratio_high)
+    if clip != 0.2 and low != clip and high != clip:  # both sides set apart from it: it reaches no loss
+        problems.append(
+            f"actor_rollout_ref.actor.clip_ratio={clip} reaches the loss only through clip_ratio_low/high, which "
+            f"this config sets to {low}/{high}; leave it at its default (0.2) or drop the sides it should set"
+        )
     dro_beta = actor.policy_loss.dro_beta
     if actor.policy_loss.loss_mode == "dro" and (dro_beta is None or float(dro_beta) <= 0):
         problems.append(
@@ -327,11 +322,6 @@ def _check_algorithm(cfg: DictConfig, problems: list[str]) -> None:
             "actor_rollout_ref.rollout.calculate_log_probs=false, so the rollout returns none; set "
             "rollout.calculate_log_probs=true (or use_rollout_log_probs=false to recompute them)"
         )
-    if cfg.reward.launch_reward_fn_async and algo.filter_groups.enable:
-        problems.append(
-            "reward.launch_reward_fn_async=true scores while the log-probs are computed, but "
-            "algorithm.filter_groups.enable=true drops groups by score before those passes; use one of them"
-        )
     val_n = cfg.actor_rollout_ref.rollout.val_kwargs.n
     if int(val_n) < 1:
         problems.append(f"actor_rollout_ref.rollout.val_kwargs.n={val_n} must be >= 1")
@@ -339,7 +329,15 @@ def _check_algorithm(cfg: DictConfig, problems: list[str]) -> None:
         problems.append(
             "algorithm.filter_groups.enable=true needs algorithm.filter_groups.metric (e.g. acc or score)"
         )
+    rollout = cfg.actor_rollout_ref.rollout
+    if algo.filter_groups.enable and not rollout.do_sample and int(rollout.n) > 1:
+        problems.append(
+            "actor_rollout_ref.rollout.do_sample=false gives every trajectory of a prompt the same tokens, so "
+            "under algorithm.filter_groups.enable=true no group's metric ever varies and generation would never "
+            "fill a batch; sample (do_sample=true) or turn dynamic sampling off"
+        )
     _check_rollout_correction(cfg, problems)
+    check_reward(cfg, problems)
 
 
 def _check_rollout_correction(cfg: DictConfig, problems: list[str]) -> None:
@@ -347,34 +345,51 @@ def _check_rollout_correction(cfg: DictConfig, problems: list[str]) -> None:
     key = "algorithm.rollout_correction"
     if not float(rc.rollout_is_threshold) > 0:
         problems.append(f"{key}.rollout_is_threshold={rc.rollout_is_threshold} must be > 0 (the weights' upper bound)")
+    if rc.bypass_mode and cfg.actor_rollout_ref.actor.use_rollout_log_probs:
+        problems.append(
+            f"{key}.bypass_mode=true and actor_rollout_ref.actor.use_rollout_log_probs=true both make the rollout's "
+            "log-probs the old log-probs; set one of them"
+        )
     needs_lp = [k for k in ("rollout_is", "bypass_mode") if rc[k]]
     if needs_lp and not cfg.actor_rollout_ref.rollout.calculate_log_probs:
         problems.append(
             f"{key}.{'/'.join(needs_lp)} compares with the rollout's log-probs, but "
             "actor_rollout_ref.rollout.calculate_log_probs=false; set it to true"
         )
-    if rc.rollout_is is not None and (rc.bypass_mode or cfg.actor_rollout_ref.actor.use_rollout_log_probs):
-        warnings.warn(
-            f"{key}.rollout_is={rc.rollout_is} has no effect when the rollout's log-probs are the old "
-            "log-probs (bypass_mode or actor.use_rollout_log_probs): the PPO ratio is already pi / pi_rollout",
-            stacklevel=3,
-        )
 
 
 def _check_registered(problems: list[str], key: str, name: str, getter: str) -> None:
-    """Ask core_algos' registry when it is importable (another package part may not be installed yet)."""
-    try:
-        if getter == "get_adv_estimator_fn":
-            from verl.trainer.ppo.core_algos import get_adv_estimator_fn as get
-        else:
-            from verl.trainer.ppo.core_algos import get_policy_loss_fn as get
-    except ImportError:
-        return
+    """Ask core_algos' registry (where recipes register theirs too) whether ``name`` is there, in its words."""
+    if getter == "get_adv_estimator_fn":
+        from verl.trainer.ppo.core_algos import get_adv_estimator_fn as get
+    else:
+        from verl.trainer.ppo.core_algos import get_policy_loss_fn as get
     try:
         get(name)
     except (KeyError, ValueError, NotImplementedError) as e:
         msg = e.args[0] if e.args else str(e)
         problems.append(f"{key}={name!r}: {msg}")
+
+
+def _distillation_loss_settings(name: str):
+    """What the divergence ``name`` needs from a teacher, from core_algos' registry (an unknown name raises)."""
+    from verl.trainer.ppo.core_algos import get_distillation_loss_settings
+
+    return get_distillation_loss_settings(name)
+
+
+def _check_tool_call_format(cfg: DictConfig, problems: list[str]) -> None:
+    """``multi_turn.format`` names the agent loops' tool-call format (``verl.registries.TOOL_CALL_FORMATS``,
+    filled by verl-agent); an unknown one is refused with the supported ones."""
+    mt = cfg.actor_rollout_ref.rollout.multi_turn
+    if not mt.enable and mt.format == "hermes":
+        return
+    from verl.registries import TOOL_CALL_FORMATS
+
+    try:
+        TOOL_CALL_FORMATS.get(mt.format)
+    except KeyError as e:
+        problems.append(f"actor_rollout_ref.rollout.multi_turn.format={mt.format!r}: {e}")
 
 
 def _check_trainer(cfg: DictConfig, problems: list[str]) -> None:
@@ -414,7 +429,10 @@ def _check_offload_on_cpu(cfg: DictConfig, problems: list[str]) -> None:
     """Offload moves state from the GPU to host memory; on CPU it already lives there. The engine
     rejects the flags too, but only inside a started worker: say it before Ray starts."""
     flagged = {}
-    for where, section in _fsdp_sections(cfg).items():
+    sections = dict(_fsdp_sections(cfg))
+    if cfg.reward.reward_model.enable:
+        sections["reward.reward_model.model.fsdp_config"] = cfg.reward.reward_model.model.fsdp_config
+    for where, section in sections.items():
         on = [flag for flag in _OFFLOAD_FLAGS if bool(section[flag])]
         if on:
             flagged[where] = on
@@ -447,7 +465,7 @@ def fsdp_precision_problems(where: str, section: DictConfig, trained: bool) -> l
                        ("mixed_precision.reduce_dtype", mp.reduce_dtype),
                        ("mixed_precision.buffer_dtype", mp.buffer_dtype)):
         names = (*DTYPE_NAMES, "auto") if key == "mixed_precision.param_dtype" else tuple(DTYPE_NAMES)
-        _one_of(problems, f"{where}.{key}", str(value), names)
+        one_of(problems, f"{where}.{key}", str(value), names)
     if trained and DTYPE_NAMES.get(str(mp.param_dtype)) == "float16":
         problems.append(
             f"{where}.mixed_precision.param_dtype={mp.param_dtype} trains in fp16, which needs loss scaling "
@@ -463,12 +481,17 @@ def fsdp_precision_problems(where: str, section: DictConfig, trained: bool) -> l
     return problems
 
 
+def _reference_runs(cfg: DictConfig) -> bool:
+    """The reference runs for a KL term, or always where the schema's reference section has no gate (a
+    recipe whose loss needs it: SPIN's DPO)."""
+    return use_reference_policy(cfg) or OmegaConf.get_type(cfg.actor_rollout_ref.ref).READ_WHEN is None
+
+
 def _fsdp_sections(cfg: DictConfig) -> dict[str, DictConfig]:
     arr = cfg.actor_rollout_ref
-    sections = {
-        "actor_rollout_ref.actor.fsdp_config": arr.actor.fsdp_config,
-        "actor_rollout_ref.ref.fsdp_config": arr.ref.fsdp_config,
-    }
+    sections = {"actor_rollout_ref.actor.fsdp_config": arr.actor.fsdp_config}
+    if _reference_runs(cfg):
+        sections["actor_rollout_ref.ref.fsdp_config"] = arr.ref.fsdp_config
     if use_critic(cfg):
         sections["critic.model.fsdp_config"] = cfg.critic.model.fsdp_config
     return sections

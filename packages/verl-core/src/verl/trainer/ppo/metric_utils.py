@@ -10,9 +10,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator, Mapping
-from typing import Any
 
-import numpy as np
 import torch
 
 from verl.protocol import DataProto
@@ -22,6 +20,7 @@ from verl.trainer.ppo.val_metrics import (  # upstream keeps these here
     process_validation_metrics,
     val_metrics_dict,
 )
+from verl.utils.metric import reduce_metrics  # upstream's: max / min by the name, else the mean
 
 __all__ = [
     "bootstrap_metric",
@@ -44,19 +43,6 @@ def marked_timer(name: str, timing_raw: dict[str, float]) -> Iterator[None]:
         yield
     finally:
         timing_raw[name] = timing_raw.get(name, 0.0) + time.perf_counter() - start
-
-
-def reduce_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
-    """Mean of each metric; workers report lists (one entry per micro-batch / worker)."""
-    out = {}
-    for k, v in metrics.items():
-        if isinstance(v, list | tuple | np.ndarray):
-            out[k] = float(np.mean(v)) if len(v) else float("nan")
-        elif isinstance(v, torch.Tensor):
-            out[k] = float(v.float().mean().item())
-        else:
-            out[k] = float(v)
-    return out
 
 
 def _stats(prefix: str, values: torch.Tensor) -> dict[str, float]:

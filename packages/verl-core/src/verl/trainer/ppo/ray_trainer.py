@@ -1,52 +1,70 @@
-"""The PPO-family trainer: a single controller driving worker groups through named stages.
+"""The PPO-family trainer: a single controller driving worker groups through a pipeline of named stages.
 
-One training step (``_train_step``) reads as the algorithm does::
+One training step (``train_step``) runs the pipeline ``build_pipeline`` makes for the config::
 
-    generate -> reward -> filter -> old log-prob -> ref log-prob -> values -> advantage
-             -> update critic -> update actor (after trainer.critic_warmup)
+    gen -> reward -> filter -> balance -> old_log_prob -> ref -> values -> adv -> update_critic -> update_actor
 
-Each stage is a method ``_stage_<name>(batch, metrics) -> batch`` that a subclass or a recipe overrides
-on its own (e.g. DAPO's dynamic sampling overrides ``_stage_filter``). Validation, checkpointing and
-resuming live in ``verl.trainer.ppo.stages`` (mixed in here) to keep this file about the loop.
+(with ``distillation.enabled`` also ``teacher`` after ``ref``, and ``gkd_mix`` after ``gen`` when lmbda < 1).
+
+Stage ``X`` is the public method ``stage_X`` (``verl.trainer.ppo.stages``), timed as ``timing_s/X``; the
+pipeline (``verl.trainer.ppo.pipeline``) lets a subclass insert, replace or wrap stages by name. Data,
+validation, checkpoints and tracking live in their own modules, mixed in here, so this file is the loop.
+A recipe overrides public methods only; defining one of the old private hook names is an error that
+names the public one (`PRIVATE_HOOKS`).
 """
 
 from __future__ import annotations
 
-import copy
-import uuid
-from collections.abc import Callable
+from functools import cached_property
 from typing import Any
 
-import numpy as np
-import torch
 from omegaconf import DictConfig
 
 from verl.protocol import DataProto
 from verl.single_controller.base.resource_pool_manager import ResourcePoolManager
 from verl.trainer.config import resolve_device, use_critic, use_reference_policy
+from verl.trainer.config.distillation import distillation_enabled
+from verl.trainer.distillation import teacher_pool
 from verl.trainer.ppo import core_algos
-from verl.trainer.ppo.balance import balance_batch
-from verl.trainer.ppo.dumps import REWARD_EXTRA_KEYS, rollout_records, write_generations
+from verl.trainer.ppo.checkpointing import CheckpointMixin, NothingToTrainError
+from verl.trainer.ppo.distillation_losses import teacher_topk
+from verl.trainer.ppo.dynamic_sampling import group_accumulator_for
 from verl.trainer.ppo.metric_utils import (
     compute_data_metrics,
     compute_throughout_metrics,
     compute_timing_metrics,
     marked_timer,
-    reduce_metrics,
 )
-from verl.trainer.ppo.reward import compute_reward
-from verl.trainer.ppo.roles import Role, merge_outputs, naming_step
-from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
-from verl.trainer.ppo.stages import NothingToTrainError, TrainerIOMixin
+from verl.trainer.ppo.pipeline import Pipeline, Stage
+from verl.trainer.ppo.progress import ProgressMixin
+from verl.trainer.ppo.reward_loop import RewardLoop
+from verl.trainer.ppo.roles import Role, naming_step
+from verl.trainer.ppo.stages import StagesMixin
+from verl.trainer.ppo.trainer_data import TrainerDataMixin
+from verl.trainer.ppo.validation import ValidationMixin
+from verl.trainer.ppo.worker_groups import ActorRolloutRefGroup, CriticGroup, RewardModelGroup, TeacherGroup
 from verl.utils.device import seed_everything
 
 __all__ = ["NothingToTrainError", "RayPPOTrainer", "ResourcePoolManager", "Role"]
 
-# Prompt tensors the rollout replaces with prompt+response tensors of the same names.
-_PROMPT_TENSOR_KEYS = ("input_ids", "attention_mask", "position_ids")
+#: Old private hook -> the public method to override instead (upstream's private names included).
+PRIVATE_HOOKS = {
+    "_stage_generate": "stage_gen", "_stage_reward": "stage_reward", "_stage_filter": "stage_filter",
+    "_stage_old_log_prob": "stage_old_log_prob", "_stage_ref_log_prob": "stage_ref",
+    "_stage_values": "stage_values", "_stage_advantage": "stage_adv", "_stage_update_critic": "stage_update_critic",
+    "_stage_update_actor": "stage_update_actor", "_greedy_baseline": "stage_greedy_baseline",
+    "_balance_batch": "stage_balance", "_train_step": "train_step", "_rule_reward": "rule_reward",
+    "_gen_input": "rollout_input", "_launch_reward": "build_pipeline (an overlapping Stage)",
+    "_role_init_kwargs": "role_init_kwargs", "_spawn_ray_worker_groups": "spawn_worker_groups",
+    "_validate": "validate", "_val_metrics_update": "val_metrics_update", "_save_checkpoint": "save_checkpoint",
+    "_load_checkpoint": "load_checkpoint", "_save_worker_checkpoints": "save_worker_checkpoints",
+    "_load_worker_checkpoints": "load_worker_checkpoints", "_trainer_state": "trainer_state",
+    "_create_dataloader": "create_dataloader", "_build_loader": "build_loader", "_next_batch": "next_batch",
+    "_make_logger": "make_logger", "_dump_rollout_data": "dump_rollout_data",
+}  # fmt: skip
 
 
-class RayPPOTrainer(TrainerIOMixin):
+class RayPPOTrainer(TrainerDataMixin, ValidationMixin, CheckpointMixin, ProgressMixin, StagesMixin):
     """Drives the PPO-family dataflow over Ray worker groups.
 
     Args:
@@ -64,6 +82,22 @@ class RayPPOTrainer(TrainerIOMixin):
     #: A subclass that runs the rollout on a resource pool of its own (its own ``init_workers`` and
     #: loop, e.g. recipes/fully_async) sets this, so ``actor_rollout_ref.hybrid_engine=false`` is accepted.
     separate_rollout_pool: bool = False
+
+    # The role worker groups (built by init_workers); their methods are the workers' (ppo.worker_groups).
+    actor_rollout_wg: ActorRolloutRefGroup
+    ref_policy_wg: ActorRolloutRefGroup
+    critic_wg: CriticGroup
+    rm_wg: RewardModelGroup
+    teacher_wgs: dict[str, TeacherGroup]  # on-policy distillation: {routing key: teacher group}
+
+    def __init_subclass__(cls, **kwargs: Any):
+        super().__init_subclass__(**kwargs)
+        stale = {name: PRIVATE_HOOKS[name] for name in vars(cls) if name in PRIVATE_HOOKS}
+        if stale:
+            raise TypeError(
+                f"{cls.__name__} overrides private trainer methods the loop no longer calls: "
+                + ", ".join(f"{old} (override {new})" for old, new in stale.items())
+            )
 
     def __init__(
         self,
@@ -115,9 +149,20 @@ class RayPPOTrainer(TrainerIOMixin):
         if self.use_rm and Role.RewardModel not in self.role_worker_mapping:
             raise ValueError("reward.reward_model.enable=true but role_worker_mapping has no Role.RewardModel")
 
+        if config.reward.use_reward_loop:  # scores samples while the batch generates (ppo.reward_loop)
+            if self.separate_rollout_pool:
+                raise ValueError(
+                    f"reward.use_reward_loop=true is core's loop for the colocated rollout; {type(self).__name__} "
+                    "generates on a rollout pool of its own and scores each sample as it finishes already; set "
+                    "reward.use_reward_loop=false"
+                )
+            self.reward_loop = RewardLoop(reward_fn, int(config.reward.num_workers))
         algo = config.algorithm
         self.kl_ctrl_in_reward = core_algos.get_kl_controller(algo.kl_ctrl) if algo.use_kl_in_reward else None
-        self._create_dataloader(train_dataset, val_dataset, collate_fn, train_sampler)
+        pad = tokenizer.pad_token_id if tokenizer is not None else None
+        self.group_accumulator = group_accumulator_for(config, pad)  # None unless filter_groups.enable
+        self.teacher_wgs = {}
+        self.create_dataloader(train_dataset, val_dataset, collate_fn, train_sampler)
 
     # ------------------------------------------------------------------------------------- workers
     def init_workers(self) -> None:
@@ -129,9 +174,9 @@ class RayPPOTrainer(TrainerIOMixin):
         cfg = self.config
         steps = self.total_training_steps
         env = dict(device=self.device_name, seed=int(cfg.trainer.seed))  # every worker: device, seed (+ rank)
-        roles: dict[Role, dict[str, Any]] = {
+        roles: dict[Any, dict[str, Any]] = {
             self.actor_role: dict(config=cfg.actor_rollout_ref, role=str(self.actor_role), total_training_steps=steps,
-                                  **env)
+                                  **env, **teacher_pool.actor_distillation_kwargs(cfg))
         }
         if self.use_critic:
             roles[Role.Critic] = dict(config=cfg.critic, total_training_steps=steps, **env)
@@ -139,7 +184,10 @@ class RayPPOTrainer(TrainerIOMixin):
             roles[Role.RefPolicy] = dict(config=cfg.actor_rollout_ref, role=str(Role.RefPolicy), **env)
         if self.use_rm:
             roles[Role.RewardModel] = dict(config=cfg.reward.reward_model, **env)
-        roles = self._role_init_kwargs(roles)
+        if distillation_enabled(cfg):
+            topk = teacher_topk(cfg.distillation.distillation_loss)
+            roles.update(teacher_pool.teacher_init_kwargs(cfg, env, self.role_worker_mapping, topk))
+        roles = self.role_init_kwargs(roles)
         # The driver's torch threads (verl.utils.cpu_threads): all this process's CPUs when the worker
         # computes in it; one when the workers are Ray processes and the driver only moves batches, so
         # its thread pool never competes with theirs for the cores.
@@ -155,7 +203,7 @@ class RayPPOTrainer(TrainerIOMixin):
                 for role, kwargs in roles.items()
             }
         else:
-            all_wg = self._spawn_ray_worker_groups(roles)
+            all_wg = self.spawn_worker_groups(roles)
 
         # Actor last: a real rollout engine sizes its cache from the memory the others left.
         if self.use_critic:
@@ -167,12 +215,13 @@ class RayPPOTrainer(TrainerIOMixin):
         if self.use_rm:
             self.rm_wg = all_wg[str(Role.RewardModel)]
             self.rm_wg.init_model()
+        self.teacher_wgs = teacher_pool.start_teachers(all_wg, cfg)
         self.actor_rollout_wg = all_wg[str(self.actor_role)]
         self.actor_rollout_wg.init_model()
         if self.ref_in_actor:
             self.ref_policy_wg = self.actor_rollout_wg
 
-    def _role_init_kwargs(self, roles: dict[Role, dict[str, Any]]) -> dict[Role, dict[str, Any]]:
+    def role_init_kwargs(self, roles: dict[Role, dict[str, Any]]) -> dict[Role, dict[str, Any]]:
         """Hook: the constructor keywords of each role's worker class, before any worker starts.
 
         A recipe whose worker takes more than core passes (e.g. ``total_training_steps`` for a reward model
@@ -180,7 +229,7 @@ class RayPPOTrainer(TrainerIOMixin):
         """
         return roles
 
-    def _spawn_ray_worker_groups(self, roles: dict[Role, dict[str, Any]]) -> dict[str, Any]:
+    def spawn_worker_groups(self, roles: dict[Role, dict[str, Any]]) -> dict[str, Any]:
         """The resource pools, then one Ray worker group per pool holding its roles (colocated)."""
         from verl.single_controller.ray import RayClassWithInitArgs, create_colocated_worker_cls
 
@@ -211,186 +260,68 @@ class RayPPOTrainer(TrainerIOMixin):
         """Total worker slots over all pools (GPUs, or CPU workers), for throughput per worker."""
         return sum(sum(nodes) for nodes in self.resource_pool_manager.resource_pool_spec.values())
 
-    # -------------------------------------------------------------------------------------- stages
-    def _stage_generate(self, batch: DataProto, metrics: dict) -> DataProto:
-        """Give each prompt a ``uid``, repeat it ``rollout.n`` times (group rows adjacent), generate."""
-        rollout = self.config.actor_rollout_ref.rollout
-        batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
-        batch = batch.repeat(repeat_times=rollout.n, interleave=True)
-        gen_batch = self._gen_input(batch, do_sample=rollout.do_sample, validate=False)
-        output = self.actor_rollout_wg.generate_sequences(gen_batch)
+    # ------------------------------------------------------------------------------------ the step
+    def build_pipeline(self) -> Pipeline:
+        """The stages of one step, in order, for this config (built once, as ``self.pipeline``).
+
+        A recipe overrides this to insert, replace or wrap stages by name (``ppo.pipeline``). With
+        ``reward.launch_reward_fn_async`` the reward stage overlaps the log-prob and value passes (they do
+        not need the scores) and is joined before the filter, which then runs after those passes; the
+        batch is balanced before scoring starts, as the scored snapshot must have the final row order.
+        With ``reward.use_reward_loop`` the stages stay the same: ``gen`` generates in chunks and the reward
+        loop scores each while the next generates; ``reward`` collects the scores (``ppo.reward_loop``).
+        """
+        stages = [Stage("gen", self.stage_gen)]
         if self.config.algorithm.adv_estimator == "remax":
-            batch.batch["reward_baselines"] = self._greedy_baseline(gen_batch)
-        batch.pop(batch_keys=list(_PROMPT_TENSOR_KEYS))
-        batch, gen_metrics = merge_outputs(batch, output)
-        metrics.update(reduce_metrics(gen_metrics))
-        return batch
-
-    def _stage_reward(self, batch: DataProto, metrics: dict) -> DataProto:
-        """Model reward (``rm_scores``) when enabled, then the rule reward -> ``token_level_scores``."""
-        if self.use_rm:
-            batch, rm_metrics = merge_outputs(batch, self.rm_wg.compute_rm_score(batch))
-            metrics.update(reduce_metrics(rm_metrics))
-        if self.reward_fn is None:
-            if not self.use_rm:
-                raise ValueError("no reward: pass reward_fn to RayPPOTrainer or enable reward.reward_model")
-            batch.batch["token_level_scores"] = batch.batch["rm_scores"]
-            return batch
-        return self._rule_reward(batch, metrics)
-
-    def _rule_reward(self, batch: DataProto, metrics: dict) -> DataProto:
-        """``reward_fn``'s scores -> ``token_level_scores``, its extra columns -> ``non_tensor_batch`` (and the
-        means of the numeric ones -> ``reward_extra/<key>/mean``). The rule part of `_stage_reward`, on its own
-        for a recipe whose reward model runs in another stage."""
-        reward_tensor, extra = compute_reward(batch, self.reward_fn, metrics=metrics)
-        batch.batch["token_level_scores"] = reward_tensor
-        batch.meta_info[REWARD_EXTRA_KEYS] = sorted(extra)  # for the rollout dump (trainer.rollout_data_dir)
-        for key, values in extra.items():
-            batch.non_tensor_batch[key] = np.array(values, dtype=object)
-            numeric = [float(v) for v in values if isinstance(v, bool | int | float | np.number)]
-            if len(numeric) == len(values) and numeric:
-                metrics[f"reward_extra/{key}/mean"] = float(np.mean(numeric))
-        return batch
-
-    def _stage_filter(self, batch: DataProto, metrics: dict) -> DataProto | None:
-        """Hook for dynamic sampling: return the batch to train on, or None to generate more first.
-
-        Returning None makes ``fit`` fetch the next prompt batch and run generate/reward/filter again
-        without advancing the step (the override keeps what it accumulated). Default: keep all.
-        """
-        return batch
-
-    def _stage_old_log_prob(self, batch: DataProto, metrics: dict) -> DataProto:
-        """The current policy's log-probs of the sampled tokens (``old_log_probs``) and its entropy.
-
-        With ``actor.use_rollout_log_probs`` or ``algorithm.rollout_correction.bypass_mode`` they are the
-        rollout's own ``rollout_log_probs`` (computed while sampling): no forward pass, and the update
-        reports the entropy. Otherwise the actor computes them and, with ``rollout_correction.rollout_is``,
-        the truncated importance weights pi_old / pi_rollout join the batch as ``rollout_is_weights``
-        (the actor's loss multiplies by them; see ``ppo.rollout_corr_helper``).
-        """
-        correction = self.config.algorithm.rollout_correction
-        if self.config.actor_rollout_ref.actor.use_rollout_log_probs or correction.bypass_mode:
-            if "rollout_log_probs" not in batch.batch:
-                raise KeyError(
-                    "actor.use_rollout_log_probs / rollout_correction.bypass_mode is on but the rollout returned "
-                    f"no 'rollout_log_probs' (batch keys: {sorted(batch.batch.keys())}); the engine must honour "
-                    "rollout.calculate_log_probs"
-                )
-            batch.batch["old_log_probs"] = batch.batch["rollout_log_probs"]
-            return batch
-        output = self.actor_rollout_wg.compute_log_prob(batch)
-        if "entropys" in output.batch:
-            entropys = output.batch.pop("entropys")
-            agg = core_algos.agg_loss(entropys, batch.batch["response_mask"], self.config.actor_rollout_ref.actor.loss_agg_mode)
-            metrics["actor/entropy"] = float(agg.item())
-        batch, lp_metrics = merge_outputs(batch, output)
-        metrics.update(reduce_metrics(lp_metrics))
-        batch, is_metrics = compute_rollout_correction_and_add_to_batch(batch, correction)
-        metrics.update(is_metrics)
-        return batch
-
-    def _stage_ref_log_prob(self, batch: DataProto, metrics: dict) -> DataProto:
-        if not self.use_reference_policy:
-            return batch
-        batch, ref_metrics = merge_outputs(batch, self.ref_policy_wg.compute_ref_log_prob(batch))
-        metrics.update(reduce_metrics(ref_metrics))
-        return batch
-
-    def _stage_values(self, batch: DataProto, metrics: dict) -> DataProto:
-        if not self.use_critic:
-            return batch
-        batch, v_metrics = merge_outputs(batch, self.critic_wg.compute_values(batch))
-        metrics.update(reduce_metrics(v_metrics))
-        return batch
-
-    def _stage_advantage(self, batch: DataProto, metrics: dict) -> DataProto:
-        """KL penalty in the reward when configured, then the registered advantage estimator."""
-        algo = self.config.algorithm
-        b = batch.batch
-        if algo.use_kl_in_reward:
-            rewards, kl_metrics = core_algos.compute_kl_in_reward(
-                b["token_level_scores"], b["old_log_probs"], b["ref_log_prob"], b["response_mask"],
-                self.kl_ctrl_in_reward, kl_penalty=algo.kl_penalty,
-            )
-            b["token_level_rewards"] = rewards
-            metrics.update(kl_metrics)
+            stages.append(Stage("greedy_baseline", self.stage_greedy_baseline))
+        passes = [Stage("old_log_prob", self.stage_old_log_prob), Stage("ref", self.stage_ref),
+                  Stage("values", self.stage_values)]  # fmt: skip
+        if self.config.reward.launch_reward_fn_async:
+            stages += [Stage("balance", self.stage_balance), Stage("reward", self.stage_reward, joined_before="filter"),
+                       *passes, Stage("filter", self.stage_filter)]  # fmt: skip
         else:
-            b["token_level_rewards"] = b["token_level_scores"]
-        estimator = core_algos.get_adv_estimator_fn(algo.adv_estimator)
-        advantages, returns = estimator(
-            token_level_rewards=b["token_level_rewards"],
-            response_mask=b["response_mask"],
-            index=batch.non_tensor_batch["uid"],
-            config=algo,
-            values=b.get("values"),
-            reward_baselines=b.get("reward_baselines"),
-        )
-        b["advantages"], b["returns"] = advantages, returns
-        return batch
+            stages += [Stage("reward", self.stage_reward), Stage("filter", self.stage_filter),
+                       Stage("balance", self.stage_balance), *passes]  # fmt: skip
+        stages += [Stage("adv", self.stage_adv), Stage("update_critic", self.stage_update_critic),
+                   Stage("update_actor", self.stage_update_actor),
+                   Stage("dump_rollout", self.stage_dump_rollout, when=lambda: bool(self.config.trainer.rollout_data_dir)),
+                   Stage("testing", self.stage_testing, when=self.is_test_step),
+                   Stage("save_checkpoint", self.stage_save_checkpoint, when=self.is_save_step)]  # fmt: skip
+        pipeline = Pipeline(stages)
+        if distillation_enabled(self.config):  # the teachers score the student's samples before the update
+            pipeline.insert_after("ref", Stage("teacher", self.stage_teacher))
+            if float(self.config.distillation.distillation_loss.lmbda) < 1.0:
+                pipeline.insert_after("gen", Stage("gkd_mix", self.stage_gkd_mix))
+        return pipeline
 
-    def _stage_update_critic(self, batch: DataProto, metrics: dict) -> DataProto:
-        if self.use_critic:
-            output = self.critic_wg.update_critic(batch)
-            metrics.update(reduce_metrics(output.meta_info.get("metrics", {})))
-        return batch
+    def is_test_step(self) -> bool:
+        """Whether this step ends with validation (every ``trainer.test_freq`` steps and the last)."""
+        freq = self.config.trainer.test_freq
+        last = self.global_steps >= self.total_training_steps
+        return self.val_reward_fn is not None and freq > 0 and (last or self.global_steps % freq == 0)
 
-    def _stage_update_actor(self, batch: DataProto, metrics: dict) -> DataProto:
-        if self.global_steps > self.config.trainer.critic_warmup:
-            output = self.actor_rollout_wg.update_actor(batch)
-            metrics.update(reduce_metrics(output.meta_info.get("metrics", {})))
-        return batch
+    def is_save_step(self) -> bool:
+        """Whether this step ends with a checkpoint (every ``trainer.save_freq`` steps and the last)."""
+        freq = self.config.trainer.save_freq
+        return freq > 0 and (self.global_steps >= self.total_training_steps or self.global_steps % freq == 0)
 
-    # ------------------------------------------------------------------------------------ one step
-    def _train_step(self, batch: DataProto, metrics: dict, timing_raw: dict) -> DataProto | None:
-        """One PPO step over a prompt batch; None when the filter asks for more prompts first.
+    @cached_property
+    def pipeline(self) -> Pipeline:
+        """This trainer's step (`build_pipeline`, built on first use)."""
+        return self.build_pipeline()
 
-        With ``reward.launch_reward_fn_async`` the reward stage runs in a driver thread while the
-        workers compute log-probs and values (they do not need the scores); the filter then runs once the
-        scores are in, after those passes, and the batch is balanced before scoring starts.
-        """
+    def train_step(self, batch: DataProto, metrics: dict, timing_raw: dict) -> DataProto | None:
+        """One step over a prompt batch through the pipeline; None when a stage (the filter) asks for
+        more prompts first."""
         batch.meta_info.update(global_steps=self.global_steps, temperature=self.config.actor_rollout_ref.rollout.temperature)
-        with marked_timer("gen", timing_raw):
-            batch = self._stage_generate(batch, metrics)
-        overlap = bool(self.config.reward.launch_reward_fn_async)
-        if overlap:
-            if self.config.trainer.balance_batch:
-                batch = balance_batch(batch, self.actor_rollout_wg.world_size, metrics)
-            collect_reward = self._launch_reward(batch, metrics, timing_raw)
-        else:
-            with marked_timer("reward", timing_raw):
-                batch = self._stage_reward(batch, metrics)
-            with marked_timer("filter", timing_raw):
-                batch = self._stage_filter(batch, metrics)
-            if batch is None:
-                return None
-            if self.config.trainer.balance_batch:
-                batch = balance_batch(batch, self.actor_rollout_wg.world_size, metrics)
-        batch.meta_info["global_token_num"] = batch.batch["attention_mask"].sum(-1).tolist()
-        with marked_timer("old_log_prob", timing_raw):
-            batch = self._stage_old_log_prob(batch, metrics)
-        with marked_timer("ref", timing_raw):
-            batch = self._stage_ref_log_prob(batch, metrics)
-        with marked_timer("values", timing_raw):
-            batch = self._stage_values(batch, metrics)
-        if overlap:
-            with marked_timer("reward_wait", timing_raw):
-                batch = collect_reward(batch)
-            with marked_timer("filter", timing_raw):
-                batch = self._stage_filter(batch, metrics)
-            if batch is None:
-                return None
-        with marked_timer("adv", timing_raw):
-            batch = self._stage_advantage(batch, metrics)
-        with marked_timer("update_critic", timing_raw):
-            batch = self._stage_update_critic(batch, metrics)
-        with marked_timer("update_actor", timing_raw):
-            batch = self._stage_update_actor(batch, metrics)
-        return batch
+        return self.pipeline.run(batch, metrics, timing_raw)
 
     def shutdown(self) -> None:
         """Free this run's Ray resources: removing the pools' placement groups ends the worker processes
-        scheduled in them, so the next run in the same Ray session gets its CPUs/GPUs back."""
+        scheduled in them, so the next run in the same Ray session gets its CPUs/GPUs back; and end the
+        reward loop's threads."""
+        if self.reward_loop is not None:
+            self.reward_loop.close()
         for pool in self.resource_pool_manager.resource_pool_dict.values():  # none with the local backend
             pool.remove()
 
@@ -401,45 +332,33 @@ class RayPPOTrainer(TrainerIOMixin):
         """
         self.global_steps = 0
         self.check_steps_remaining()  # before touching the workers: fail fast and loudly
-        self._load_checkpoint()
+        self.load_checkpoint()
         total = self.total_training_steps
-        self.logger = self._make_logger()
+        self.logger = self.make_logger()
         last: dict[str, float] = {}
         try:
             if self.val_reward_fn is not None and self.config.trainer.val_before_train:
-                val_metrics = self._validate()
+                val_metrics = self.validate()
                 self.logger.log(val_metrics, step=self.global_steps)
                 if self.config.trainer.val_only:
                     return val_metrics
-            bar = self._progress_bar(initial=self.global_steps, total=total)
+            bar = self.progress_bar(initial=self.global_steps, total=total)
             self.global_steps += 1
             while self.global_steps <= total:
-                batch_dict = self._next_batch()
+                batch_dict = self.next_batch()
                 metrics: dict[str, float] = {}
                 timing_raw: dict[str, float] = {}
                 with marked_timer("step", timing_raw), naming_step(self.global_steps):
-                    batch = self._train_step(DataProto.from_single_dict(batch_dict), metrics, timing_raw)
-                    if batch is None:
-                        continue
-                    if self.config.trainer.rollout_data_dir:
-                        with marked_timer("dump_rollout", timing_raw):
-                            self._dump_rollout_data(batch)
-                    is_last = self.global_steps >= total
-                    freq = self.config.trainer.test_freq
-                    if self.val_reward_fn is not None and freq > 0 and (is_last or self.global_steps % freq == 0):
-                        with marked_timer("testing", timing_raw):
-                            metrics.update(self._validate())
-                    save_freq = self.config.trainer.save_freq
-                    if save_freq > 0 and (is_last or self.global_steps % save_freq == 0):
-                        with marked_timer("save_checkpoint", timing_raw):
-                            self._save_checkpoint()
+                    batch = self.train_step(DataProto.from_single_dict(batch_dict), metrics, timing_raw)
+                if batch is None:
+                    continue
                 metrics["training/global_step"] = self.global_steps
                 metrics["training/epoch"] = self.epoch
                 metrics.update(compute_data_metrics(batch, use_critic=self.use_critic))
                 metrics.update(compute_timing_metrics(batch, timing_raw))
                 metrics.update(compute_throughout_metrics(batch, timing_raw, self.n_workers))
                 self.logger.log(metrics, step=self.global_steps)
-                self._advance_progress(bar, metrics)
+                self.advance_progress(bar, metrics)
                 last = metrics
                 self.global_steps += 1
             self.global_steps = total  # the loop leaves it one past the last step
@@ -448,55 +367,3 @@ class RayPPOTrainer(TrainerIOMixin):
         finally:
             self.logger.finish()
         return last
-
-    def _dump_rollout_data(self, batch: DataProto) -> str:
-        """``trainer.rollout_data_dir/{step}.jsonl``: every trained trajectory (see ``ppo.dumps``)."""
-        records = rollout_records(batch, self.tokenizer, self.global_steps)
-        return write_generations(self.config.trainer.rollout_data_dir, self.global_steps, records)
-
-    def _launch_reward(self, batch: DataProto, metrics: dict, timing_raw: dict) -> Callable[[DataProto], DataProto]:
-        """Start ``_stage_reward`` in a thread on a shallow snapshot of ``batch`` (the main thread keeps
-        adding keys to the batch meanwhile); the returned function waits and adds what the stage added.
-        ``timing_s/reward`` is the scoring time itself, ``timing_s/reward_wait`` what was not hidden."""
-        from concurrent.futures import ThreadPoolExecutor
-
-        snapshot = DataProto(
-            batch=copy.copy(batch.batch), non_tensor_batch=dict(batch.non_tensor_batch), meta_info=dict(batch.meta_info)
-        )
-        reward_metrics: dict[str, Any] = {}
-
-        def score() -> DataProto:
-            with marked_timer("reward", timing_raw):
-                return self._stage_reward(snapshot, reward_metrics)
-
-        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reward")
-        future = pool.submit(score)
-        pool.shutdown(wait=False)  # the thread ends with its one task
-
-        def collect(target: DataProto) -> DataProto:
-            scored = future.result()  # re-raises the reward function's error here, in the step
-            for key in scored.batch.keys() - target.batch.keys():
-                target.batch[key] = scored.batch[key]
-            for key in scored.non_tensor_batch.keys() - target.non_tensor_batch.keys():
-                target.non_tensor_batch[key] = scored.non_tensor_batch[key]
-            if REWARD_EXTRA_KEYS in scored.meta_info:
-                target.meta_info[REWARD_EXTRA_KEYS] = scored.meta_info[REWARD_EXTRA_KEYS]
-            metrics.update(reward_metrics)
-            return target
-
-        return collect
-
-    def _greedy_baseline(self, gen_batch: DataProto) -> torch.Tensor:
-        """ReMax: the reward of a greedy rollout of each row, one number per row."""
-        greedy_in = DataProto(batch=gen_batch.batch, non_tensor_batch=dict(gen_batch.non_tensor_batch), meta_info=dict(gen_batch.meta_info))
-        greedy_in.meta_info["do_sample"] = False
-        out = self.actor_rollout_wg.generate_sequences(greedy_in)
-        scored = DataProto(batch=out.batch, non_tensor_batch=dict(gen_batch.non_tensor_batch), meta_info={})
-        reward_tensor, _ = compute_reward(scored, self.reward_fn)
-        return reward_tensor.sum(-1)
-
-    def _gen_input(self, batch: DataProto, do_sample: bool, validate: bool) -> DataProto:
-        """What the rollout sees: the prompt tensors, every non-tensor (raw prompts, tools...), flags."""
-        tensors = batch.batch.select(*_PROMPT_TENSOR_KEYS)
-        meta = dict(batch.meta_info, do_sample=do_sample, validate=validate, global_steps=self.global_steps)
-        return DataProto(batch=tensors, non_tensor_batch=dict(batch.non_tensor_batch), meta_info=meta)

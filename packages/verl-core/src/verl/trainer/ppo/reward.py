@@ -144,7 +144,7 @@ def get_custom_reward_fn(config: Any, batched: bool = False) -> Callable | None:
     )
 
 
-def _takes(cls: type, param: str) -> bool:
+def takes_option(cls: type, param: str) -> bool:
     """Whether ``cls``'s constructor names ``param`` (a ``**kwargs`` catch-all does not count)."""
     return param in inspect.signature(cls).parameters
 
@@ -152,7 +152,7 @@ def _takes(cls: type, param: str) -> bool:
 def _accepts(cls: type, param: str) -> bool:
     """Whether ``cls``'s constructor names ``param`` or has a ``**kwargs`` that may pass it on."""
     params = inspect.signature(cls).parameters.values()
-    return _takes(cls, param) or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+    return takes_option(cls, param) or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
 def load_reward_manager(config: Any, tokenizer: Any, num_examine: int, **reward_kwargs: Any) -> Callable:
@@ -176,7 +176,7 @@ def load_reward_manager(config: Any, tokenizer: Any, num_examine: int, **reward_
     if overlong.get("enable"):
         # A manager must name overlong_buffer in its constructor to get it: `naive` & co would otherwise
         # fail on an unknown option, or (with a **kwargs catch-all) train silently without the penalty.
-        if not _takes(manager_cls, "overlong_buffer"):
+        if not takes_option(manager_cls, "overlong_buffer"):
             raise ValueError(
                 f"reward.overlong_buffer.enable=true needs reward.reward_manager=dapo (got {name!r}: "
                 f"{manager_cls.__qualname__} takes no overlong_buffer option)"
@@ -218,7 +218,14 @@ def compute_reward(
     Returns ``(reward_tensor [N, R], reward_extra_info {key: list of N})``; the result's
     ``reward_metrics`` (e.g. the agent rewards' means) are added to ``metrics`` when given.
     """
-    result = reward_fn(data, return_dict=True)
+    return check_reward_result(data, reward_fn(data, return_dict=True), reward_fn, metrics)
+
+
+def check_reward_result(
+    data: DataProto, result: Any, reward_fn: Callable, metrics: dict | None = None
+) -> tuple[torch.Tensor, dict[str, list]]:
+    """`compute_reward`'s checks and return value for ``result``, what ``reward_fn`` returned for ``data``
+    with ``return_dict=True`` (in one pass, or assembled by the reward loop)."""
     if not isinstance(result, dict) or "reward_tensor" not in result:
         raise TypeError(
             f"reward function {reward_fn!r} returned {type(result).__name__}; with return_dict=True it must "

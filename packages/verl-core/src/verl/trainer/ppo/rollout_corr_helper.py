@@ -10,7 +10,7 @@ same tokens. Two operating modes, as upstream:
   (``rollout_is=token``) or by one weight per sequence, the product of its token ratios, truncated the
   same way (``rollout_is=sequence``); weights are 0 on padding and carry no gradient. The trainer
   adds them to the batch as ``rollout_is_weights`` (`compute_rollout_correction_and_add_to_batch`,
-  called by ``RayPPOTrainer._stage_old_log_prob``) and every policy loss multiplies by them.
+  called by ``RayPPOTrainer.stage_old_log_prob``) and every policy loss multiplies by them.
 - bypass (``bypass_mode=true``, two policies): ``old_log_probs := rollout_log_probs``, no trainer
   forward; with ``loss_type=ppo_clip`` the PPO ratio pi/pi_rollout already is the correction, so no
   weights are added (upstream computes them for metrics only).

@@ -1,354 +1,293 @@
-"""The trainer's I/O around the loop: data loading, validation, tracking, checkpoint and resume.
+"""The stages of one PPO-family step, as public methods of the trainer.
 
-Mixed into ``RayPPOTrainer``; every method here is a hook a subclass may override on its own.
+Stage ``X`` is the method ``stage_X(batch, metrics) -> batch | None``, run by the pipeline
+(``verl.trainer.ppo.pipeline``) and timed as ``timing_s/X``; ``RayPPOTrainer.build_pipeline`` puts them
+in order for the config::
+
+    gen -> [gkd_mix] -> [greedy_baseline] -> reward -> filter -> balance -> old_log_prob -> ref -> [teacher]
+        -> values -> adv -> update_critic -> update_actor -> [dump_rollout] -> [testing] -> [save_checkpoint]
+
+(``gkd_mix`` and ``teacher`` only with ``distillation.enabled``: on-policy distillation.)
+
+A subclass overrides ``stage_X`` to give a stage another body, or edits the pipeline in its
+``build_pipeline`` to insert, replace or wrap stages by name. The names are upstream's timing keys.
+With ``reward.use_reward_loop``, ``gen`` generates in chunks that the reward loop scores while the next
+chunk generates (``ppo.reward_loop``), and ``reward`` collects the scores.
 """
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections import defaultdict
-from typing import Any
 
 import numpy as np
 
 from verl.protocol import DataProto
-from verl.trainer.ppo.dumps import (
-    decode_texts,
-    generation_records,
-    ground_truths,
-    pick_samples,
-    write_generations,
-)
-from verl.trainer.ppo.metric_utils import val_metrics_dict
-from verl.trainer.ppo.reward import compute_reward
-from verl.utils.checkpoint import (
-    TRAINER_STATE_FILE,
-    atomic_checkpoint,
-    find_latest_ckpt_path,
-    get_rng_state,
-    load_trainer_state,
-    prune_checkpoints,
-    save_trainer_state,
-    set_rng_state,
-)
-from verl.utils.tracking import Tracking
+from verl.trainer.distillation import gkd, teacher_step
+from verl.trainer.ppo import core_algos
+from verl.trainer.ppo.balance import balance_batch
+from verl.trainer.ppo.dumps import REWARD_EXTRA_KEYS
+from verl.trainer.ppo.dynamic_sampling import concat_rounds
+from verl.trainer.ppo.metric_utils import reduce_metrics
+from verl.trainer.ppo.reward import check_reward_result, compute_reward
+from verl.trainer.ppo.reward_loop import RewardLoop, chunk_bounds
+from verl.trainer.ppo.roles import merge_outputs
+from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
+
+__all__ = ["PROMPT_TENSOR_KEYS", "StagesMixin"]
+
+#: Prompt tensors the rollout replaces with prompt+response tensors of the same names.
+PROMPT_TENSOR_KEYS = ("input_ids", "attention_mask", "position_ids")
 
 
-class NothingToTrainError(RuntimeError):
-    """A run was asked to continue from a checkpoint that already reached its last step."""
+class StagesMixin:
+    """The stage bodies of ``RayPPOTrainer`` (expects its attributes: config, worker groups, reward_fn)."""
 
+    #: the reward loop (``reward.use_reward_loop``), else None: the reward stage scores in one pass
+    reward_loop: RewardLoop | None = None
 
-#: Keys a resumed run must keep: the checkpoint's weights, optimizer, LR schedule or data position are only
-#: meaningful with them (a new ``optim.lr`` would be silently overridden by the restored schedule; a new
-#: batch size or data file would make the saved data position point elsewhere). Everything else may change,
-#: e.g. ``trainer.total_training_steps`` / ``total_epochs`` (grow the run; the LR schedule follows the new
-#: total), ``save_freq``, ``test_freq``, ``logger``, micro batch sizes, the worker count (DCP reshards).
-RESUME_FIXED_KEYS = (
-    "actor_rollout_ref.model.path",
-    "critic.model.path",
-    "data.train_files",
-    "data.train_batch_size",
-    "data.gen_batch_size",
-    "data.shuffle",
-    "data.seed",
-    "actor_rollout_ref.rollout.n",
-    "actor_rollout_ref.actor.ppo_mini_batch_size",
-    "actor_rollout_ref.actor.optim.lr",
-    "critic.optim.lr",
-    "algorithm.adv_estimator",
-)
+    # --------------------------------------------------------------------------------- generation
+    def rollout_input(self, batch: DataProto, do_sample: bool, validate: bool) -> DataProto:
+        """What the rollout sees: the prompt tensors, every non-tensor (raw prompts, tools...), flags."""
+        tensors = batch.batch.select(*PROMPT_TENSOR_KEYS)
+        meta = dict(batch.meta_info, do_sample=do_sample, validate=validate, global_steps=self.global_steps)
+        return DataProto(batch=tensors, non_tensor_batch=dict(batch.non_tensor_batch), meta_info=meta)
 
+    def stage_gen(self, batch: DataProto, metrics: dict) -> DataProto:
+        """Give each prompt a ``uid``, repeat it ``rollout.n`` times (group rows adjacent), generate."""
+        rollout = self.config.actor_rollout_ref.rollout
+        batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
+        batch = batch.repeat(repeat_times=rollout.n, interleave=True)
+        if self.reward_loop is not None:
+            return self.generate_scored(batch, metrics)
+        output = self.actor_rollout_wg.generate_sequences(self.rollout_input(batch, rollout.do_sample, False))
+        batch.pop(batch_keys=list(PROMPT_TENSOR_KEYS))
+        batch, gen_metrics = merge_outputs(batch, output)
+        metrics.update(reduce_metrics(gen_metrics))
+        return batch
 
-def resume_identity(config: Any) -> dict[str, Any]:
-    """The values of `RESUME_FIXED_KEYS` in ``config`` (plain Python), saved with every checkpoint."""
-    from omegaconf import OmegaConf
+    def generate_scored(self, batch: DataProto, metrics: dict) -> DataProto:
+        """With ``reward.use_reward_loop``: generate ``batch`` (prompt rows, groups adjacent) in
+        ``reward.reward_loop_chunks`` chunks of whole groups, handing each chunk to the reward loop as soon
+        as it is generated, so its samples are scored while the next chunk generates (``ppo.reward_loop``);
+        the reward stage collects the scores. Returns the chunks' rows as one batch, in order."""
+        rollout = self.config.actor_rollout_ref.rollout
+        loop = self.reward_loop
+        loop.start()
+        chunks, gen_metrics = [], defaultdict(list)
+        bounds = chunk_bounds(len(batch) // rollout.n, rollout.n, self.config.reward.reward_loop_chunks)
+        for k, (start, end) in enumerate(bounds):
+            chunk = batch.slice(start, end)
+            gen_input = self.rollout_input(chunk, rollout.do_sample, False)
+            gen_input.meta_info["more_chunks"] = k + 1 < len(bounds)  # the engine stays awake until the last
+            loop.record("gen_start", k)
+            output = self.actor_rollout_wg.generate_sequences(gen_input)
+            loop.record("gen_end", k)
+            chunk.pop(batch_keys=list(PROMPT_TENSOR_KEYS))
+            chunk, chunk_metrics = merge_outputs(chunk, output)
+            loop.submit(chunk, k)
+            chunks.append(chunk)
+            for key, value in chunk_metrics.items():
+                gen_metrics[key].extend(value if isinstance(value, list) else [value])
+        metrics.update(reduce_metrics(dict(gen_metrics)))
+        metrics["reward_loop/chunks"] = len(chunks)
+        pad = self.tokenizer.pad_token_id if self.tokenizer is not None else 0
+        return concat_rounds(chunks, pad) if len(chunks) > 1 else chunks[0]
 
-    out = {}
-    for key in RESUME_FIXED_KEYS:
-        value = OmegaConf.select(config, key, default=None)
-        out[key] = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
-    return out
+    def stage_gkd_mix(self, batch: DataProto, metrics: dict) -> DataProto:
+        """GKD's on-policy fraction (``distillation.distillation_loss.lmbda`` < 1): some rows' responses
+        become their dataset targets (``verl.trainer.distillation.gkd``)."""
+        return gkd.mix_in_targets(batch, self.tokenizer, self.config, metrics)
 
-
-def check_resume_identity(saved: dict[str, Any] | None, config: Any, state_file: str) -> None:
-    """Refuse to resume when a key of `RESUME_FIXED_KEYS` differs from the checkpoint's run."""
-    if saved is None:  # a checkpoint written before the identity was recorded
-        return
-    now = resume_identity(config)
-    changed = [f"{k}: {saved[k]!r} in the checkpoint, {now[k]!r} now" for k in saved if k in now and saved[k] != now[k]]
-    if changed:
-        raise ValueError(
-            f"cannot resume from {state_file}: " + "; ".join(changed) + ". These keys cannot change on resume "
-            f"({', '.join(RESUME_FIXED_KEYS)}); keys such as trainer.total_training_steps, trainer.total_epochs, "
-            "trainer.save_freq and trainer.test_freq may. Restore the old values, or start a new run with "
-            "trainer.resume_mode=disable or another trainer.default_local_dir."
+    def stage_greedy_baseline(self, batch: DataProto, metrics: dict) -> DataProto:
+        """ReMax (``adv_estimator=remax``): the reward of a greedy rollout of each row's prompt, one number
+        per row, as ``reward_baselines``."""
+        prompt_len = batch.batch["prompts"].shape[-1]
+        prompts = DataProto.from_dict(
+            tensors={k: batch.batch[k][..., :prompt_len] for k in PROMPT_TENSOR_KEYS},
+            non_tensors=dict(batch.non_tensor_batch),
+            meta_info=dict(batch.meta_info),
         )
+        out = self.actor_rollout_wg.generate_sequences(self.rollout_input(prompts, do_sample=False, validate=False))
+        scored = DataProto(batch=out.batch, non_tensor_batch=dict(batch.non_tensor_batch), meta_info={})
+        reward_tensor, _ = compute_reward(scored, self.reward_fn)
+        batch.batch["reward_baselines"] = reward_tensor.sum(-1)
+        return batch
 
-
-class TrainerIOMixin:
-    """Data, validation, logging and checkpoints for ``RayPPOTrainer`` (expects its attributes)."""
-
-    # ----------------------------------------------------------------------------------------- data
-    def _build_loader(self, dataset: Any, batch_size: int, shuffle: bool, seed: int, collate_fn: Any,
-                      drop_last: bool, sampler: Any = None) -> Any:
-        """A resumable loader (``state_dict``/``load_state_dict``, ``len`` = batches per epoch)."""
-        from verl.utils.dataset import create_rl_dataloader  # the dataset helper's stateful loader
-
-        return create_rl_dataloader(dataset, batch_size=batch_size, shuffle=shuffle, seed=seed,
-                                    collate_fn=collate_fn, drop_last=drop_last, sampler=sampler)
-
-    def _create_dataloader(self, train_dataset: Any, val_dataset: Any, collate_fn: Any, train_sampler: Any) -> None:
-        """Build the resumable train loader and the val loader; compute the total step count once."""
-        cfg = self.config
-        if train_dataset is None:
-            raise ValueError("RayPPOTrainer needs train_dataset (main_ppo builds it from data.train_files)")
-        self.train_dataloader = self._build_loader(
-            train_dataset, cfg.data.gen_batch_size, cfg.data.shuffle, cfg.data.seed, collate_fn, True, train_sampler
-        )
-        self.val_dataloader = None
-        if val_dataset is not None:
-            val_bs = cfg.data.val_batch_size or len(val_dataset)
-            self.val_dataloader = self._build_loader(
-                val_dataset, val_bs, cfg.data.validation_shuffle, cfg.data.seed, collate_fn, False
-            )
-        steps_per_epoch = len(self.train_dataloader)
-        if steps_per_epoch == 0:
-            raise ValueError(
-                f"the training set has {len(train_dataset)} prompts, fewer than one batch of "
-                f"data.gen_batch_size={cfg.data.gen_batch_size}; lower the batch size or add data"
-            )
-        total = steps_per_epoch * int(cfg.trainer.total_epochs)
-        if cfg.trainer.total_training_steps is not None and int(cfg.trainer.total_training_steps) > 0:
-            total = int(cfg.trainer.total_training_steps)
-        # Computed once, passed to the workers as a constructor keyword; the config is never written.
-        self.total_training_steps = total
-        self.epoch = 0
-        self._batches_consumed = 0
-        self._train_iter = None
-        self._resumed_from: str | None = None  # the checkpoint dir fit() resumed from
-
-    def _next_batch(self) -> dict:
-        """The next prompt batch; a new pass over the data starts when one runs out.
-
-        ``self.epoch`` is the epoch of the batch just served, counted from the batches consumed so far
-        (saved in checkpoints), so it stays right across resumes at an epoch boundary and when a step
-        consumes several batches (dynamic sampling).
-        """
-        for _ in range(2):
-            if self._train_iter is None:
-                self._train_iter = iter(self.train_dataloader)
-            try:
-                batch = next(self._train_iter)
-            except StopIteration:
-                self._train_iter = None
-                continue
-            self._batches_consumed += 1
-            self.epoch = (self._batches_consumed - 1) // len(self.train_dataloader)
+    # -------------------------------------------------------------------------------------- reward
+    def stage_reward(self, batch: DataProto, metrics: dict) -> DataProto:
+        """Model reward (``rm_scores``) when enabled, then the rule reward -> ``token_level_scores``."""
+        if self.use_rm:
+            batch, rm_metrics = merge_outputs(batch, self.rm_wg.compute_rm_score(batch))
+            metrics.update(reduce_metrics(rm_metrics))
+        if self.reward_fn is None:
+            if not self.use_rm:
+                raise ValueError("no reward: pass reward_fn to RayPPOTrainer or enable reward.reward_model")
+            batch.batch["token_level_scores"] = batch.batch["rm_scores"]
             return batch
-        raise RuntimeError("the train dataloader yielded no batch twice in a row; is the dataset empty?")
+        return self.rule_reward(batch, metrics)
 
-    # ----------------------------------------------------------------------------------- validation
-    def _validate(self) -> dict[str, float]:
-        """Generate for the validation set with ``rollout.val_kwargs`` and score it with val_reward_fn.
+    def rule_reward(self, batch: DataProto, metrics: dict) -> DataProto:
+        """``reward_fn``'s scores -> ``token_level_scores``, its extra columns -> ``non_tensor_batch`` (and the
+        means of the numeric ones -> ``reward_extra/<key>/mean``). The rule part of the reward stage, on its
+        own for a recipe whose reward model runs in another stage."""
+        if self.reward_loop is not None and self.reward_loop.active:  # scored while generating
+            result = self.reward_loop.result(batch)
+            reward_tensor, extra = check_reward_result(batch, result, self.reward_fn, metrics=metrics)
+            metrics["reward_loop/overlapped_chunks"] = self.reward_loop.overlapped_chunks()
+        else:
+            reward_tensor, extra = compute_reward(batch, self.reward_fn, metrics=metrics)
+        batch.batch["token_level_scores"] = reward_tensor
+        batch.meta_info[REWARD_EXTRA_KEYS] = sorted(extra)  # for the rollout dump (trainer.rollout_data_dir)
+        for key, values in extra.items():
+            batch.non_tensor_batch[key] = np.array(values, dtype=object)
+            numeric = [float(v) for v in values if isinstance(v, bool | int | float | np.number)]
+            if len(numeric) == len(values) and numeric:
+                metrics[f"reward_extra/{key}/mean"] = float(np.mean(numeric))
+        return batch
 
-        Returns upstream's metrics (``val-core/<data_source>/<var>/mean@N``, ``best@k``, ``maj@k`` ...,
-        see ``val_metrics``) for ``reward`` and every numeric key the reward function returns, plus
-        ``val/<data_source>/reward``, the mean score, which the progress bar and the reward plot read.
-        With ``trainer.validation_data_dir`` every sample goes to ``{dir}/{step}.jsonl``; with
-        ``trainer.log_val_generations=N``, N of them to the trackers as a table (``ppo.dumps``).
-        """
-        if self.val_dataloader is None:
-            return {}
-        t = self.config.trainer
-        val_kwargs = self.config.actor_rollout_ref.rollout.val_kwargs
-        scores: list[float] = []
-        sources: list[str] = []
-        uids: list[str] = []
-        turns: list[int] = []
-        infos: dict[str, list] = defaultdict(list)
-        texts: dict[str, list] = defaultdict(list)  # inputs, outputs, gts: only when a dump asks for them
-        for batch_dict in self.val_dataloader:
-            batch = DataProto.from_single_dict(batch_dict)
-            if "uid" not in batch.non_tensor_batch:
-                # one id per prompt, shared by its val_kwargs.n responses (the groups of best@k / maj@k)
-                batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
-            batch = batch.repeat(val_kwargs.n, interleave=True)
-            gen_batch = self._gen_input(batch, do_sample=val_kwargs.do_sample, validate=True)
-            output = self.actor_rollout_wg.generate_sequences(gen_batch)
-            batch.pop(batch_keys=["input_ids", "attention_mask", "position_ids"])
-            batch.union(DataProto(batch=output.batch, non_tensor_batch=output.non_tensor_batch, meta_info={}))
-            reward_tensor, extra = compute_reward(batch, self.val_reward_fn)
-            batch_scores = reward_tensor.sum(-1).tolist()
-            _extend_infos(infos, len(scores), {**extra, "reward": batch_scores}, len(batch_scores))
-            if t.validation_data_dir or t.log_val_generations > 0:
-                inputs, outputs = decode_texts(batch, self.tokenizer)
-                texts["inputs"] += inputs
-                texts["outputs"] += outputs
-                texts["gts"] += ground_truths(batch)
-            scores.extend(batch_scores)
-            sources.extend(batch.non_tensor_batch.get("data_source", np.array(["unknown"] * len(batch), dtype=object)))
-            uids.extend(batch.non_tensor_batch["uid"])
-            if "__num_turns__" in batch.non_tensor_batch:
-                turns.extend(int(n) for n in batch.non_tensor_batch["__num_turns__"])
-        if t.log_val_generations > 0:
-            samples = pick_samples(texts["inputs"], texts["outputs"], scores, int(t.log_val_generations))
-            self.logger.log_generations(samples, step=self.global_steps)
-        if t.validation_data_dir:
-            extra_all = {k: v for k, v in infos.items() if k != "reward"}
-            records = generation_records(texts["inputs"], texts["outputs"], texts["gts"], scores, extra_all,
-                                         self.global_steps)
-            write_generations(t.validation_data_dir, self.global_steps, records)
-        metrics = self._val_metrics_update(sources, uids, infos, turns)
-        by_source: dict[str, list[float]] = defaultdict(list)
-        for src, score in zip(sources, scores):
-            by_source[str(src)].append(score)
-        metrics.update({f"val/{src}/reward": float(np.mean(v)) for src, v in by_source.items()})
-        return metrics
-
-    def _val_metrics_update(self, data_sources: list, sample_uids: list, reward_extra_infos_dict: dict,
-                            sample_turns: list) -> dict[str, float]:
-        """Upstream's hook: the flat ``val-core`` / ``val-aux`` metrics of one validation pass."""
-        return val_metrics_dict(data_sources, sample_uids, reward_extra_infos_dict, sample_turns)
-
-    # ------------------------------------------------------------------------------------ tracking
-    @property
-    def output_dir(self) -> str:
-        """Where metrics, plots and checkpoints of this run go (``trainer.default_local_dir``)."""
-        return self.config.trainer.default_local_dir
-
-    def _make_logger(self) -> Tracking:
-        t = self.config.trainer
-        return Tracking(
-            project_name=t.project_name, experiment_name=t.experiment_name, default_backend=list(t.logger),
-            config=self.config, output_dir=self.output_dir,
-            # rows a killed run logged past its checkpoint are dropped: they are trained and logged again
-            resume_step=self.global_steps if self._resumed_from is not None else None,
-        )
-
-    def _progress_bar(self, initial: int, total: int):
-        if not self.config.trainer.progress_bar:
-            return None
-        from tqdm import tqdm
-
-        return tqdm(total=total, initial=initial, desc="Training", unit="step", dynamic_ncols=True)
-
-    def _advance_progress(self, bar, metrics: dict) -> None:
-        if bar is None:
-            return
-        postfix = {"reward": f"{metrics.get('critic/score/mean', float('nan')):.3f}"}
-        for k, v in metrics.items():
-            if k.startswith("val/") and k.endswith("/reward"):
-                postfix[k.removeprefix("val/")] = f"{v:.3f}"
-        bar.set_postfix(postfix, refresh=False)
-        bar.update(1)
-
-    # --------------------------------------------------------------------------------- checkpoints
-    def _trainer_state(self) -> dict[str, Any]:
-        return {
-            "global_step": self.global_steps,
-            "epoch": self.epoch,
-            "batches_consumed": self._batches_consumed,
-            "dataloader": self.train_dataloader.state_dict(),
-            "rng": get_rng_state(),
-            "kl_ctrl": self.kl_ctrl_in_reward.state_dict() if self.kl_ctrl_in_reward is not None else None,
-            "total_training_steps": self.total_training_steps,
-            "resume_identity": resume_identity(self.config),
-        }
-
-    def _save_checkpoint(self) -> str:
-        """Save ``global_step_{N}`` atomically: workers fill ``actor/`` and ``critic/``, the driver its
-        ``trainer_state.pt``; then prune to ``max_actor_ckpt_to_keep`` / ``max_critic_ckpt_to_keep``."""
-        t = self.config.trainer
-        root = t.default_local_dir
-        with atomic_checkpoint(root, self.global_steps) as tmp:
-            self._save_worker_checkpoints(tmp)
-            save_trainer_state(tmp, self._trainer_state())
-        limits = [x for x in (t.max_actor_ckpt_to_keep, t.max_critic_ckpt_to_keep) if x is not None and x > 0]
-        keep = max(limits) if limits else None
-        prune_checkpoints(root, keep, {"actor": t.max_actor_ckpt_to_keep, "critic": t.max_critic_ckpt_to_keep})
-        return os.path.join(root, f"global_step_{self.global_steps}")
-
-    def _save_worker_checkpoints(self, ckpt_dir: str) -> None:
-        """Each trained role saves into its subfolder of ``ckpt_dir`` (``actor/``, ``critic/``).
-
-        A hook: a recipe that trains another model (e.g. an online reward model) extends it, and
-        `_load_worker_checkpoints` with it. Pruning is the driver's job (whole dirs): max_ckpt_to_keep=None.
-        """
-        self.actor_rollout_wg.save_checkpoint(os.path.join(ckpt_dir, "actor"), self.global_steps, None)
-        if self.use_critic:
-            self.critic_wg.save_checkpoint(os.path.join(ckpt_dir, "critic"), self.global_steps, None)
-
-    def _load_worker_checkpoints(self, ckpt_dir: str) -> None:
-        """Load what `_save_worker_checkpoints` wrote (a hook, extended together with it)."""
-        self.actor_rollout_wg.load_checkpoint(os.path.join(ckpt_dir, "actor"))
-        if self.use_critic:
-            self.critic_wg.load_checkpoint(os.path.join(ckpt_dir, "critic"))
-
-    def _resume_path(self) -> str | None:
-        t = self.config.trainer
-        if t.resume_mode == "disable":
-            return None
-        if t.resume_mode == "auto":
-            return find_latest_ckpt_path(t.default_local_dir)
-        if t.resume_mode == "resume_path":
-            path = str(t.resume_from_path)
-            if not os.path.basename(os.path.normpath(path)).startswith("global_step_"):
-                raise ValueError(f"trainer.resume_from_path={path!r} must be a global_step_N directory")
-            if not os.path.isdir(path):
-                raise FileNotFoundError(f"trainer.resume_from_path={path!r}: no such directory")
-            return path
-        raise ValueError(f"trainer.resume_mode={t.resume_mode!r}; expected auto, disable or resume_path")
-
-    def check_steps_remaining(self) -> int:
-        """Steps left after resuming (reads only ``trainer_state.pt``, so it can run before the
-        workers start). Raises `NothingToTrainError` when there are none."""
-        path = self._resume_path()
-        done = 0
-        if path is not None:
-            state = load_trainer_state(path)
-            check_resume_identity(state.get("resume_identity"), self.config, os.path.join(path, TRAINER_STATE_FILE))
-            done = int(state["global_step"])
-        total = self.total_training_steps
-        if done >= total:
-            t = self.config.trainer
-            raise NothingToTrainError(
-                f"nothing to train: the checkpoint in {path} is at step {done} and the run ends at step "
-                f"{total} (trainer.total_epochs={t.total_epochs}, trainer.total_training_steps="
-                f"{t.total_training_steps}, {len(self.train_dataloader)} batches per epoch). Raise "
-                f"total_epochs/total_training_steps to train further, or start over with "
-                f"trainer.resume_mode=disable or another trainer.default_local_dir."
+    # ---------------------------------------------------------------------------------- selection
+    def stage_filter(self, batch: DataProto, metrics: dict) -> DataProto | None:
+        """Dynamic sampling (``algorithm.filter_groups.enable``; ``ppo.dynamic_sampling``): keep the groups
+        whose ``filter_groups.metric`` varies, and return None (generate another ``data.gen_batch_size``
+        prompts, same step) until ``data.train_batch_size`` groups are collected; then the batch, trimmed
+        to exactly that many. Raises ``DynamicSamplingError`` after ``max_num_gen_batches`` short rounds.
+        Disabled: the batch as it is."""
+        acc = self.group_accumulator
+        if acc is None:
+            return batch
+        acc.add(batch)
+        if not acc.ready:
+            print(
+                f"dynamic sampling: step {self.global_steps}: {acc.num_groups}/{acc.train_batch_size} groups "
+                f"after {acc.num_gen_batches} generation batch(es); generating more",
+                flush=True,
             )
-        return total - done
+            return None
+        batch, ds_metrics = acc.take()
+        metrics.update(ds_metrics)
+        return batch
 
-    def _load_checkpoint(self) -> int:
-        """Restore step, data position, RNG, KL controller and the workers' state; returns the step."""
-        self._resumed_from = None
-        path = self._resume_path()
-        if path is None:
-            return 0
-        state = load_trainer_state(path)
-        self.global_steps = int(state["global_step"])
-        self.epoch = int(state["epoch"])
-        self._batches_consumed = int(state["batches_consumed"])
-        self._load_worker_checkpoints(path)
-        self.train_dataloader.load_state_dict(state["dataloader"])
-        self._train_iter = None
-        set_rng_state(state["rng"])
-        if self.kl_ctrl_in_reward is not None and state["kl_ctrl"] is not None:
-            self.kl_ctrl_in_reward.load_state_dict(state["kl_ctrl"])
-        self._resumed_from = path
-        print(f"resumed from {path} at step {self.global_steps} (epoch {self.epoch})", flush=True)
-        return self.global_steps
+    def stage_balance(self, batch: DataProto, metrics: dict) -> DataProto:
+        """With ``trainer.balance_batch``, reorder rows so each data-parallel rank gets a similar token count
+        (``ppo.balance``); then record every row's token count (``global_token_num``, for throughput)."""
+        if self.config.trainer.balance_batch:
+            batch = balance_batch(batch, self.actor_rollout_wg.world_size, metrics)
+        batch.meta_info["global_token_num"] = batch.batch["attention_mask"].sum(-1).tolist()
+        return batch
 
+    # ----------------------------------------------------------------------------- forward passes
+    def stage_old_log_prob(self, batch: DataProto, metrics: dict) -> DataProto:
+        """The current policy's log-probs of the sampled tokens (``old_log_probs``) and its entropy.
 
-def _extend_infos(infos: dict[str, list], rows_before: int, batch_infos: dict[str, list], rows: int) -> None:
-    """Append one batch's per-sample values; a key missing on either side is filled with None (skipped
-    by the metrics), so every list stays aligned with the samples (compute_reward checked the lengths)."""
-    for key, values in batch_infos.items():
-        if key not in infos:
-            infos[key] = [None] * rows_before
-        infos[key].extend(values)
-    for key, values in infos.items():
-        if key not in batch_infos:
-            values.extend([None] * rows)
+        With ``actor.use_rollout_log_probs`` or ``algorithm.rollout_correction.bypass_mode`` they are the
+        rollout's own ``rollout_log_probs`` (computed while sampling): no forward pass, and the update
+        reports the entropy. Otherwise the actor computes them and, with ``rollout_correction.rollout_is``,
+        the truncated importance weights pi_old / pi_rollout join the batch as ``rollout_is_weights``
+        (the actor's loss multiplies by them; see ``ppo.rollout_corr_helper``).
+        """
+        correction = self.config.algorithm.rollout_correction
+        if self.config.actor_rollout_ref.actor.use_rollout_log_probs or correction.bypass_mode:
+            if "rollout_log_probs" not in batch.batch:
+                raise KeyError(
+                    "actor.use_rollout_log_probs / rollout_correction.bypass_mode is on but the rollout returned "
+                    f"no 'rollout_log_probs' (batch keys: {sorted(batch.batch.keys())}); the engine must honour "
+                    "rollout.calculate_log_probs"
+                )
+            batch.batch["old_log_probs"] = batch.batch["rollout_log_probs"]
+            return batch
+        output = self.actor_rollout_wg.compute_log_prob(batch)
+        if "entropys" in output.batch:
+            entropys = output.batch.pop("entropys")
+            agg = core_algos.agg_loss(entropys, batch.batch["response_mask"], self.config.actor_rollout_ref.actor.loss_agg_mode)
+            metrics["actor/entropy"] = float(agg.item())
+        batch, lp_metrics = merge_outputs(batch, output)
+        metrics.update(reduce_metrics(lp_metrics))
+        batch, is_metrics = compute_rollout_correction_and_add_to_batch(batch, correction)
+        metrics.update(is_metrics)
+        return batch
+
+    def stage_ref(self, batch: DataProto, metrics: dict) -> DataProto:
+        """The reference policy's log-probs (``ref_log_prob``) when a KL term needs them."""
+        if not self.use_reference_policy:
+            return batch
+        batch, ref_metrics = merge_outputs(batch, self.ref_policy_wg.compute_ref_log_prob(batch))
+        metrics.update(reduce_metrics(ref_metrics))
+        return batch
+
+    def stage_teacher(self, batch: DataProto, metrics: dict) -> DataProto:
+        """On-policy distillation: each row's teacher log-probs (``teacher_logprobs``, ``teacher_ids``), from
+        the teacher its ``distillation.teacher_key`` picks (``verl.trainer.distillation.teacher_step``)."""
+        if not getattr(self, "teacher_wgs", None):
+            raise RuntimeError(
+                f"distillation.enabled=true but {type(self).__name__} started no teacher worker group: its "
+                "init_workers must start them as RayPPOTrainer.init_workers does (teacher_pool.start_teachers)"
+            )
+        return teacher_step.compute_teacher_log_probs(batch, self.teacher_wgs, self.config.distillation, metrics)
+
+    def stage_values(self, batch: DataProto, metrics: dict) -> DataProto:
+        """The critic's ``values`` when the estimator needs a critic."""
+        if not self.use_critic:
+            return batch
+        batch, v_metrics = merge_outputs(batch, self.critic_wg.compute_values(batch))
+        metrics.update(reduce_metrics(v_metrics))
+        return batch
+
+    # ---------------------------------------------------------------------------------- advantage
+    def stage_adv(self, batch: DataProto, metrics: dict) -> DataProto:
+        """KL penalty in the reward when configured, then the registered advantage estimator."""
+        algo = self.config.algorithm
+        b = batch.batch
+        if algo.use_kl_in_reward:
+            rewards, kl_metrics = core_algos.compute_kl_in_reward(
+                b["token_level_scores"], b["old_log_probs"], b["ref_log_prob"], b["response_mask"],
+                self.kl_ctrl_in_reward, kl_penalty=algo.kl_penalty,
+            )
+            b["token_level_rewards"] = rewards
+            metrics.update(kl_metrics)
+        else:
+            b["token_level_rewards"] = b["token_level_scores"]
+        estimator = core_algos.get_adv_estimator_fn(algo.adv_estimator)
+        advantages, returns = estimator(
+            token_level_rewards=b["token_level_rewards"],
+            response_mask=b["response_mask"],
+            index=batch.non_tensor_batch["uid"],
+            config=algo,
+            values=b.get("values"),
+            reward_baselines=b.get("reward_baselines"),
+        )
+        b["advantages"], b["returns"] = advantages, returns
+        return batch
+
+    # ------------------------------------------------------------------------------------ updates
+    def stage_update_critic(self, batch: DataProto, metrics: dict) -> DataProto:
+        """One critic update on the batch (when there is a critic)."""
+        if self.use_critic:
+            output = self.critic_wg.update_critic(batch)
+            metrics.update(reduce_metrics(output.meta_info.get("metrics", {})))
+        return batch
+
+    def stage_update_actor(self, batch: DataProto, metrics: dict) -> DataProto:
+        """One actor update on the batch, once ``trainer.critic_warmup`` steps have passed (with a critic: the
+        warm-up trains it alone; without one the key is accepted only where the config turns the critic off
+        itself, and nothing is warmed up, so the actor trains from the first step)."""
+        if not self.use_critic or self.global_steps > self.config.trainer.critic_warmup:
+            output = self.actor_rollout_wg.update_actor(batch)
+            metrics.update(reduce_metrics(output.meta_info.get("metrics", {})))
+        return batch
+
+    # --------------------------------------------------------------------------------- after the update
+    def stage_dump_rollout(self, batch: DataProto, metrics: dict) -> DataProto:
+        """``trainer.rollout_data_dir/{step}.jsonl``: every trained trajectory (``ppo.dumps``)."""
+        self.dump_rollout_data(batch)
+        return batch
+
+    def stage_testing(self, batch: DataProto, metrics: dict) -> DataProto:
+        """Validation (``validate``) on the steps ``is_test_step`` names; its metrics join the step's."""
+        metrics.update(self.validate())
+        return batch
+
+    def stage_save_checkpoint(self, batch: DataProto, metrics: dict) -> DataProto:
+        """A ``global_step_N`` checkpoint (``save_checkpoint``) on the steps ``is_save_step`` names."""
+        self.save_checkpoint()
+        return batch

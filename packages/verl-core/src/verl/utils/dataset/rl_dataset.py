@@ -81,7 +81,7 @@ class RLHFDataset(torch.utils.data.Dataset):
         for f in self.data_files:
             for label, row in read_rows(f):
                 where = f"{f}: {label}"
-                self.rows.append(check_row(row, where, self.prompt_key))
+                self.rows.append(check_row(self.map_row(row, f), where, self.prompt_key))
                 self.where.append(where)
         if max_samples is not None and max_samples > 0:
             self.rows, self.where = self.rows[:max_samples], self.where[:max_samples]
@@ -93,6 +93,11 @@ class RLHFDataset(torch.utils.data.Dataset):
             raise ValueError(
                 f"no prompts left in {self.data_files} (after filtering overlong prompts: {self.filter_overlong})"
             )
+
+    def map_row(self, row: dict, data_file: str) -> dict:
+        """A subclass's per-row preprocessing, before the row contract is checked (upstream's custom
+        datasets map their rows while reading, e.g. ReTool's answer-format instruction). Identity here."""
+        return row
 
     def _filter_overlong(self) -> None:
         keep = [i for i in range(len(self.rows)) if len(self.prompt_ids(i)) <= self.max_prompt_length]

@@ -4,20 +4,21 @@ A row names its images under ``data.image_key`` (default ``images``): a list who
 ``{"bytes": ..., "path": ...}`` dicts (how parquet stores images), file paths, or PIL images. The
 prompt's string contents mark where each image goes with ``<image>``; the messages are rewritten to
 content parts (``{"type": "image"}``, ``{"type": "text", "text": ...}``) that multimodal chat templates
-render. Images are decoded and resized by ``qwen_vl_utils.fetch_image`` (``min_pixels`` /
-``max_pixels``; where qwen-vl-utils cannot import, see :func:`load_image`), then the model's processor
-turns them into ``pixel_values`` / ``image_grid_thw``.
+render. Images are decoded and resized by ``qwen_vl_utils.fetch_image`` and videos (a file or a list of
+frames) by ``qwen_vl_utils.fetch_video``, as upstream's ``process_image`` / ``process_video`` do
+(``min_pixels`` / ``max_pixels``, ``fps`` / ``nframes``); then the model's processor turns them into
+``pixel_values`` / ``image_grid_thw``.
 
 :func:`get_rope_index` computes Qwen2-VL's 3-D rotary position ids (temporal, height, width) for one
 prompt, so they travel with the batch instead of being recomputed inside every model call.
 
-Core does not depend on Pillow or qwen-vl-utils; they come with ``verl-workers[vlm]``.
+Pillow, qwen-vl-utils and the torchvision it imports come with ``verl-core[vlm]`` (which
+``verl-workers[vlm]`` includes); without them image rows are an error naming that extra.
 """
 
 from __future__ import annotations
 
 import io
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -27,39 +28,18 @@ IMAGE_PLACEHOLDER = "<image>"
 VIDEO_PLACEHOLDER = "<video>"
 
 
-#: qwen-vl-utils' defaults: images are resized to a multiple of 28 pixels (14-pixel patches merged 2x2)
-IMAGE_FACTOR = 28
-DEFAULT_MIN_PIXELS = 4 * 28 * 28
-DEFAULT_MAX_PIXELS = 16384 * 28 * 28
-MAX_RATIO = 200
+VLM_INSTALL = "pip install 'verl-core[vlm]'"
 
 
-def _qwen_vl_utils():
-    """qwen_vl_utils, or None when it cannot be imported here: it imports torchvision at module load,
-    and PyPI's torchvision does not match every torch (this workspace's CPU torch among them)."""
+def _vision_process():
+    """qwen-vl-utils' vision module (it imports torchvision, which must match the installed torch)."""
     try:
-        import qwen_vl_utils
-    except ImportError:
-        return None
-    return qwen_vl_utils
-
-
-def smart_resize(height: int, width: int, min_pixels: int, max_pixels: int, factor: int = IMAGE_FACTOR):
-    """Qwen2-VL's resize rule (as in qwen-vl-utils): both sides multiples of ``factor``, the area within
-    ``[min_pixels, max_pixels]``, the aspect ratio kept as closely as that allows."""
-    if max(height, width) / min(height, width) > MAX_RATIO:
-        raise ValueError(f"an image's aspect ratio must be under {MAX_RATIO}, got {width}x{height}")
-    h = max(factor, round(height / factor) * factor)
-    w = max(factor, round(width / factor) * factor)
-    if h * w > max_pixels:
-        beta = math.sqrt(height * width / max_pixels)
-        h = max(factor, math.floor(height / beta / factor) * factor)
-        w = max(factor, math.floor(width / beta / factor) * factor)
-    elif h * w < min_pixels:
-        beta = math.sqrt(min_pixels / (height * width))
-        h = math.ceil(height * beta / factor) * factor
-        w = math.ceil(width * beta / factor) * factor
-    return h, w
+        from qwen_vl_utils import vision_process
+    except ImportError as e:
+        raise ImportError(
+            f"image and video rows need qwen-vl-utils and torchvision ({e}): {VLM_INSTALL}"
+        ) from e
+    return vision_process
 
 
 def build_vl_messages(messages: Sequence[Mapping[str, Any]], n_images: int, where: str) -> list[dict]:
@@ -92,14 +72,21 @@ def build_vl_messages(messages: Sequence[Mapping[str, Any]], n_images: int, wher
     return out
 
 
-def load_image(value: Any, where: str, min_pixels: int | None = None, max_pixels: int | None = None):
-    """One row image (bytes, ``{"bytes", "path"}``, a path, or a PIL image) as an RGB PIL image resized
-    to a multiple of 28 pixels within ``[min_pixels, max_pixels]``: by ``qwen_vl_utils.fetch_image``
-    where it imports, else by the same rule here (:func:`smart_resize`, bicubic)."""
+def _pixel_limits(min_pixels: int | None, max_pixels: int | None) -> dict[str, int]:
+    out = {}
+    if min_pixels is not None:
+        out["min_pixels"] = int(min_pixels)
+    if max_pixels is not None:
+        out["max_pixels"] = int(max_pixels)
+    return out
+
+
+def _to_pil(value: Any, where: str):
+    """A row image (bytes, ``{"bytes", "path"}``, a path, or a PIL image) as a loaded PIL image."""
     try:
         from PIL import Image
     except ImportError as e:
-        raise ImportError("image rows need Pillow: `pip install verl-workers[vlm]`") from e
+        raise ImportError(f"image rows need Pillow: {VLM_INSTALL}") from e
 
     if isinstance(value, Mapping):
         if value.get("bytes") is not None:
@@ -125,14 +112,56 @@ def load_image(value: Any, where: str, min_pixels: int | None = None, max_pixels
             f"{where}: an image must be bytes, a {{'bytes', 'path'}} dict, a path or a PIL image, "
             f"got {type(value).__name__}"
         )
-    image = value.convert("RGB")
-    min_pixels = DEFAULT_MIN_PIXELS if min_pixels is None else int(min_pixels)
-    max_pixels = DEFAULT_MAX_PIXELS if max_pixels is None else int(max_pixels)
-    qwen_vl_utils = _qwen_vl_utils()
-    if qwen_vl_utils is not None:
-        return qwen_vl_utils.fetch_image({"image": image, "min_pixels": min_pixels, "max_pixels": max_pixels})
-    h, w = smart_resize(image.height, image.width, min_pixels, max_pixels)
-    return image.resize((w, h), Image.Resampling.BICUBIC)
+    return value
+
+
+def load_image(
+    value: Any, where: str, min_pixels: int | None = None, max_pixels: int | None = None, image_patch_size: int = 14
+):
+    """One row image (bytes, ``{"bytes", "path"}``, a path, or a PIL image) as an RGB PIL image resized
+    by ``qwen_vl_utils.fetch_image``: both sides multiples of ``2 * image_patch_size`` (28 for Qwen2-VL),
+    the area within ``[min_pixels, max_pixels]`` (qwen-vl-utils' defaults when not given)."""
+    image = _to_pil(value, where)
+    vision_process = _vision_process()
+    try:
+        return vision_process.fetch_image(
+            {"image": image, **_pixel_limits(min_pixels, max_pixels)}, image_patch_size=image_patch_size
+        )
+    except ValueError as e:  # e.g. an aspect ratio over qwen-vl-utils' limit
+        raise ValueError(f"{where}: {e}") from e
+
+
+def load_video(
+    value: Any,
+    where: str,
+    min_pixels: int | None = None,
+    max_pixels: int | None = None,
+    fps: float | None = None,
+    nframes: int | None = None,
+    image_patch_size: int = 14,
+) -> tuple[torch.Tensor, float]:
+    """One row video as ``(frames [T, 3, H, W] uint8, sample fps)`` by ``qwen_vl_utils.fetch_video``:
+    ``value`` is a video file path or a list of frames (each as :func:`load_image` takes them); frames are
+    sampled at ``fps`` (or ``nframes`` of them) and resized to multiples of ``2 * image_patch_size``."""
+    if isinstance(value, str):
+        video: Any = value
+    elif isinstance(value, list | tuple) and value:
+        video = [_to_pil(frame, f"{where}[{i}]") for i, frame in enumerate(value)]
+    else:
+        raise ValueError(f"{where}: a video must be a file path or a non-empty list of frames, got {type(value).__name__}")
+    ele: dict[str, Any] = {"video": video, **_pixel_limits(min_pixels, max_pixels)}
+    if fps is not None:
+        ele["fps"] = float(fps)
+    if nframes is not None:
+        ele["nframes"] = int(nframes)
+    vision_process = _vision_process()
+    try:
+        frames, sample_fps = vision_process.fetch_video(
+            ele, image_patch_size=image_patch_size, return_video_sample_fps=True
+        )
+    except (ValueError, RuntimeError, OSError) as e:
+        raise ValueError(f"{where}: cannot load the video ({e})") from e
+    return frames, float(sample_fps)
 
 
 def get_rope_index(

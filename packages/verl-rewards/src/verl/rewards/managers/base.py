@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import threading
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from verl.rewards.managers.agent_rewards import (
     last_assistant_positions,
 )
 from verl.rewards.scoring.verdicts import verdict_metrics
+from verl.trainer.ppo.reward_loop import SampleScorer
 
 # Non-tensor columns of agent rollouts the scorer also sees in extra_info (as upstream's reward loop does).
 _AGENT_INFO = ("num_turns", "tool_rewards", "turn_scores")
@@ -45,11 +47,35 @@ class Row:
 
 @dataclass
 class Scored:
-    """What scoring the batch produced: one final score per row plus extra info and metrics."""
+    """What scoring rows produced: one final score per row, extra columns (one value per row) and metrics,
+    which are counts (``reward/score_errors``, ``reward/score_timeouts``): a batch scored in parts adds
+    its parts' counts up (`join_scored`)."""
 
     scores: list[float]
     extra: dict[str, list] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class ScoredPart:
+    """A part of a batch, decoded and scored (`RewardManagerBase.score_part`)."""
+
+    rows: list[Row]
+    scored: Scored
+
+
+def join_scored(parts: list[Scored]) -> Scored:
+    """The parts' scores and extra columns concatenated in order (None where a part lacks a column, as
+    `RewardManagerBase.collect` fills a row lacking one), their count metrics added up."""
+    if len(parts) == 1:
+        return parts[0]
+    keys = list(dict.fromkeys(k for part in parts for k in part.extra))
+    extra = {k: [v for part in parts for v in part.extra.get(k, [None] * len(part.scores))] for k in keys}
+    metrics: dict[str, float] = {}
+    for part in parts:
+        for k, v in part.metrics.items():
+            metrics[k] = metrics.get(k, 0.0) + v
+    return Scored([s for part in parts for s in part.scores], extra, metrics)
 
 
 def response_lengths(data) -> torch.Tensor:
@@ -69,7 +95,8 @@ def response_lengths(data) -> torch.Tensor:
     return (positions * (mask != 0)).amax(dim=-1)
 
 
-def decode_rows(data, tokenizer, reward_fn_key: str) -> list[Row]:
+def decode_rows(data, tokenizer, reward_fn_key: str, first_row: int = 0) -> list[Row]:
+    """The rows of ``data``, numbered from ``first_row`` (their place in the batch, for messages)."""
     responses = data.batch["responses"]
     lengths = response_lengths(data).tolist()
     prompts = data.batch["prompts"] if "prompts" in data.batch else None
@@ -100,12 +127,12 @@ def decode_rows(data, tokenizer, reward_fn_key: str) -> list[Row]:
         prompt, response = prompt_texts[i], response_texts[i]
         rm = nt["reward_model"][i]
         if not isinstance(rm, dict) or "ground_truth" not in rm:
-            raise KeyError(f"row {i}: reward_model must be a dict with 'ground_truth', got {rm!r}")
+            raise KeyError(f"row {first_row + i}: reward_model must be a dict with 'ground_truth', got {rm!r}")
         extra = dict(nt["extra_info"][i] or {}) if "extra_info" in nt else {}
         extra.update({k: nt[k][i] for k in _AGENT_INFO if k in nt})
         rows.append(
             Row(
-                i,
+                first_row + i,
                 prompt,
                 response,
                 lengths[i],
@@ -117,8 +144,11 @@ def decode_rows(data, tokenizer, reward_fn_key: str) -> list[Row]:
     return rows
 
 
-class RewardManagerBase:
+class RewardManagerBase(SampleScorer):
     """Holds the common constructor and the ``__call__`` protocol; subclasses implement `score_rows`.
+
+    One pass (``__call__``) and the reward loop (``score_part`` per sample, then ``assemble``) run the same
+    code, so a row's score does not depend on how its batch was split.
 
     Args:
         tokenizer: decodes responses (and prompts, for `num_examine` printing).
@@ -158,6 +188,7 @@ class RewardManagerBase:
         from verl.rewards.scoring import default_compute_score
 
         self.tokenizer = tokenizer
+        self._decode_lock = threading.Lock()
         self.num_examine = int(num_examine)
         self.compute_score = compute_score or default_compute_score
         self.reward_fn_key = reward_fn_key
@@ -232,31 +263,51 @@ class RewardManagerBase:
         return Scored([s for s, _ in results], extra)
 
     def __call__(self, data, return_dict: bool = False):
+        result = self.assemble(data, [self.score_part(data)])
+        return result if return_dict else result["reward_tensor"]
+
+    # -- the reward loop's protocol (verl.trainer.ppo.reward_loop.SampleScorer) ------------------------
+    def score_part(self, data, first_row: int = 0) -> ScoredPart:
+        """Decode and score the rows of ``data``, rows ``first_row, ...`` of a batch (the reward loop calls
+        this from several threads; one pass calls it once with the whole batch)."""
+        if self._rm_only(data):
+            return ScoredPart([], Scored([]))
+        with self._decode_lock:  # a fast tokenizer is not safe to share between threads
+            rows = decode_rows(data, self.tokenizer, self.reward_fn_key, first_row)
+        return ScoredPart(rows, self.score_rows(rows))
+
+    def assemble(self, data, parts: list[ScoredPart]) -> dict:
+        """The ``return_dict`` result for ``data`` from its parts (their rows are ``data``'s rows, in order):
+        scores on each row's last model token, extra columns joined (None where a part lacks a column),
+        count metrics added up, then the verdict shares and the agent loop's rewards over the whole batch."""
         scored: Scored | None = None
-        if "rm_scores" in data.batch and not self.combine_rm_scores:
+        if self._rm_only(data):
             # A model reward model already scored the batch (upstream behaviour: no rule scoring).
             reward = data.batch["rm_scores"].to(torch.float32).clone()
         else:
-            rows = decode_rows(data, self.tokenizer, self.reward_fn_key)
-            scored = self.score_rows(rows)
+            rows = [row for part in parts for row in part.rows]
+            if len(rows) != len(data):
+                raise ValueError(f"{type(self).__name__}.assemble: the parts hold {len(rows)} rows for {len(data)}")
+            scored = join_scored([part.scored for part in parts])
             responses = data.batch["responses"]
             reward = torch.zeros(responses.shape, dtype=torch.float32, device=responses.device)
             last = last_assistant_positions(data).tolist()
-            for row, score in zip(rows, scored.scores):
-                reward[row.index, last[row.index]] = score
+            for i, score in enumerate(scored.scores):
+                reward[i, last[i]] = score
             if "rm_scores" in data.batch:
                 reward = reward + data.batch["rm_scores"].to(reward)
             if "verdict" in scored.extra:
                 scored.metrics.update(verdict_metrics(scored.extra["verdict"]))
             self._examine(rows, scored)
         metrics = add_agent_rewards(data, reward, self.agent_weights)
-        if not return_dict:
-            return reward
         return {
             "reward_tensor": reward,
             "reward_extra_info": scored.extra if scored is not None else {},
             "reward_metrics": {**(scored.metrics if scored is not None else {}), **metrics},
         }
+
+    def _rm_only(self, data) -> bool:
+        return "rm_scores" in data.batch and not self.combine_rm_scores
 
     def _examine(self, rows: list[Row], scored: Scored) -> None:
         shown: dict[str, int] = defaultdict(int)

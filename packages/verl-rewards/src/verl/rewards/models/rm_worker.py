@@ -173,7 +173,7 @@ class RewardModelWorker(Worker):
     # -- scoring ------------------------------------------------------------------------------
     def _micro_batches(self, seqs: list[list[int]]) -> list[list[int]]:
         """Row groups; every rank gets the same number (each forward of a sharded model is a collective)."""
-        from verl.workers.engine.batching import rows_per_micro_batch, token_budget_groups
+        from verl.utils.micro_batching import rows_per_micro_batch, token_budget_groups
 
         n = len(seqs)
         if self.use_dynamic_bsz and self.engine.remove_padding:

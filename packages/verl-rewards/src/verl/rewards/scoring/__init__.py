@@ -51,10 +51,14 @@ def math_scorer(data_source, solution_str, ground_truth, extra_info=None, timeou
 
 
 @register_scorer(*DAPO_SOURCES)
-def dapo_scorer(data_source, solution_str, ground_truth, extra_info=None, timeout=None, **kwargs) -> dict:
+def dapo_scorer(
+    data_source, solution_str, ground_truth, extra_info=None, timeout=None, strict_box_verify=False, **kwargs
+) -> dict:
     from verl.rewards.scoring import dapo_math, math_equiv
 
-    return dapo_math.compute_score(solution_str, ground_truth, timeout=timeout or math_equiv.DEFAULT_TIMEOUT)
+    return dapo_math.compute_score(
+        solution_str, ground_truth, timeout=timeout or math_equiv.DEFAULT_TIMEOUT, strict_box_verify=strict_box_verify
+    )
 
 
 @register_scorer(*CODE_SOURCES)

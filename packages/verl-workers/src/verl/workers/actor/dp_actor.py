@@ -26,8 +26,8 @@ import torch
 import torch.distributed as dist
 from verl import DataProto
 from verl.trainer.ppo.core_algos import GlobalBatchInfo, agg_loss, get_policy_loss_fn, kl_penalty
+from verl.utils.micro_batching import rows_per_micro_batch, token_budget_groups
 from verl.workers.engine.base import BaseEngine
-from verl.workers.engine.batching import rows_per_micro_batch, token_budget_groups
 
 _MODEL_INPUTS = ("input_ids", "attention_mask", "position_ids", "responses")
 
@@ -114,10 +114,13 @@ class DataParallelPPOActor:
     ``ppo_mini_batch_size_per_rank`` is needed by :meth:`update_policy` only.
     """
 
-    def __init__(self, config: Any, engine: BaseEngine, *, ppo_mini_batch_size_per_rank: int | None = None):
+    def __init__(self, config: Any, engine: BaseEngine, *, ppo_mini_batch_size_per_rank: int | None = None,
+                 distillation_loss: Any = None):
         self.config = config
         self.engine = engine
         self.ppo_mini_batch_size_per_rank = ppo_mini_batch_size_per_rank
+        # ``distillation.distillation_loss`` when on-policy distillation is on (``verl.trainer.distillation``)
+        self.distillation_loss = distillation_loss
         # The update needs token entropies for the loss (entropy_coeff != 0), or for the entropy metric
         # when no old-log-prob pass reported it (use_rollout_log_probs); otherwise a softmax pass saved.
         self._update_entropy = config.get("entropy_coeff", 0) != 0 or bool(config.get("use_rollout_log_probs", False))
@@ -154,6 +157,8 @@ class DataParallelPPOActor:
             keys.append("ref_log_prob")
         if "rollout_is_weights" in data.batch:
             keys.append("rollout_is_weights")
+        if self.distillation_loss is not None:
+            keys += _teacher_keys(self.distillation_loss)
         missing = [k for k in keys if k not in data.batch]
         if missing:
             raise KeyError(f"update_policy needs batch keys {missing}; the batch has {sorted(data.batch.keys())}")
@@ -170,17 +175,23 @@ class DataParallelPPOActor:
             mask = _response_mask(mb).to(dev)
             log_prob = out["log_probs"]
             weights = mb["rollout_is_weights"].to(dev) if "rollout_is_weights" in mb else None
-            pg_loss, pg_metrics = policy_loss_fn(
-                old_log_prob=mb["old_log_probs"].to(dev), log_prob=log_prob,
-                advantages=mb["advantages"].to(dev), response_mask=mask, loss_agg_mode=mode,
-                config=cfg, rollout_is_weights=weights, global_batch_info=info,
-            )
-            loss = pg_loss
+            distill = self.distillation_loss
             # token share of this micro-batch: per-token-mean metrics are weighted by it and summed
             share = float(mask.sum().item()) / n_tokens
-            metrics = {"pg_loss": float(pg_loss.detach().item())}
-            # the losses name their metrics 'actor/...' (upstream); update_policy adds the prefix itself
-            metrics.update({k.removeprefix("actor/"): float(v) * share for k, v in pg_metrics.items()})
+            metrics: dict[str, Any] = {}
+            pg_loss = None
+            if distill is None or distill.use_task_rewards:
+                pg_loss, pg_metrics = policy_loss_fn(
+                    old_log_prob=mb["old_log_probs"].to(dev), log_prob=log_prob,
+                    advantages=mb["advantages"].to(dev), response_mask=mask, loss_agg_mode=mode,
+                    config=cfg, rollout_is_weights=weights, global_batch_info=info,
+                )
+                metrics["pg_loss"] = float(pg_loss.detach().item())
+                # the losses name their metrics 'actor/...' (upstream); update_policy adds the prefix itself
+                metrics.update({k.removeprefix("actor/"): float(v) * share for k, v in pg_metrics.items()})
+            loss = pg_loss
+            if distill is not None:
+                loss = _distillation_term(out, mb, mask, pg_loss, distill, mode, weights, info, share, metrics)
             if "entropys" in out:
                 entropy = agg_loss(out["entropys"], mask, "token-mean", global_batch_info=info)
                 metrics["entropy"] = float(entropy.detach().item())
@@ -237,7 +248,9 @@ class DataParallelPPOActor:
                 summed["grad_norm"] = self.engine.optimizer_step()
                 step_metrics.append(summed)
         self.engine.lr_scheduler_step()
-        result = {f"actor/{k}": sum(m[k] for m in step_metrics) / len(step_metrics) for k in step_metrics[0]}
+        # distillation's metrics keep upstream's top-level ``distillation/`` names
+        result = {(k if k.startswith("distillation/") else f"actor/{k}"): sum(m[k] for m in step_metrics) / len(step_metrics)
+                  for k in step_metrics[0]}
         result["actor/lr"] = lr
         return result
 
@@ -278,6 +291,30 @@ class DataParallelPPOActor:
                 f"(meta_info['rows_per_prompt']={unit}); use a multiple of {unit}"
             )
         return micro
+
+
+def _teacher_keys(distillation_loss: Any) -> list[str]:
+    """The teacher's batch keys the loss reads: its log-probs, and its top-k ids for top-k losses."""
+    from verl.trainer.ppo.distillation_losses import get_distillation_loss_settings
+
+    use_topk = get_distillation_loss_settings(distillation_loss.loss_mode).use_topk
+    return ["teacher_logprobs", "teacher_ids"] if use_topk else ["teacher_logprobs"]
+
+
+def _distillation_term(out, mb, mask, pg_loss, distill, mode, weights, info, share, metrics) -> torch.Tensor:
+    """The actor's loss with the distillation term (``verl.trainer.ppo.distillation_losses``); its metrics are
+    added to ``metrics`` weighted by the micro-batch's token ``share``."""
+    from verl.trainer.ppo.distillation_losses import combine_losses, compute_distillation_loss
+
+    dev = out["log_probs"].device
+    d_loss, d_metrics = compute_distillation_loss(
+        student_log_probs=out["log_probs"], student_topk_log_probs=out.get("topk_log_probs"),
+        teacher_log_probs=mb["teacher_logprobs"].to(dev), old_log_probs=mb["old_log_probs"].to(dev),
+        response_mask=mask, loss_agg_mode=mode, config=distill, rollout_is_weights=weights, global_batch_info=info,
+    )
+    metrics["distillation/loss"] = float(d_loss.detach().item())
+    metrics.update({k: float(v) * share for k, v in d_metrics.items()})
+    return combine_losses(pg_loss, d_loss, distill)
 
 
 def _response_mask(mb) -> torch.Tensor:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 import torch.distributed as dist
+from verl.workers.checkpoint.hf_model import build_model_from_config, state_dtype
 
 if TYPE_CHECKING:
     from verl.workers.engine.fsdp import _FSDPEngineBase
@@ -213,8 +214,6 @@ def _save_hf_config(engine: _FSDPEngineBase, hf_dir: str, full_state: dict | Non
     os.makedirs(hf_dir, exist_ok=True)
     engine.hf_config.save_pretrained(hf_dir)
     if full_state is not None:
-        from verl.workers.model_merger import build_model_from_config, state_dtype
-
         # the trained weights as they are: fp32 masters under mixed precision, not the config's dtype
         model = build_model_from_config(hf_dir, engine.model_type, state_dtype(full_state))
         model.load_state_dict(full_state, strict=False)

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from verl import DataProto
 from verl.trainer.ppo.core_algos import GlobalBatchInfo, compute_value_loss
+from verl.utils.micro_batching import rows_per_micro_batch
 from verl.utils.torch_functional import masked_mean
 from verl.workers.actor.dp_actor import (
     _response_mask,
@@ -24,7 +25,6 @@ from verl.workers.actor.dp_actor import (
     split_for_engine,
 )
 from verl.workers.engine.base import BaseEngine
-from verl.workers.engine.batching import rows_per_micro_batch
 
 _MODEL_INPUTS = ("input_ids", "attention_mask", "position_ids", "responses")
 

@@ -24,7 +24,9 @@ mini-batch's micro-batches through a pipeline schedule in one :meth:`BaseEngine.
 
 Micro-batches are mappings of tensors with the batch keys of docs/contracts.md: ``input_ids``,
 ``attention_mask``, ``position_ids`` ([B, P+R]) and ``responses`` ([B, R]); outputs are per response
-token ([B, R]).
+token ([B, R]). On-policy distillation (the ``fsdp2`` / ``fsdp`` engines): a micro-batch that also holds
+``teacher_ids`` [B, R, k] gets ``topk_log_probs`` [B, R, k], the log-probs at those ids (with gradient in
+``forward_backward``), and ``infer(..., topk=k)`` returns a teacher's ``topk_log_probs`` and ``topk_ids``.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ class BaseEngine(ABC):
     model_type: ModelType
     device: torch.device
     #: True when forwards pack real tokens (``model.use_remove_padding``): micro-batches are then
-    #: best formed by real-token budgets (``verl.workers.engine.batching.token_budget_groups``)
+    #: best formed by real-token budgets (``verl.utils.micro_batching.token_budget_groups``)
     remove_padding: bool = False
     #: the decoder layers run through ``torch.compile`` (``actor.use_torch_compile``; FSDP engines), and
     #: a rollout on this engine's module compiles its decode step too

@@ -215,6 +215,8 @@ class _FSDPEngineBase(BaseEngine):
 
     def _to_device(self, micro_batch: Batch) -> dict[str, torch.Tensor]:
         out = {k: micro_batch[k].to(self.device) for k in ("input_ids", "attention_mask", "position_ids", "responses")}
+        if "teacher_ids" in micro_batch:  # on-policy distillation: the student's log-probs at these ids
+            out["teacher_ids"] = micro_batch["teacher_ids"].to(self.device)
         if "multi_modal_inputs" in micro_batch:  # vision-language rows (see verl.workers.actor.dp_actor)
             out.update(vision_inputs(micro_batch["multi_modal_inputs"], self.device))
         return out
@@ -222,23 +224,26 @@ class _FSDPEngineBase(BaseEngine):
     # ------------------------------------------------------------------ compute
     def forward_micro_batch(
         self, micro_batch: Batch, *, temperature: float = 1.0, calculate_entropy: bool = False,
-        entropy_grad: bool = True,
+        entropy_grad: bool = True, topk: int = 0,
     ) -> dict[str, torch.Tensor]:
+        inputs = self._to_device(micro_batch)
         return response_outputs(
-            self.module, self._to_device(micro_batch), self.model_type,
+            self.module, inputs, self.model_type,
             temperature=temperature, calculate_entropy=calculate_entropy, entropy_grad=entropy_grad,
             remove_padding=self.remove_padding, compute_dtype=self.precision.param_dtype, head=self._head,
+            topk=topk, gather_ids=inputs.get("teacher_ids"),
         )
 
     def infer(
-        self, micro_batches: Sequence[Batch], *, temperature: float = 1.0, calculate_entropy: bool = False
+        self, micro_batches: Sequence[Batch], *, temperature: float = 1.0, calculate_entropy: bool = False,
+        topk: int = 0,
     ) -> dict[str, torch.Tensor]:
         self.module.eval()
         outs: dict[str, list[torch.Tensor]] = {}
         with torch.no_grad():
             for mb in micro_batches:
                 for k, v in self.forward_micro_batch(
-                    mb, temperature=temperature, calculate_entropy=calculate_entropy
+                    mb, temperature=temperature, calculate_entropy=calculate_entropy, topk=topk
                 ).items():
                     outs.setdefault(k, []).append(v.cpu())
         return {k: torch.cat(v, dim=0) for k, v in outs.items()}
@@ -388,7 +393,7 @@ class FSDP2Engine(_FSDPEngineBase):
         if self._world == 1 and self.device.type == "cpu":
             # One CPU rank: sharding over a single rank saves nothing, but FSDP2 would still run its
             # unshard/reshard hooks around every layer and DTensor's Python dispatch on every optimizer
-            # op (measured 1.3-1.7x the plain update on small models). The plain module trains the same;
+            # op, a real cost on small models. The plain module trains the same;
             # DCP checkpoints hold the same keys and reshard to and from any number of ranks. Mixed
             # precision: the casts FSDP2 would make, made by ComputeCast.
             if self.precision.casts_for_compute:

@@ -13,7 +13,9 @@ from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logit
 def load_hf_model(model_config: Any, model_type: str, dtype: torch.dtype) -> torch.nn.Module:
     """``from_pretrained(model_config.path)`` as a causal LM, or for ``value`` as a token classifier
     with one label (a causal-LM checkpoint loads too: the backbone is reused, the head is new).
-    ``dtype``: what to load the weights in (``fsdp_config.model_dtype``, see ``engine.precision``)."""
+    ``dtype``: what to load the weights in (``fsdp_config.model_dtype``, see ``engine.precision``).
+    ``model.external_lib`` (a module name) is imported first: it registers a custom architecture."""
+    import_external_lib(model_config)
     from transformers import (
         AutoConfig,
         AutoModelForCausalLM,
@@ -59,6 +61,14 @@ def load_hf_model(model_config: Any, model_type: str, dtype: torch.dtype) -> tor
         else:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     return model
+
+
+def import_external_lib(model_config: Any) -> None:
+    """Import ``model_config.external_lib`` when set (upstream's key: a module that registers a model)."""
+    import importlib
+
+    if "external_lib" in model_config and model_config.external_lib:
+        importlib.import_module(str(model_config.external_lib))
 
 
 def is_vision_language(hf_config: Any) -> bool:
@@ -240,8 +250,16 @@ def _token_outputs(
     calculate_entropy: bool,
     entropy_grad: bool,
     head: HeadOptions,
+    topk: int = 0,
+    gather_ids: torch.Tensor | None = None,
 ) -> dict[str, torch.Tensor]:
-    """Per-token outputs at ``select(positions)``: values, or log-probs of ``labels`` (+ entropies)."""
+    """Per-token outputs at ``select(positions)``: values, or log-probs of ``labels`` (+ entropies, and the
+    distillation outputs of `_distillation_outputs`)."""
+    if model_type == "causal_lm" and head.fused and (topk or gather_ids is not None):
+        raise NotImplementedError(
+            "top-k log-probs (on-policy distillation) need the full logits, which the fused LM head "
+            "(model.use_fused_kernels=true) never materialises; set use_fused_kernels=false"
+        )
     if model_type == "causal_lm" and head.fused:
         log_probs, entropy = module(
             **inputs, use_cache=False, verl_fused=FusedRequest(select, labels, temperature)
@@ -257,13 +275,14 @@ def _token_outputs(
     if temperature != 1.0:  # x / 1.0 is x: skip a [tokens, vocab] copy and its backward
         logits = logits / temperature
     with_grad = entropy_grad and torch.is_grad_enabled()
+    extra = _distillation_outputs(logits, topk, gather_ids)
     if calculate_entropy and not with_grad and not head.compile:
         # the entropy as a metric: from the log-softmax the log-probs take anyway (one softmax pass
         # over [tokens, vocab] instead of two), without autograd
         logp = torch.log_softmax(logits, dim=-1)
         with torch.no_grad():
             entropy = entropy_from_log_probs(logp)
-        return {"log_probs": logp.gather(-1, labels.unsqueeze(-1)).squeeze(-1), "entropys": entropy}
+        return {"log_probs": logp.gather(-1, labels.unsqueeze(-1)).squeeze(-1), "entropys": entropy, **extra}
     if head.compile:
         from verl.workers.engine.compile import BACKEND
 
@@ -275,7 +294,20 @@ def _token_outputs(
         # without a gradient the [B, R, V] intermediates are freed at once (entropy as a metric only)
         with torch.set_grad_enabled(with_grad):
             result["entropys"] = entropy_of(logits, entropy_fn, checkpoint=head.checkpoint_entropy)
-    return result
+    return {**result, **extra}
+
+
+def _distillation_outputs(logits: torch.Tensor, topk: int, gather_ids: torch.Tensor | None) -> dict[str, torch.Tensor]:
+    """On-policy distillation's per-token outputs from ``logits`` [B, R, V] (already / temperature):
+    a teacher's ``topk`` largest log-probs and their ids (``topk_log_probs``, ``topk_ids`` [B, R, k]), or
+    the student's log-probs at the teacher's ids ``gather_ids`` [B, R, k] (``topk_log_probs``, with grad)."""
+    if not topk and gather_ids is None:
+        return {}
+    logp = torch.log_softmax(logits, dim=-1)
+    if gather_ids is not None:
+        return {"topk_log_probs": logp.gather(-1, gather_ids.to(logp.device).long())}
+    values, ids = logp.topk(int(topk), dim=-1)
+    return {"topk_log_probs": values, "topk_ids": ids}
 
 
 def entropy_from_log_probs(logp: torch.Tensor) -> torch.Tensor:
@@ -305,6 +337,8 @@ def response_outputs(
     remove_padding: bool = False,
     compute_dtype: torch.dtype | None = None,
     head: HeadOptions = HeadOptions(),
+    topk: int = 0,
+    gather_ids: torch.Tensor | None = None,
 ) -> dict[str, torch.Tensor]:
     """Run ``module`` on ``input_ids`` / ``attention_mask`` / ``position_ids`` and keep the outputs of
     the last R positions that predict the response tokens (``responses`` is [B, R]). ``entropy_grad=False``
@@ -312,9 +346,11 @@ def response_outputs(
     (:mod:`verl.workers.engine.packing`); outputs outside ``attention_mask`` are then 0.
     ``compute_dtype``: the dtype the forward runs in when it differs from the stored parameters'
     (mixed precision, see :mod:`verl.workers.engine.precision`). ``head``: fused LM head, compiled
-    log-prob functions, Ulysses sequence parallelism (which needs ``remove_padding``)."""
+    log-prob functions, Ulysses sequence parallelism (which needs ``remove_padding``). ``topk`` /
+    ``gather_ids`` [B, R, k]: on-policy distillation's top-k outputs (`_distillation_outputs`)."""
     kw = dict(
-        temperature=temperature, calculate_entropy=calculate_entropy, entropy_grad=entropy_grad, head=head
+        temperature=temperature, calculate_entropy=calculate_entropy, entropy_grad=entropy_grad, head=head,
+        topk=topk, gather_ids=gather_ids,
     )
     if remove_padding and micro_batch["position_ids"].dim() == 3:
         raise NotImplementedError(
@@ -380,6 +416,8 @@ def _packed_response_outputs(
     entropy_grad: bool,
     compute_dtype: torch.dtype,
     head: HeadOptions,
+    topk: int = 0,
+    gather_ids: torch.Tensor | None = None,
 ) -> dict[str, torch.Tensor]:
     from verl.workers.engine.packing import bin_width, block_causal_mask, plan_packing, response_index
 
@@ -401,8 +439,11 @@ def _packed_response_outputs(
     mask = block_causal_mask(plan.segment, None if impl != "eager" else compute_dtype)
     bins, cols, valid = response_index(plan, attention_mask, responses.shape[-1])
     kw = dict(
-        temperature=temperature, calculate_entropy=calculate_entropy, entropy_grad=entropy_grad, head=head
+        temperature=temperature, calculate_entropy=calculate_entropy, entropy_grad=entropy_grad, head=head,
+        topk=topk, gather_ids=gather_ids,
     )
+    if group is not None and (topk or gather_ids is not None):
+        raise NotImplementedError("top-k log-probs (on-policy distillation) with Ulysses sequence parallelism")
     if group is None:
         inputs = dict(input_ids=plan.input_ids, attention_mask=mask, position_ids=plan.position_ids)
         out = _token_outputs(module, inputs, model_type, lambda x: x[bins, cols], responses, **kw)
@@ -419,4 +460,5 @@ def _packed_response_outputs(
         with active_group(group):
             out = _token_outputs(module, inputs, model_type, _identity, labels, **kw)
         out = {k: gather_sequence(v, group, dim=1)[bins, cols] for k, v in out.items()}
-    return {k: v.masked_fill(~valid, 0.0) for k, v in out.items()}
+    # [B, R] outputs and the [B, R, k] top-k ones
+    return {k: v.masked_fill(~valid.view(*valid.shape, *[1] * (v.dim() - 2)), 0) for k, v in out.items()}

@@ -34,8 +34,8 @@ def build_optimizer(params, optim_config: Any) -> torch.optim.AdamW:
 def _fused_ok(params: list) -> bool:
     """Plain CPU parameters take torch's fused AdamW: one pass over each parameter doing the whole
     update, instead of foreach's chain of ops each reading and writing every state tensor (on CPU the
-    foreach ops loop over the tensors anyway); measured 2-3x less CPU time for the step on the 4M and
-    25M models of benchmarks/grpo_step. Same update to float rounding (test_optim.py).
+    foreach ops loop over the tensors anyway; benchmarks/grpo_step measures it). Same update to float
+    rounding (test_optim.py).
 
     Otherwise foreach: one multi-tensor kernel per Adam op instead of one per parameter, which torch
     picks by default on GPU only; for FSDP2's DTensor parameters (each per-parameter op pays DTensor's

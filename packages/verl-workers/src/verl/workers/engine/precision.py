@@ -4,9 +4,9 @@ Config (upstream names, per role in ``fsdp_config``)::
 
     model_dtype                    dtype the checkpoint is loaded in (default: the model section's
                                    ``model_dtype``, itself default fp32)
-    mixed_precision.param_dtype    compute dtype of forward and backward (default ``auto``: bf16 where
-                                   the device multiplies bf16 natively and model_dtype is fp32, else
-                                   model_dtype; see :func:`native_bf16`)
+    mixed_precision.param_dtype    compute dtype of forward and backward (default: model_dtype; ``auto``:
+                                   bf16 where the device multiplies bf16 natively and model_dtype is
+                                   fp32, else model_dtype; see :func:`native_bf16`)
     mixed_precision.reduce_dtype   dtype of the cross-rank gradient reduction (default fp32)
     mixed_precision.buffer_dtype   dtype of floating buffers such as rotary tables (default fp32)
 
@@ -151,9 +151,9 @@ class ComputeCast:
             m.register_forward_hook(self._restore, always_call=True)
         _CASTS[module] = self
 
-    def _cast(self, module: nn.Module, args: Any) -> None:
+    def _cast(self, module: nn.Module, args: Any) -> Any:
         if self._held:
-            return
+            return None
         saved = []
         copies: dict[int, torch.Tensor] = {}  # per master: a parameter tied within the unit is cast once
         for owner in self._groups[module]:
@@ -163,6 +163,10 @@ class ComputeCast:
                 # the torch-blessed way to put a non-leaf tensor in a parameter slot (torch.func does it too)
                 owner._parameters[name] = copies.setdefault(id(p), p.to(self.dtype))
         self._masters[module] = saved
+        # Its floating inputs too: a parent that casts them to a child's weight dtype outside the child's
+        # forward (Qwen2-VL's patch embedding reads proj.weight.dtype) saw the fp32 master; under FSDP2 every
+        # weight is in the compute dtype there
+        return tuple(a.to(self.dtype) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args)
 
     def _restore(self, module: nn.Module, args: Any, output: Any) -> None:
         for owner, masters in self._masters.pop(module, ()):

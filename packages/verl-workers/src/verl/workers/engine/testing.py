@@ -13,16 +13,6 @@ from typing import Any
 
 import torch
 
-#: ``param_dtype`` of every role as it was before ``auto``: compute in ``model_dtype``. Tests whose
-#: references are computed in the model's dtype pin it (``auto``, the default, computes fp32 models in
-#: bf16 on processors with native bf16 units; tests/engine/test_precision.py checks it).
-COMPUTE_IN_MODEL_DTYPE = tuple(
-    f"{role}.fsdp_config.mixed_precision.param_dtype=${{..model_dtype}}"
-    for role in ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic.model")
-)
-#: the same for the SFT trainer's config
-SFT_COMPUTE_IN_MODEL_DTYPE = ("model.fsdp_config.mixed_precision.param_dtype=${..model_dtype}",)
-
 
 def make_rl_batch(n: int = 8, prompt_len: int = 6, response_len: int = 5, vocab: int = 101, seed: int = 0,
                   pad_id: int = 0):
@@ -125,3 +115,19 @@ def run_gloo(fn: Callable[..., Any], world_size: int, workdir: str, *args: Any) 
         os.remove(store)
     mp.start_processes(_gloo_entry, args=(payload, world_size, store), nprocs=world_size, join=True,
                        start_method="spawn")
+
+
+def actor_engine(arr: Any, total_training_steps: int = 2, strategy: str = "fsdp2", **options: Any):
+    """The actor's training engine for an ``actor_rollout_ref`` config section (its model, FSDP and optimizer
+    settings), as the actor worker builds it; ``options`` go to ``build_engine`` (``grad_clip``,
+    ``ulysses_sequence_parallel_size``, kernel options, ...)."""
+    from verl.workers.engine import build_engine
+
+    return build_engine(
+        strategy,
+        model_config=arr.model,
+        engine_config=arr.actor.fsdp_config,
+        optim_config=arr.actor.optim,
+        total_training_steps=total_training_steps,
+        **options,
+    )

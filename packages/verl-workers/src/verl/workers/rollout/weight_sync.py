@@ -196,6 +196,26 @@ def full_named_parameters(module: nn.Module) -> Iterator[tuple[str, torch.Tensor
 
 
 @dataclass
+class HFWeightCopy:
+    """An HF module that receives weights by name (what :func:`sync_weights` feeds): the rollout's copy of
+    the policy when the trainer's module is not one the decode loops read (Megatron shards, peft layers)."""
+
+    def __init__(self, module: torch.nn.Module):
+        self.module = module
+        self._params = dict(module.named_parameters())
+
+    def update_weights(self, weights) -> None:
+        with torch.no_grad():
+            for name, tensor in weights:
+                if name not in self._params:
+                    raise KeyError(f"the rollout's HF model has no parameter {name!r} (sent by the Megatron actor)")
+                self._params[name].copy_(tensor.to(self._params[name].device))
+
+    def load_weight_buckets(self, buckets) -> int:
+        """What :func:`sync_weights` calls: reassemble the buckets into named tensors."""
+        return load_buckets_into(self.update_weights, buckets)
+
+
 class SyncStats:
     """What one :func:`sync_weights` call moved."""
 

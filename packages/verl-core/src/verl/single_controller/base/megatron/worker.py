@@ -64,7 +64,7 @@ class MegatronWorker(Worker):
         return self._megatron_global_info
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def _query_megatron_rank_info(self) -> tuple[DistRankInfo, DistGlobalInfo] | None:
+    def _query_megatron_rank_info(self) -> tuple[DistRankInfo, DistGlobalInfo | None] | None:
         if self._megatron_rank_info is None:
             return None
         return self._megatron_rank_info, self._megatron_global_info

@@ -135,6 +135,9 @@ class MegatronEngine(BaseEngine):
         mc = self.model_config
         if mc.path is None:
             raise ValueError("model.path is not set; give a local Hugging Face model folder")
+        from verl.workers.engine.hf_model import import_external_lib
+
+        import_external_lib(mc)
         hf_config = AutoConfig.from_pretrained(mc.path, trust_remote_code=bool(mc.trust_remote_code))
         for key, value in dict(mc.override_config or {}).items():
             setattr(hf_config, key, value)

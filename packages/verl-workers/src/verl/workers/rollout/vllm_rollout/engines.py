@@ -5,7 +5,12 @@
 - :class:`AsyncEngine` (``mode=async``): ``AsyncLLM`` on an event loop of its own (a daemon thread),
   so callers on any loop (the agent manager's ``asyncio.run`` per rollout, the chat endpoint's
   server loop) or on none share one engine: AsyncLLM's output handler is bound to the loop that
-  first used it, which must therefore outlive every caller.
+  first used it, which must therefore outlive every caller. Its requests survive a weight update
+  (partial rollout, upstream's abort-and-resume): :meth:`AsyncEngine.pause` aborts every request in
+  flight and keeps what each generated, the caller loads new weights, and :meth:`AsyncEngine.resume`
+  submits each again as prompt + kept tokens for the tokens still to come, under the new weights
+  (their KV is recomputed by the new model). Each :class:`RowOutput` then says which weights version
+  produced which token (``versions``).
 
 Requests are vLLM prompt dicts (``{"prompt_token_ids": [...]}``, plus ``"multi_modal_data": {"image":
 [PIL, ...]}`` for vision-language rows; see ``translate.vllm_prompts``).
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import itertools
 import os
 import threading
 from collections.abc import Coroutine, Sequence
@@ -44,8 +50,8 @@ def _row_output(request: Any, with_log_probs: bool) -> RowOutput:
     ids = list(completion.token_ids)
     lps = None
     if with_log_probs:
-        # logprobs=0: each position's dict holds exactly the sampled token
-        lps = [float(pos[tok].logprob) for tok, pos in zip(ids, completion.logprobs)]
+        # logprobs=0: each position's dict holds exactly the sampled token (none before the first token)
+        lps = [float(pos[tok].logprob) for tok, pos in zip(ids, completion.logprobs or [])]
     prompt = getattr(request, "prompt_token_ids", None)
     return RowOutput(ids, lps, str(completion.finish_reason), None if prompt is None else len(prompt))
 
@@ -109,6 +115,12 @@ class AsyncEngine:
         self._thread.start()
         self._ids = 0
         self._ids_lock = threading.Lock()
+        #: the weights version tokens are attributed to (set by resume); requests aborted by pause so far
+        self.weights_version = 0
+        self.aborted = 0
+        self._live: dict[str, int] = {}  # engine request id in flight -> tokens it streamed so far
+        self._running = asyncio.Event()  # cleared while paused
+        self._loop.call_soon_threadsafe(self._running.set)
 
         async def make() -> Any:
             return AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
@@ -125,13 +137,81 @@ class AsyncEngine:
             self._ids += 1
             return f"{prefix}-{self._ids}"
 
+    async def _segment(
+        self, prompt: dict[str, Any], params: Any, request_id: str, with_log_probs: bool, lora_request: Any
+    ) -> RowOutput:
+        """One engine request, run to its end or until :meth:`pause` aborts it (finish_reason "abort")."""
+        final = None
+        self._live[request_id] = 0
+        try:
+            async for out in self.llm.generate(prompt, params, request_id, lora_request=lora_request):
+                final = out
+                self._live[request_id] = len(out.outputs[0].token_ids)
+        finally:
+            del self._live[request_id]
+        return _row_output(final, with_log_probs)
+
     async def _one(
         self, prompt: dict[str, Any], params: Any, request_id: str, with_log_probs: bool, lora_request: Any
     ) -> RowOutput:
-        final = None
-        async for out in self.llm.generate(prompt, params, request_id, lora_request=lora_request):
-            final = out
-        return _row_output(final, with_log_probs)
+        ids: list[int] = []
+        lps: list[float] = []
+        versions: list[int] = []
+        total = int(params.max_tokens)
+        prompt_len = None
+        for part in itertools.count():
+            await self._running.wait()  # paused for a weight update: wait for resume()
+            request, segment_params = prompt, params
+            if ids:  # resumed: the kept tokens become part of the prompt, the rest is generated anew
+                request = {**prompt, "prompt_token_ids": [*prompt["prompt_token_ids"], *ids]}
+                segment_params = params.clone()
+                segment_params.max_tokens = total - len(ids)
+            version = self.weights_version
+            new = await self._segment(
+                request, segment_params, f"{request_id}.{part}", with_log_probs, lora_request
+            )
+            prompt_len = new.prompt_len if prompt_len is None else prompt_len
+            ids += new.token_ids
+            versions += [version] * len(new.token_ids)
+            if with_log_probs:
+                lps += new.log_probs
+            if new.finish_reason != "abort" or len(ids) >= total:
+                reason = new.finish_reason if new.finish_reason != "abort" else "length"
+                return RowOutput(ids, lps if with_log_probs else None, reason, prompt_len, versions)
+            self.aborted += 1
+        raise AssertionError("unreachable")
+
+    async def _pause(self) -> int:
+        self._running.clear()
+        parked = len(self._live)
+        # a request can reach the engine just after an abort naming it (its add was in flight): abort
+        # again until every request in flight has returned
+        while self._live:
+            await self.llm.abort(list(self._live))
+            await asyncio.sleep(0.005)
+        return parked
+
+    def pause(self) -> int:
+        """Abort every request in flight and hold new ones (each keeps its generated tokens and resumes
+        with :meth:`resume`); returns how many were in flight. Load weights only while paused."""
+        return self.run(self._pause())
+
+    def resume(self, version: int) -> None:
+        """Continue the paused requests (and admit new ones) under weights ``version``."""
+
+        async def go() -> None:
+            self.weights_version = int(version)
+            self._running.set()
+
+        self.run(go())
+
+    def in_flight(self) -> dict[str, int]:
+        """Engine requests in flight and the tokens each has streamed so far (a snapshot)."""
+
+        async def snapshot() -> dict[str, int]:
+            return dict(self._live)
+
+        return self.run(snapshot())
 
     def submit(
         self,

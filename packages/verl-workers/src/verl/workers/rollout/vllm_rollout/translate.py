@@ -292,12 +292,15 @@ def check_prompt_lengths(rows: Sequence[list[int]], outputs: Sequence[RowOutput]
 @dataclass
 class RowOutput:
     """One request's result: generated ids (with the stop token when one ended it) and their log-probs;
-    ``prompt_len``: the engine's prompt length (after its multimodal expansion) when it reports one."""
+    ``prompt_len``: the engine's prompt length (after its multimodal expansion) when it reports one;
+    ``versions``: the weights version that generated each token (engines that resume requests across
+    weight updates report it; None elsewhere)."""
 
     token_ids: list[int]
     log_probs: list[float] | None
     finish_reason: str
     prompt_len: int | None = None
+    versions: list[int] | None = None
 
 
 def assemble_batch(

@@ -165,6 +165,51 @@ class VLLMRollout(BaseRollout):
         self.engine.reset_prefix_cache()  # cached KV blocks were computed with the old weights
         return int(loaded)
 
+    # ------------------------------------------------------------------ disaggregated pools
+    def join_weight_group(self, host: str, port: int, rank: int, size: int, backend: str) -> None:
+        """Make the engine's worker a member of the trainer's weight-sync group (``weight_group``):
+        the buckets then go from the trainer's device to the engine's without this process in between."""
+        self.engine.collective_rpc("verl_join_weight_group", (host, port, rank, size, backend))
+
+    def receive_weights(self) -> int:
+        """Load the weights the trainer broadcasts over the group now; returns the tensors loaded."""
+        self._wake(["weights"])
+        return self._loaded(self.engine.collective_rpc("verl_receive_weights"))
+
+    def start_receive(self) -> None:
+        """Receive the next broadcast in the engine's worker in the background, while requests continue."""
+        self.engine.collective_rpc("verl_start_receive")
+
+    def finish_receive(self) -> int:
+        """Load what :meth:`start_receive` received (call while no request is in flight, e.g. paused)."""
+        self._wake(["weights"])
+        return self._loaded(self.engine.collective_rpc("verl_finish_receive"))
+
+    def _loaded(self, per_worker: list) -> int:
+        self.engine.reset_prefix_cache()  # cached KV blocks were computed with the old weights
+        return int(per_worker[0])
+
+    def submit(self, prompt_ids: list[int], params: Any, request_id: str) -> Any:
+        """Start one request (``params``: :class:`~verl.workers.rollout.hf_rollout.SamplingParams`) on the
+        async engine and return at once: a ``concurrent.futures.Future`` of its
+        :class:`~.translate.RowOutput`, whose ``versions`` say which weights made each token (the request
+        survives :meth:`pause_generation` / :meth:`resume_generation`)."""
+        if self.config.mode != "async":
+            raise RuntimeError("streaming requests need the async engine: set rollout.mode=async")
+        log_probs = self.wants_log_probs(params, validate=False)
+        request = translate.vllm_prompts([list(prompt_ids)], None, self.placeholders)[0]
+        return self.engine.submit(
+            request, self.vllm_sampling_params(params, log_probs), log_probs, request_id, self.lora_request
+        )
+
+    def pause_generation(self) -> int:
+        """Abort the requests in flight, keeping what they generated; returns how many there were."""
+        return self.engine.pause()
+
+    def resume_generation(self, version: int) -> None:
+        """Continue the paused requests under the weights loaded meanwhile (``version``)."""
+        self.engine.resume(version)
+
     def load_lora_adapter(self, adapter_dir: str) -> None:
         """Make the peft adapter in ``adapter_dir`` the one every later request samples with. vLLM reads
         the folder during this call and may read it again later (after a weight reload), so the caller
@@ -198,14 +243,23 @@ class VLLMRollout(BaseRollout):
         self.load_weight_buckets(iter_weight_buckets(weights, size))
 
     # ------------------------------------------------------------------ sampling
+    def request_sampling_kwargs(
+        self, params: Any, log_probs: bool, stop_token_ids: list[int] | None = None
+    ) -> dict[str, Any]:
+        """``vllm.SamplingParams`` keyword arguments of one call, for the synchronous and the async path
+        alike: a vision-language model's placeholder tokens are never sampled on either."""
+        return translate.sampling_kwargs(
+            params,
+            self.eos_token_ids if stop_token_ids is None else stop_token_ids,
+            ignore_eos=bool(self.config.ignore_eos),
+            log_probs=log_probs,
+            suppress_ids=self.suppress_ids,
+        )
+
     def vllm_sampling_params(self, params: Any, log_probs: bool) -> Any:
         from vllm import SamplingParams
 
-        return SamplingParams(
-            **translate.sampling_kwargs(
-                params, self.eos_token_ids, ignore_eos=bool(self.config.ignore_eos), log_probs=log_probs
-            )
-        )
+        return SamplingParams(**self.request_sampling_kwargs(params, log_probs))
 
     def wants_log_probs(self, params: Any, validate: bool) -> bool:
         """Whether this call returns ``rollout_log_probs``; an error when they are needed for training
@@ -281,13 +335,7 @@ class VLLMRollout(BaseRollout):
             raise ValueError(f"request {request_id}: vLLM cannot report the sampling log-probs for {reason}")
         from vllm import SamplingParams
 
-        kwargs = translate.sampling_kwargs(
-            params,
-            self.eos_token_ids if stop_token_ids is None else stop_token_ids,
-            ignore_eos=bool(self.config.ignore_eos),
-            log_probs=True,
-            suppress_ids=self.suppress_ids,
-        )
+        kwargs = self.request_sampling_kwargs(params, True, stop_token_ids)
         rows = [list(prompt_ids)]
         request = translate.vllm_prompts(
             rows, None if multi_modal_data is None else [multi_modal_data], self.placeholders

@@ -7,6 +7,13 @@ vLLM mixes this class into its worker; the rollout calls the ``verl_*`` methods 
 metadata as plain lists. The worker reassembles tensors with the same :class:`WeightBucketReceiver`
 the in-process path uses. Nothing touches disk.
 
+Disaggregated pools (the trainer on other devices) skip the msgpack hop: the worker joins a
+:class:`~verl.workers.rollout.weight_group.WeightSyncGroup` with the trainer's rank 0
+(``verl_join_weight_group``: NCCL on GPU, device to device; gloo on CPU) and loads the buckets it
+broadcasts (``verl_receive_weights``), or receives them in a background thread while the engine keeps
+generating and loads them at the caller's next safe point (``verl_start_receive`` /
+``verl_finish_receive``).
+
 Loading goes through ``reload_weights(weights_iterator=...)``, not ``model.load_weights``: on CPU the
 prepacked linear layers drop their ``weight_loader``, and the in-place reload restores the
 checkpoint layout, loads, and re-runs each layer's post-load processing (repacking). That processing
@@ -19,6 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from verl.workers.rollout.weight_group import BackgroundReceive, WeightSyncGroup
 from verl.workers.rollout.weight_sync import TensorChunkMeta, WeightBucket, WeightBucketReceiver
 
 
@@ -68,6 +76,9 @@ class VerlWorkerExtension:
     def verl_receive_bucket(self, buffer: bytes, metas: list[list[Any]]) -> int:
         """Unpack one bucket; load every layer it completes. Returns the tensors loaded so far."""
         bucket = WeightBucket(torch.frombuffer(bytearray(buffer), dtype=torch.uint8), metas_from_wire(metas))
+        return self._verl_take(bucket)
+
+    def _verl_take(self, bucket: WeightBucket) -> int:
         ready = self._verl_receiver.receive(bucket)
         if ready:
             self._verl_pending.extend(ready)
@@ -98,3 +109,32 @@ class VerlWorkerExtension:
             return
         self.reload_weights(weights_iterator=iter(weights))
         self._verl_loaded += len(weights)
+
+    # ------------------------------------------------------------------ cross-pool group
+    def verl_join_weight_group(self, host: str, port: int, rank: int, size: int, backend: str) -> None:
+        """Join the trainer's weight-sync group as ``rank`` (blocks until every member joined)."""
+        self._verl_group = WeightSyncGroup(host, port, rank, size, backend=backend)
+        self._verl_background: BackgroundReceive | None = None
+
+    def _verl_load_buckets(self, buckets: Any) -> int:
+        self.verl_begin_weight_update()
+        for bucket in buckets:
+            self._verl_take(bucket)
+        return self.verl_finish_weight_update()
+
+    def verl_receive_weights(self) -> int:
+        """Load the weights the trainer broadcasts now; returns the tensors loaded."""
+        return self._verl_load_buckets(self._verl_group.recv_buckets())
+
+    def verl_start_receive(self) -> None:
+        """Start receiving the next broadcast in a background thread (the engine keeps generating)."""
+        if self._verl_background is not None:
+            raise RuntimeError("a background weight receive is already running")
+        self._verl_background = BackgroundReceive(self._verl_group)
+
+    def verl_finish_receive(self) -> int:
+        """Wait for the background receive and load what it got; returns the tensors loaded."""
+        background, self._verl_background = self._verl_background, None
+        if background is None:
+            raise RuntimeError("verl_finish_receive without verl_start_receive")
+        return self._verl_load_buckets(background.wait())

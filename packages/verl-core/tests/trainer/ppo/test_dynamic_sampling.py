@@ -1,12 +1,12 @@
 """Dynamic sampling without Ray: group filtering, accumulation over rounds, trimming, the max-rounds error,
-and the trainer's filter stage driven through core's ``_train_step``."""
+and the trainer's filter stage driven through ``RayPPOTrainer.train_step``."""
 
 import numpy as np
 import pytest
 import torch
 from verl.protocol import DataProto
 from verl.trainer.config import load_config
-from verl_recipe_dapo.dynamic_sampling import (
+from verl.trainer.ppo.dynamic_sampling import (
     DynamicSamplingError,
     GroupAccumulator,
     concat_rounds,
@@ -86,11 +86,11 @@ def test_accumulator_drops_groups_accumulates_rounds_and_trims():
     assert batch.non_tensor_batch["acc"].tolist() == [1, 0, 0, 1, 1, 0]
     assert batch.batch["token_level_scores"][:, -1].tolist() == [1, 0, 0, 1, 1, 0]
     assert metrics == {
-        "dapo/num_gen_batches": 2.0,
-        "dapo/kept_groups": 4.0,
-        "dapo/dropped_groups": 4.0,
-        "dapo/kept_group_ratio": 0.5,
-        "dapo/all_acc/mean": 8 / 16,  # every generated row, dropped ones too
+        "train/num_gen_batches": 2.0,
+        "dynamic_sampling/kept_groups": 4.0,
+        "dynamic_sampling/dropped_groups": 4.0,
+        "dynamic_sampling/kept_group_ratio": 0.5,
+        "dynamic_sampling/all_acc/mean": 8 / 16,  # every generated row, dropped ones too
     }
     # reset for the next step
     assert acc.num_groups == 0 and acc.num_gen_batches == 0 and not acc.ready
@@ -101,7 +101,9 @@ def test_accumulator_one_round_with_enough_groups_needs_no_copy_of_the_rest():
     acc.add(scored_round([[1, 0], [0, 1]], "r"))
     batch, metrics = acc.take()
     assert (
-        len(batch) == 4 and metrics["dapo/num_gen_batches"] == 1.0 and metrics["dapo/dropped_groups"] == 0.0
+        len(batch) == 4
+        and metrics["train/num_gen_batches"] == 1.0
+        and metrics["dynamic_sampling/dropped_groups"] == 0.0
     )
 
 
@@ -149,45 +151,44 @@ def test_concat_rounds_of_different_response_lengths():
     assert out.batch["response_mask"].sum(-1).tolist() == [2, 2, 5, 5]
 
 
-# ----------------------------------------------------------------- the trainer's stage, through core's loop
-class _ScriptedDAPOTrainer:
-    """RayDAPOTrainer with the worker stages replaced by a script: generation returns rounds whose
-    outcomes come from ``script`` (one list of group outcomes per call), the model stages do nothing."""
+def test_pad_responses_fills_named_keys():
+    b = scored_round([[1, 0]], "p", r=2)
+    b.batch["token_segments"] = torch.zeros(2, 2, dtype=torch.long)
+    out = pad_responses(b, 3, pad_token_id=99, fill={"token_segments": -1})
+    assert out.batch["token_segments"].tolist() == [[0, 0, -1]] * 2
+    assert out.batch["token_level_scores"][:, -1].tolist() == [0.0, 0.0]
 
-    @staticmethod
-    def make(
-        script: list[list[list[float]]], train_batch_size: int, n: int, max_batches: int, enable: bool = True
-    ):
-        from verl_recipe_dapo.dapo_ray_trainer import RayDAPOTrainer
 
-        class Scripted(RayDAPOTrainer):
-            def _stage_generate(self, batch, metrics):
-                self.calls += 1
-                return scored_round(script[self.calls - 1], f"c{self.calls}-")
+# ----------------------------------------------------------------- the trainer's stage, through its step
+def scripted_trainer(script: list[list[list[float]]], train_batch_size: int, n: int, max_batches: int,
+                     enable: bool = True):
+    """A worker-less ``RayPPOTrainer`` whose ``gen`` stage returns rounds with the outcomes in ``script``
+    (one list of group outcomes per call), whose reward stage keeps them, and whose model stages pass."""
+    from verl.trainer.ppo.dynamic_sampling import group_accumulator_for
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
-            def _stage_reward(self, batch, metrics):
-                return batch  # scored_round already holds the scores
+    class Scripted(RayPPOTrainer):
+        def stage_gen(self, batch, metrics):
+            self.calls += 1
+            return scored_round(script[self.calls - 1], f"c{self.calls}-")
 
-        for name in (
-            "_stage_old_log_prob",
-            "_stage_ref_log_prob",
-            "_stage_values",
-            "_stage_advantage",
-            "_stage_update_critic",
-            "_stage_update_actor",
-        ):
-            setattr(Scripted, name, lambda self, batch, metrics: batch)
-        t = Scripted.__new__(Scripted)  # no workers, no data loaders: only what the step needs
-        # core's full config (so new keys core's step reads have their defaults); balance_batch needs
-        # the worker group's size, which a worker-less trainer has not
-        t.config = load_config([
-            f"algorithm.filter_groups.enable={enable}", "algorithm.filter_groups.metric=acc",
-            f"algorithm.filter_groups.max_num_gen_batches={max_batches}", f"actor_rollout_ref.rollout.n={n}",
-            f"data.train_batch_size={train_batch_size}", "trainer.balance_batch=false",
-        ])  # fmt: skip
-        t.global_steps, t.calls = 1, 0
-        t.group_accumulator = GroupAccumulator(train_batch_size, n, "acc", max_batches)
-        return t
+        def stage_reward(self, batch, metrics):
+            return batch  # scored_round already holds the scores
+
+    for name in ("stage_old_log_prob", "stage_ref", "stage_values", "stage_adv", "stage_update_critic",
+                 "stage_update_actor"):  # fmt: skip
+        setattr(Scripted, name, lambda self, batch, metrics: batch)
+    t = Scripted.__new__(Scripted)  # no workers, no data loaders: only what the step needs
+    # core's full config (so keys the step reads have their defaults); balance_batch needs the worker
+    # group's size, which a worker-less trainer has not
+    t.config = load_config([
+        f"algorithm.filter_groups.enable={enable}", "algorithm.filter_groups.metric=acc",
+        f"algorithm.filter_groups.max_num_gen_batches={max_batches}", f"actor_rollout_ref.rollout.n={n}",
+        f"data.train_batch_size={train_batch_size}", "trainer.balance_batch=false", "trainer.save_freq=-1",
+    ])  # fmt: skip
+    t.global_steps, t.total_training_steps, t.calls, t.val_reward_fn = 1, 10, 0, None
+    t.group_accumulator = group_accumulator_for(t.config, pad_token_id=0)
+    return t
 
 
 def _prompts(k: int) -> DataProto:
@@ -196,22 +197,23 @@ def _prompts(k: int) -> DataProto:
 
 def test_filter_stage_asks_for_more_prompts_until_the_batch_is_full():
     script = [[[0, 0], [1, 0]], [[1, 1], [0, 0]], [[0, 1], [1, 0]]]  # 1, 0, then 2 varied groups
-    t = _ScriptedDAPOTrainer.make(script, train_batch_size=2, n=2, max_batches=5)
+    t = scripted_trainer(script, train_batch_size=2, n=2, max_batches=5)
     metrics: dict = {}
-    assert t._train_step(_prompts(2), metrics, {}) is None
-    assert t._train_step(_prompts(2), metrics, {}) is None
-    out = t._train_step(_prompts(2), metrics, {})
+    assert t.train_step(_prompts(2), metrics, {}) is None
+    assert t.train_step(_prompts(2), metrics, {}) is None
+    out = t.train_step(_prompts(2), metrics, {})
     assert out.non_tensor_batch["uid"].tolist() == ["c1-1", "c1-1", "c3-0", "c3-0"]
-    assert metrics["dapo/num_gen_batches"] == 3.0
-    assert metrics["dapo/kept_groups"] == 3.0 and metrics["dapo/dropped_groups"] == 3.0
-    assert metrics["dapo/all_acc/mean"] == 5 / 12
+    assert metrics["train/num_gen_batches"] == 3.0
+    assert metrics["dynamic_sampling/kept_groups"] == 3.0 and metrics["dynamic_sampling/dropped_groups"] == 3.0
+    assert metrics["dynamic_sampling/all_acc/mean"] == 5 / 12
 
 
 def test_filter_stage_raises_after_max_rounds_and_is_a_no_op_when_disabled():
-    t = _ScriptedDAPOTrainer.make([[[0, 0]], [[1, 1]]], train_batch_size=1, n=2, max_batches=2)
-    assert t._train_step(_prompts(1), {}, {}) is None
+    t = scripted_trainer([[[0, 0]], [[1, 1]]], train_batch_size=1, n=2, max_batches=2)
+    assert t.train_step(_prompts(1), {}, {}) is None
     with pytest.raises(DynamicSamplingError, match="max_num_gen_batches=2"):
-        t._train_step(_prompts(1), {}, {})
-    off = _ScriptedDAPOTrainer.make([[[0, 0], [1, 1]]], train_batch_size=2, n=2, max_batches=1, enable=False)
-    out = off._train_step(_prompts(2), {}, {})
+        t.train_step(_prompts(1), {}, {})
+    off = scripted_trainer([[[0, 0], [1, 1]]], train_batch_size=2, n=2, max_batches=1, enable=False)
+    assert off.group_accumulator is None
+    out = off.train_step(_prompts(2), {}, {})
     assert len(out) == 4  # all-equal groups are kept when filter_groups.enable is false

@@ -1,19 +1,23 @@
-"""DAPO's dynamic sampling, as plain functions and a small accumulator (no Ray, no workers).
+"""Dynamic sampling (``algorithm.filter_groups.*``, DAPO arXiv 2503.14476), as plain functions and a
+small accumulator (no Ray, no workers).
 
 A *group* is the ``rollout.n`` trajectories of one prompt (rows sharing a ``uid``). A group whose filter
 metric is the same for every trajectory (all right or all wrong) has zero advantage under GRPO and
-contributes no gradient, so DAPO drops it and keeps sampling ``data.gen_batch_size``-prompt batches until
+contributes no gradient, so it is dropped and ``data.gen_batch_size``-prompt batches are generated until
 ``data.train_batch_size`` groups with varied outcomes are collected; the surplus is trimmed away.
 
-`GroupAccumulator` holds that state between generation rounds; ``RayDAPOTrainer._stage_filter`` drives it.
+`GroupAccumulator` holds that state between generation rounds; the trainer's ``filter`` stage
+(``RayPPOTrainer.stage_filter``) drives it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
+
 from verl.protocol import DataProto
 
 # Full-sequence tensors ([N, P + R]) that the rollout returns; every other 2-D tensor except ``prompts``
@@ -64,13 +68,15 @@ def varied_group_rows(uids: np.ndarray, values: np.ndarray) -> tuple[np.ndarray,
     return rows, kept, len(keep_uid) - kept
 
 
-def pad_responses(batch: DataProto, length: int, pad_token_id: int) -> DataProto:
+def pad_responses(batch: DataProto, length: int, pad_token_id: int, fill: dict[str, int] | None = None) -> DataProto:
     """Right-pad every response-aligned tensor of ``batch`` to ``length`` tokens (a new DataProto).
 
     Generation rounds return the longest response of their own batch, so batches from different rounds
     differ in R and must be brought to one R before ``DataProto.concat``. Padding follows the rollout's
-    convention: pad id in ``responses``/``input_ids``, 0 in masks and scores, positions keep counting.
+    convention: pad id in ``responses``/``input_ids``, 0 in masks and scores (or ``fill[key]``), positions
+    keep counting; ``prompts`` and non-tensors are unchanged.
     """
+    fill = fill or {}
     r = batch.batch["responses"].shape[1]
     extra = length - r
     if extra < 0:
@@ -83,13 +89,12 @@ def pad_responses(batch: DataProto, length: int, pad_token_id: int) -> DataProto
         if key == "prompts" or value.dim() < 2:
             tensors[key] = value
         elif key == "position_ids":
-            last = value[:, -1:]
-            steps = torch.arange(1, extra + 1, dtype=value.dtype).unsqueeze(0)
-            tensors[key] = torch.cat([value, last + steps], dim=1)
+            steps = torch.arange(1, extra + 1, dtype=value.dtype, device=value.device).unsqueeze(0)
+            tensors[key] = torch.cat([value, value[:, -1:] + steps], dim=1)
         elif key in ("responses", "input_ids"):
             tensors[key] = torch.nn.functional.pad(value, (0, extra), value=pad_token_id)
         elif key in _FULL_SEQUENCE_KEYS or value.shape[1] == r:
-            tensors[key] = torch.nn.functional.pad(value, (0, extra), value=0)
+            tensors[key] = torch.nn.functional.pad(value, (0, extra), value=fill.get(key, 0))
         else:
             raise ValueError(
                 f"tensor {key!r} of shape {tuple(value.shape)} is neither [N, P+R] nor [N, R={r}]"
@@ -99,10 +104,12 @@ def pad_responses(batch: DataProto, length: int, pad_token_id: int) -> DataProto
     )
 
 
-def concat_rounds(batches: list[DataProto], pad_token_id: int) -> DataProto:
-    """Concatenate generation rounds, padding responses to the longest round first."""
+def concat_rounds(batches: list[DataProto], pad_token_id: int, fill: dict[str, int] | None = None) -> DataProto:
+    """Concatenate generation rounds (rows in the given order), padding responses to the longest first."""
+    if not batches:
+        raise ValueError("no batches to concatenate")
     length = max(b.batch["responses"].shape[1] for b in batches)
-    return DataProto.concat([pad_responses(b, length, pad_token_id) for b in batches])
+    return DataProto.concat([pad_responses(b, length, pad_token_id, fill) for b in batches])
 
 
 @dataclass
@@ -172,7 +179,13 @@ class GroupAccumulator:
 
     def take(self) -> tuple[DataProto, dict[str, float]]:
         """The training batch (exactly ``train_batch_size`` groups, in arrival order) and this step's
-        dynamic-sampling metrics (see ``RayDAPOTrainer``); then reset for the next step."""
+        metrics; then reset for the next step.
+
+        ``train/num_gen_batches`` (upstream's name: generation rounds this step took),
+        ``dynamic_sampling/kept_groups`` / ``dropped_groups`` (over those rounds), ``kept_group_ratio``,
+        and ``dynamic_sampling/all_<metric>/mean``, the filter metric averaged over every trajectory
+        generated this step (before filtering: the policy's actual score, where ``critic/score/mean`` of
+        the kept groups is not)."""
         if not self.ready:
             raise RuntimeError(f"only {self.num_groups} of {self.train_batch_size} groups collected")
         batch = concat_rounds(self._parts, self.pad_token_id)
@@ -180,13 +193,27 @@ class GroupAccumulator:
         if len(batch) > rows:
             batch = batch.slice(0, rows)  # groups are contiguous, so this keeps whole groups
         metrics = {
-            "dapo/num_gen_batches": float(self.num_gen_batches),
-            "dapo/kept_groups": float(self.kept_groups),
-            "dapo/dropped_groups": float(self.dropped_groups),
-            "dapo/kept_group_ratio": self.kept_groups / max(self.kept_groups + self.dropped_groups, 1),
+            "train/num_gen_batches": float(self.num_gen_batches),
+            "dynamic_sampling/kept_groups": float(self.kept_groups),
+            "dynamic_sampling/dropped_groups": float(self.dropped_groups),
+            "dynamic_sampling/kept_group_ratio": self.kept_groups / max(self.kept_groups + self.dropped_groups, 1),
             # The policy's score on everything it generated this step; the trained batch's own mean
             # (critic/score/mean) is biased towards the middle by the filter.
-            f"dapo/all_{self.metric}/mean": self._metric_sum / max(self._metric_count, 1),
+            f"dynamic_sampling/all_{self.metric}/mean": self._metric_sum / max(self._metric_count, 1),
         }
         self.reset()
         return batch, metrics
+
+
+def group_accumulator_for(config: Any, pad_token_id: int | None) -> GroupAccumulator | None:
+    """The accumulator ``algorithm.filter_groups`` asks for, or None when dynamic sampling is off."""
+    fg = config.algorithm.filter_groups
+    if not fg.enable:
+        return None
+    return GroupAccumulator(
+        train_batch_size=int(config.data.train_batch_size),
+        n=int(config.actor_rollout_ref.rollout.n),
+        metric=str(fg.metric),
+        max_num_gen_batches=int(fg.max_num_gen_batches),
+        pad_token_id=int(pad_token_id) if pad_token_id is not None else 0,
+    )

@@ -1,14 +1,12 @@
 """Tensors through Ray's object store with the verl tensor transport: exact, writable, private."""
 
-import os
 
 import pytest
 import torch
 
-os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 ray = pytest.importorskip("ray")
 
-from verl.single_controller.ray.transport import install_tensor_transport  # noqa: E402
+from verl.utils.ray_transport import install_tensor_transport  # noqa: E402
 
 
 def test_tensor_round_trip_is_exact_and_private(ray_cluster):
