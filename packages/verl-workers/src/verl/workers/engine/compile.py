@@ -8,8 +8,9 @@ the LM head and the loss stay eager. Shapes change from step to step (response l
 rows), so the layer's token and row dims are marked dynamic before each call: one compilation per
 variant (with and without autograd, with and without an attention mask), not one per length.
 
-``use_torch_compile`` is ``true``, ``false``, or ``null`` (the default): decided by the hardware and
-the work, never by how busy the machine is (:func:`resolve_compile`):
+``use_torch_compile`` is ``false`` (the default: eager), ``true`` (compiled, or an error naming why it
+cannot be), or ``null``: decided by the hardware and the work, never by how busy the machine is
+(:func:`resolve_compile`):
 
 - the hardware: inductor must be able to build kernels for the device: a C++ compiler and a vectorised
   CPU capability on CPU, Triton on CUDA;
