@@ -368,7 +368,8 @@ def test_compiled_decode_equals_eager_and_compiles_once(kind, compile_graphs):
 
 @pytest.mark.slow
 def test_inductor_decode_greedy_equals_transformers_generate():
-    """The compiled step with inductor's kernels still gives ``model.generate``'s greedy tokens."""
+    """The compiled step with inductor's kernels gives the eager step's and ``model.generate``'s greedy
+    tokens, and log-probs equal to the eager step's up to float rounding."""
     from torch._dynamo.utils import counters
 
     torch._dynamo.reset()
@@ -378,8 +379,10 @@ def test_inductor_decode_greedy_equals_transformers_generate():
     new = 10
     ref = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=new,
                          min_new_tokens=new, eos_token_id=None, pad_token_id=PAD)[:, ids.shape[1]:]
-    got = native_generate(model, ids, mask, pos, SamplingParams(response_length=new, do_sample=False), [], PAD,
-                          compiled=True)
-    assert torch.equal(got["responses"], ref)
+    params = SamplingParams(response_length=new, do_sample=False)
+    got = native_generate(model, ids, mask, pos, params, [], PAD, calculate_log_probs=True, compiled=True)
+    eager = native_generate(model, ids, mask, pos, params, [], PAD, calculate_log_probs=True)
+    assert torch.equal(got["responses"], ref) and torch.equal(eager["responses"], ref)
+    assert_same_generation(got, eager)
     assert int(counters["stats"]["unique_graphs"]) == 2
     torch._dynamo.reset()
