@@ -301,8 +301,10 @@ def render(
         )
     lines += [
         "",
-        "First round (compile, caches and allocator warm-up; left out of every median above) and its excess over "
-        "the median step, s:",
+        "First round (compile, caches and allocator warm-up; "
+        + ("left out of every median above" if all(c["warmup"] > 0 for c in cells) else
+           "INSIDE the medians above: --warmup 0")
+        + ") and its excess over the median step, s:",
         "",
         "| size | new tokens | first ours / before / bare / TRL | excess ours / before / bare / TRL |",
         "|---|---|---|---|",
