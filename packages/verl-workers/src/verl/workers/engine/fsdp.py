@@ -397,10 +397,7 @@ class FSDP2Engine(_FSDPEngineBase):
             # DCP checkpoints hold the same keys and reshard to and from any number of ranks. Mixed
             # precision: the casts FSDP2 would make, made by ComputeCast.
             if self.precision.casts_for_compute:
-                # a LoRA layer casts as one unit: peft casts its input to the adapter's dtype before the
-                # adapter's own forward (and its cast) would run
-                units = [*self.compiled_layers, *(self.lora.adapted_modules(model) if self.lora else [])]
-                ComputeCast(model, self.precision.param_dtype, units=units)
+                ComputeCast(model, self.precision.param_dtype, units=self.compiled_layers)
             return model
         fsdp_size = int(self.engine_config.fsdp_size)
         if fsdp_size <= 0 or fsdp_size >= self._world:

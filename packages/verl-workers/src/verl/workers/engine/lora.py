@@ -111,10 +111,6 @@ class LoraLayout:
         tied = bool(getattr(peft_model.get_base_model().config, "tie_word_embeddings", False))
         return cls(layers=layers, tied_embeddings=tied)
 
-    def adapted_modules(self, peft_model: torch.nn.Module) -> list[torch.nn.Module]:
-        """The LoRA-wrapped modules (base layer + adapters) of ``peft_model``."""
-        return [peft_model.get_submodule(name) for name in self.layers]
-
     def merge(self, state: Mapping[str, torch.Tensor], adapters: bool = True) -> dict[str, torch.Tensor]:
         """The HF model's state dict (HF names) with every adapter merged into its base weight
         (``adapters=False``: the frozen base weights alone, for a rollout that applies the adapter itself).
