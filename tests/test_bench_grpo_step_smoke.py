@@ -54,7 +54,9 @@ def test_step_flops_match_parameter_count():
 
 
 @pytest.mark.slow
-def test_one_round_of_ours_and_bare(tmp_path):
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_one_round_of_ours_and_bare(tmp_path, dtype):
+    """One eager round in each precision (compiling would take minutes here: ``--ours-compile false``)."""
     out = tmp_path / "out"
     cmd = [
         sys.executable,
@@ -77,6 +79,12 @@ def test_one_round_of_ours_and_bare(tmp_path):
         "none",
         "--out",
         str(out),
+        "--trl-python",
+        "none",
+        "--ours-compile",
+        "false",
+        "--dtype",
+        dtype,
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -95,5 +103,12 @@ def test_one_round_of_ours_and_bare(tmp_path):
     assert ours[0]["timing_s/gen"] > 0 and ours[0]["timing_s/update_actor"] > 0
     assert ours[0]["cpu_s"] > 0 and bare[0]["cpu_s"] > 0
     assert cell["ours_rss"]["worker_peak_mib"] > 0 and cell["ours_workers"][0]["threads"] == 1
-    # main table, per-stage table, fastest-round table, CPU-seconds table
-    assert (out / "table.md").read_text().count("| xs |") == 4
+    # main table, per-stage table, fastest-round table, first-round table, CPU-seconds table
+    table = (out / "table.md").read_text()
+    assert table.count("| xs |") == 5
+    # the setup lines: processor, the one torch build of ours and bare, the precision each side computed in
+    assert table.startswith("Processor: ") and ", the same for ours, bare." in table
+    compute = {"fp32": "float32", "bf16": "bfloat16"}[dtype]
+    assert cell["dtype"] == dtype and cell["ours_workers"][0]["compute_dtype"] == compute
+    assert cell["ours_workers"][0]["compile"] == "use_torch_compile=false"
+    assert bare[0]["matmul_dtypes"] == {"gen": [compute], "update": [compute]}

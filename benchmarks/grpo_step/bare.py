@@ -14,6 +14,10 @@ One step, all in one process, no Ray, no trainer, no DataProto:
 
 Every prompt has 4 tokens, so there is no padding and no attention mask is needed.
 
+``dtype="bf16"``: the whole step under ``torch.autocast("cpu", bfloat16)`` over the fp32 weights (the
+plain-PyTorch way to compute in bf16 with fp32 masters; TRL's ``bf16=True`` is the same autocast).
+The dtypes the first layer's q projection produced in generation and in the update are recorded.
+
 Used in-process (``BareGRPOStep``) or as a step server (``python bare.py --serve ...``): it prints
 ``READY {json}`` once, then answers each ``step`` line on stdin with ``RESULT {json}``.
 """
@@ -21,6 +25,7 @@ Used in-process (``BareGRPOStep``) or as a step server (``python bare.py --serve
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import resource
@@ -51,6 +56,7 @@ class BareGRPOStep:
         seed: int = 0,
         old_log_prob: bool = True,
         micro_batch: int = 0,
+        dtype: str = "fp32",
     ):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -71,6 +77,18 @@ class BareGRPOStep:
         self.cursor = 0
         self.gen = torch.Generator().manual_seed(seed)
         self.n_params = sum(p.numel() for p in self.model.parameters())
+        if dtype not in ("fp32", "bf16"):
+            raise ValueError(f"dtype={dtype!r}: expected fp32 or bf16")
+        self.dtype = dtype
+        self.seen: dict[str, set[str]] = {"gen": set(), "update": set()}
+        self._phase = "gen"
+        q_proj = self.model.model.layers[0].self_attn.q_proj
+        q_proj.register_forward_hook(lambda m, i, out: self.seen[self._phase].add(str(out.dtype)[6:]))
+
+    def _precision(self):
+        if self.dtype == "bf16":
+            return torch.autocast("cpu", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
 
     def _next_prompts(self) -> tuple[list[str], list[str]]:
         if self.cursor + self.P > len(self.problems):
@@ -106,8 +124,11 @@ class BareGRPOStep:
         prompts, answers = self._next_prompts()
         prompt_ids = self.tok(prompts, return_tensors="pt", add_special_tokens=False)["input_ids"]
         self.model.eval()
-        responses = self._sample(prompt_ids)
+        self._phase = "gen"
+        with self._precision():
+            responses = self._sample(prompt_ids)
         self.model.train()
+        self._phase = "update"
         t1 = time.perf_counter()
 
         texts = self.tok.batch_decode(responses, skip_special_tokens=True)
@@ -121,13 +142,14 @@ class BareGRPOStep:
         chunks = [slice(i, i + mb) for i in range(0, seq.shape[0], mb)]
         old = None
         if self.old_log_prob:
-            with torch.no_grad():
+            with torch.no_grad(), self._precision():
                 old = torch.cat([self._response_log_probs(seq[c]) for c in chunks])
         t3 = time.perf_counter()
 
         eps = self.clip_ratio
         for c in chunks:
-            logp = self._response_log_probs(seq[c])
+            with self._precision():
+                logp = self._response_log_probs(seq[c])
             ratio = torch.exp(logp - (logp.detach() if old is None else old[c]))
             a = adv[c]
             # the mean over all response tokens of the step, accumulated one micro-batch at a time
@@ -147,6 +169,7 @@ class BareGRPOStep:
             "gen_tokens": int(responses.numel()),
             "reward": float(scores.mean()),
             "peak_rss_mib": peak_rss_mib(),
+            "matmul_dtypes": {k: sorted(v) for k, v in self.seen.items()},
         }
 
 
@@ -155,13 +178,19 @@ def serve(args: argparse.Namespace) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    bare = BareGRPOStep(args.model, args.new_tokens, lr=args.lr, seed=args.seed, micro_batch=args.micro_batch)
+    bare = BareGRPOStep(
+        args.model, args.new_tokens, lr=args.lr, seed=args.seed, micro_batch=args.micro_batch, dtype=args.dtype
+    )
+    from machine import torch_build
+
     ready = {
         "impl": "bare",
         "params": bare.n_params,
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
+        "torch_build": torch_build(),
         "micro_batch": bare.micro_batch,
+        "dtype": args.dtype,
     }
     print("READY " + json.dumps(ready), flush=True)
     for line in sys.stdin:
@@ -182,13 +211,16 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0 = torch's default)")
     ap.add_argument("--micro-batch", type=int, default=0, help="rows per forward/backward (0 = all 64)")
+    ap.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"], help="bf16: autocast over fp32 weights")
     ap.add_argument("--serve", action="store_true", help="answer 'step' lines on stdin (else run --steps)")
     ap.add_argument("--steps", type=int, default=5)
     args = ap.parse_args()
     if args.serve:
         serve(args)
         return
-    bare = BareGRPOStep(args.model, args.new_tokens, lr=args.lr, seed=args.seed, micro_batch=args.micro_batch)
+    bare = BareGRPOStep(
+        args.model, args.new_tokens, lr=args.lr, seed=args.seed, micro_batch=args.micro_batch, dtype=args.dtype
+    )
     for _ in range(args.steps):
         print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in bare.step().items()}))
 

@@ -15,7 +15,12 @@ Memory, two ways:
 The Ray daemons (GCS, raylet, idle workers) of each Ray cluster are reported apart, as their current
 RSS at the end of the cell.
 
-Writes a JSON file with every step's record of all of them.
+Precision (``dtype``): ``fp32``, or ``bf16`` compute over fp32 weights for every side: ours
+``fsdp_config.mixed_precision.param_dtype=bf16`` (what ``auto`` picks on a processor with native bf16
+units), bare and TRL bf16 autocast. ``ours_compile``: ``actor.use_torch_compile`` of ours (true, false,
+or null: the trainer's own decision, which for a run this short is off).
+
+Writes a JSON file with every step's record of all of them, the processor and each side's torch build.
 """
 
 from __future__ import annotations
@@ -81,6 +86,8 @@ def run_cell(
     after_overrides: list[str] | None = None,
     mem_period_s: float = 0.05,
     micro_batch: int = 64,
+    dtype: str = "fp32",
+    ours_compile: str = "true",
 ) -> dict:
     """Time ``warmup + steps`` alternating rounds; write and return the raw records."""
     out_json.parent.mkdir(parents=True, exist_ok=True)
@@ -89,6 +96,8 @@ def run_cell(
     after_overrides = [
         f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro_batch}",
         f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={micro_batch}",
+        f"actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype={dtype}",
+        f"actor_rollout_ref.actor.use_torch_compile={ours_compile}",
         *(after_overrides or []),
     ]
     servers: dict[str, StepServer] = {}
@@ -126,6 +135,8 @@ def run_cell(
         str(threads),
         "--micro-batch",
         str(micro_batch),
+        "--dtype",
+        dtype,
     ]
     servers["bare"] = StepServer(
         "bare",
@@ -212,10 +223,18 @@ def run_cell(
         for server in servers.values():
             server.close()
     driver_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    import machine
+
+    builds = {"ours": workers[0]["torch_build"] if workers else machine.torch_build()}
+    builds.update({name: s.ready.get("torch_build") for name, s in servers.items()})
     result = {
         "model_dir": str(model_dir),
         "new_tokens": new_tokens,
         "micro_batch": micro_batch,
+        "dtype": dtype,
+        "ours_compile": ours_compile,
+        "processor": machine.processor(),
+        "torch_builds": builds,
         "steps": steps,
         "warmup": warmup,
         "wall_s": time.perf_counter() - t0,
@@ -258,6 +277,10 @@ def main() -> None:
         "--micro-batch", type=int, default=64, help="rows per training forward/backward, all impls"
     )
     ap.add_argument("--mem-period", type=float, default=0.05, help="union-memory sampling period, s")
+    ap.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"], help="compute dtype of every side")
+    ap.add_argument(
+        "--ours-compile", default="true", choices=["true", "false", "null"], help="actor.use_torch_compile of ours"
+    )
     args = ap.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     run_cell(
@@ -273,6 +296,8 @@ def main() -> None:
         after_overrides=args.after_overrides,
         mem_period_s=args.mem_period,
         micro_batch=args.micro_batch,
+        dtype=args.dtype,
+        ours_compile=args.ours_compile,
     )
 
 

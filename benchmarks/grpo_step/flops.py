@@ -18,14 +18,16 @@ import time
 from typing import Any
 
 
-def matmul_gflops(n: int = 2048, reps: int = 5, threads: int = 0) -> dict[str, float]:
-    """Best and median GFLOP/s of ``reps`` fp32 n x n products (after one warm-up product)."""
+def matmul_gflops(n: int = 2048, reps: int = 5, threads: int = 0, dtype: str = "fp32") -> dict[str, float]:
+    """Best and median GFLOP/s of ``reps`` n x n products in ``dtype`` (fp32 or bf16; after one warm-up
+    product)."""
     import torch
 
     if threads:
         torch.set_num_threads(threads)
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    out = torch.empty(n, n)
+    dt = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
+    a, b = torch.randn(n, n).to(dt), torch.randn(n, n).to(dt)
+    out = torch.empty(n, n, dtype=dt)
     torch.mm(a, b, out=out)
     rates = []
     for _ in range(reps):
@@ -34,6 +36,7 @@ def matmul_gflops(n: int = 2048, reps: int = 5, threads: int = 0) -> dict[str, f
         rates.append(2 * n**3 / (time.perf_counter() - t0) / 1e9)
     return {
         "n": n,
+        "dtype": dtype,
         "threads": torch.get_num_threads(),
         "best_gflops": max(rates),
         "median_gflops": statistics.median(rates),
@@ -87,13 +90,14 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=2048)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
     ap.add_argument("--json", action="store_true", help="print one JSON line (for the harness)")
     args = ap.parse_args()
-    r = matmul_gflops(args.n, args.reps, args.threads)
+    r = matmul_gflops(args.n, args.reps, args.threads, args.dtype)
     print(
         json.dumps(r)
         if args.json
-        else f"fp32 matmul {args.n}x{args.n}, {r['threads']} threads: best {r['best_gflops']:.1f} GFLOP/s, "
+        else f"{args.dtype} matmul {args.n}x{args.n}, {r['threads']} threads: best {r['best_gflops']:.1f} GFLOP/s, "
         f"median {r['median_gflops']:.1f} GFLOP/s"
     )
 

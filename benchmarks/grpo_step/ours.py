@@ -52,7 +52,9 @@ def overrides(
         raise ValueError(f"overrides(variant={variant!r}): expected 'before' or 'after'")
     base = _base_overrides(model_dir, new_tokens, total_steps, out_dir, lr)
     if variant == "before":
-        return base
+        # the old trainer's config spelled the rollout dtype out; today's refuses the key for the
+        # native/hf engines, which run the actor's weights in the actor's compute dtype
+        return [*base, "actor_rollout_ref.rollout.dtype=float32"]
     merged = {item.split("=", 1)[0]: item for item in base}
     for item in (*AFTER, *after_overrides):
         if "=" not in item:
@@ -215,19 +217,31 @@ def cpu_clock_of(pids: list[int]) -> Callable[[], float]:
 
 
 def worker_info(trainer: RayPPOTrainer) -> list[dict[str, Any]]:
-    """PID, torch thread count and ``verl.workers`` source file of every actor worker process."""
+    """PID, torch thread count, ``verl.workers`` source file, torch build, compute dtype and compile
+    decision of every actor worker process."""
+    import machine
     import ray
 
-    def probe(_self: Any) -> dict[str, Any]:
+    ray.cloudpickle.register_pickle_by_value(machine)  # the workers do not have this folder on sys.path
+
+    def probe(_self: Any, torch_build=machine.torch_build) -> dict[str, Any]:
         import os as _os
 
         import torch as _torch
         import verl.workers as _workers
 
+        # the actor role's engine, in a colocated (fused) worker or the worker itself; getattr: the
+        # before-variant's old workers may lack these attributes
+        roles = getattr(_self, "fused_worker_dict", None) or {"worker": _self}
+        engines = [getattr(w, "actor_engine", None) for w in roles.values()]
+        engine = next((e for e in engines if e is not None), None)
         return {
             "pid": _os.getpid(),
             "threads": _torch.get_num_threads(),
             "verl_workers_file": _workers.__file__,
+            "torch_build": torch_build(),
+            "compute_dtype": str(engine.precision.param_dtype)[6:] if engine is not None else None,
+            "compile": getattr(engine, "compile_reason", None),
         }
 
     return ray.get([w.__ray_call__.remote(probe) for w in trainer.actor_rollout_wg.workers])

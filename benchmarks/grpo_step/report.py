@@ -79,6 +79,14 @@ def summarize(cell: dict, size: str, matmul: list[dict]) -> dict[str, Any]:
     }
     row: dict[str, Any] = {"size": size, "params": n_params, "new_tokens": new, "rounds": len(step["ours"])}
     row["micro_batch"] = cell.get("micro_batch", ROWS_PER_STEP)
+    row["dtype"] = cell.get("dtype", "fp32")
+    row["ours_compile"] = cell.get("ours_compile")
+    row["processor"] = cell.get("processor")
+    row["torch_builds"] = cell.get("torch_builds")
+    row["ours_workers"] = cell.get("ours_workers") or []
+    row["matmul_dtypes"] = {
+        i: cell["records"][i][-1].get("matmul_dtypes") for i in ("bare", "trl") if i in cell["records"]
+    }
     for impl in impls:
         med = _med(step[impl])
         f = flops.step_flops(
@@ -95,6 +103,10 @@ def summarize(cell: dict, size: str, matmul: list[dict]) -> dict[str, Any]:
         row[f"{impl}_mfu"] = f["total"] / med / peak
         row[f"{impl}_gflop"] = f["total"] / 1e9
         row[f"{impl}_cpu_s"] = _med([r["cpu_s"] for r in rec[impl]])
+        # the first round (compile, caches, allocator warm-up), kept out of the medians above
+        first = cell["records"][impl][0]
+        row[f"{impl}_first_s"] = first["wall_s" if impl == "ours" else "step_s"]
+        row[f"{impl}_warmup_s"] = row[f"{impl}_first_s"] - med
     cpu = {i: [r["cpu_s"] for r in rec[i]] for i in impls}
     for a, b in [("ours", "ours_before"), ("ours", "bare"), ("ours", "trl"), ("ours_before", "bare"),
                  ("ours_before", "trl"), ("trl", "bare")]:  # fmt: skip
@@ -170,6 +182,29 @@ def row_line(r: dict) -> str:
     )
 
 
+def setup_lines(rows: list[dict]) -> list[str]:
+    """Processor, torch build of every side, precision and ours' compile setting (from the first row that
+    has them; cells saved before these were recorded give none)."""
+    import machine
+
+    r = next((r for r in rows if r.get("processor")), None)
+    if r is None:
+        return ["(processor and torch builds not recorded in these cells)"]
+    ours = r["ours_workers"][0] if r["ours_workers"] else {}
+    dtypes = "; ".join(
+        f"{SHORT[i]} gen {'/'.join(d['gen'])}, update {'/'.join(d['update'])}"
+        for i, d in r["matmul_dtypes"].items()
+        if d
+    )
+    return [
+        f"Processor: {r['processor']['describe']}; native bf16 matmul: {'yes' if r['processor']['native_bf16'] else 'no'}.",
+        f"Torch: {machine.same_torch(r['torch_builds'])}.",
+        f"Precision: {r['dtype']} (ours computes in {ours.get('compute_dtype') or '?'} over fp32 masters; "
+        f"q-projection output dtypes seen: {dtypes or '-'}). Ours' actor.use_torch_compile={r['ours_compile']} "
+        f"({ours.get('compile') or '?'}).",
+    ]
+
+
 def stage_tables(rows: list[dict]) -> list[str]:
     """Where our step's time goes per cell (and before -> after when the rows carry ``ours_before``)."""
     # stages that took time in any cell, in loop order (the same columns for every row)
@@ -230,7 +265,9 @@ def render(
     before = sorted({c["before"]["commit"][:10] for c in cells if c.get("before")})
     after = sorted({" ".join(c.get("after_overrides") or []) for c in cells})
     lines = [
-        f"Machine: sustained fp32 matmul 2048x2048 ({matmul[0]['threads']} threads): "
+        *setup_lines(rows),
+        "",
+        f"Machine: sustained {matmul[0].get('dtype', 'fp32')} matmul 2048x2048 ({matmul[0]['threads']} threads): "
         + ", ".join(f"{m['best_gflops']:.1f} (median {m['median_gflops']:.1f})" for m in matmul)
         + f" GFLOP/s before/after the cells (best {measured:.1f}); MFU below uses "
         + (
@@ -261,6 +298,20 @@ def render(
             f"| {r['size']} | {r['new_tokens']} | {r['ours_min_s']:.3f} | {_f(bef, '.3f')} | "
             f"{r['bare_min_s']:.3f} | {_f(trl, '.3f')} | {_f(bef and r['ours_min_s'] / bef, '.2f')} | "
             f"{r['ours_min_s'] / r['bare_min_s']:.2f} | {_f(trl and r['ours_min_s'] / trl, '.2f')} |"
+        )
+    lines += [
+        "",
+        "First round (compile, caches and allocator warm-up; "
+        + ("left out of every median above" if all(c["warmup"] > 0 for c in cells) else
+           "INSIDE the medians above: --warmup 0")
+        + ") and its excess over the median step, s:",
+        "",
+        "| size | new tokens | first ours / before / bare / TRL | excess ours / before / bare / TRL |",
+        "|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['size']} | {r['new_tokens']} | {_slash(r, '_first_s', '.2f')} | {_slash(r, '_warmup_s', '.2f')} |"
         )
     lines += [
         "",

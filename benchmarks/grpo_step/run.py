@@ -1,7 +1,6 @@
 """GRPO step benchmark: our trainer vs the bare-PyTorch step vs TRL's GRPOTrainer, alternating.
 
-    uv run python benchmarks/grpo_step/run.py --sizes xs s --lengths 16 64 --steps 10 \
-        [--trl-python /work/venv-trl/bin/python]
+    uv run python benchmarks/grpo_step/run.py --sizes xs s --lengths 16 64 --steps 10 [--dtype bf16]
 
 Settings (the TRL anchor's, ``/work/shared/anchors/trl_anchor/``): random-init Qwen2 ``xs`` (138k
 parameters) and ``s`` (4.2M), prompts ``a+b=`` (a, b in 0..9, 4 tokens), 8 prompts x 8 samples = 64
@@ -12,7 +11,10 @@ Each (size, length) cell runs in its own process (``cell.py``) so that peak memo
 our step (``RayPPOTrainer.fit`` over one ``ActorRolloutRefWorker`` on CPU, the working tree with
 ``ours.AFTER`` and ``--after-overrides``), then our step as of ``--before`` (default 06aa171, the trainer before
 issue 9's performance work, from a git worktree: ``before.py``), then one bare step (``bare.py``),
-then one TRL step (``trl_driver.py``, in TRL's own virtual environment), repeated. The first ``--warmup`` rounds are left out; the table shows medians, and
+then one TRL step (``trl_driver.py``; by default in this interpreter, i.e. on the same torch build as
+ours: the workspace's dev group pins ``trl``), repeated. ``--dtype bf16`` runs every side in bf16 over
+fp32 weights; ``--ours-compile`` sets ours' ``actor.use_torch_compile`` (default true: the compiled
+step a long run gets; its compile time is the first round's excess, reported in a column of its own). The first ``--warmup`` rounds are left out; the table shows medians, and
 the ratios are medians of the per-round ratios (robust to a busy machine). A 2048 x 2048 fp32 matmul
 before and after the cells gives the machine's sustained GFLOP/s, the reference for each step's
 model-FLOPs utilisation (MFU = counted matmul FLOPs of the step / step time / best matmul rate).
@@ -37,9 +39,9 @@ import report  # noqa: E402
 from stepper import add_omp_wait_policy_arg, apply_omp_wait_policy  # noqa: E402
 
 
-def _matmul(threads: int) -> dict:
-    """The matmul reference, measured in a fresh process (nothing else loaded)."""
-    cmd = [sys.executable, str(HERE / "flops.py"), "--json", "--threads", str(threads)]
+def _matmul(threads: int, dtype: str = "fp32") -> dict:
+    """The matmul reference in the run's dtype, measured in a fresh process (nothing else loaded)."""
+    cmd = [sys.executable, str(HERE / "flops.py"), "--json", "--threads", str(threads), "--dtype", dtype]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -72,6 +74,13 @@ def _render_saved(args: argparse.Namespace) -> None:
     print(report.render(cells, matmul, args, float("nan"), args.peak_gflops))
 
 
+def _default_trl_python() -> str | None:
+    """This interpreter when it has TRL (the workspace's dev group), so TRL runs on ours' torch build."""
+    import importlib.util
+
+    return sys.executable if importlib.util.find_spec("trl") is not None else None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", nargs="+", default=["xs", "s"], choices=sorted(assets.SIZES))
@@ -86,7 +95,19 @@ def main() -> None:
         help="rows per training forward/backward for every implementation (0 = assets.micro_batch_rows: "
         "64 unless the cell's activations would pass 2 GiB)",
     )
-    ap.add_argument("--trl-python", default=None, help="a Python with TRL installed (omit: no TRL column)")
+    ap.add_argument(
+        "--trl-python",
+        default=_default_trl_python(),
+        help="a Python with TRL installed (default: this one when it has TRL, so TRL runs on the same torch; "
+        "'none': no TRL column)",
+    )
+    ap.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"], help="compute dtype of every side")
+    ap.add_argument(
+        "--ours-compile",
+        default="true",
+        choices=["true", "false", "null"],
+        help="ours' actor.use_torch_compile (null: the trainer's own decision for this short run, i.e. off)",
+    )
     ap.add_argument(
         "--worker-threads",
         type=int,
@@ -123,6 +144,8 @@ def main() -> None:
     if args.render:
         _render_saved(args)
         return
+    if args.trl_python and args.trl_python.lower() == "none":
+        args.trl_python = None
     if args.trl_python and not Path(args.trl_python).exists():
         raise SystemExit(
             f"--trl-python {args.trl_python}: no such file (create the venv first, see README.md)"
@@ -137,7 +160,7 @@ def main() -> None:
     overrides = _parse_cell_steps(args.cell_steps)
     models = {size: assets.ensure_model(size, Path(args.assets)) for size in args.sizes}
     t_start = time.perf_counter()
-    matmul = [_matmul(args.threads)]
+    matmul = [_matmul(args.threads, args.dtype)]
     print(
         f"matmul before: {matmul[0]['best_gflops']:.1f} GFLOP/s best, {matmul[0]['median_gflops']:.1f} median",
         flush=True,
@@ -167,6 +190,10 @@ def main() -> None:
                 str(args.threads),
                 "--micro-batch",
                 str(micro),
+                "--dtype",
+                args.dtype,
+                "--ours-compile",
+                args.ours_compile,
             ]
             if args.trl_python:
                 cmd += ["--trl-python", args.trl_python]
@@ -187,7 +214,7 @@ def main() -> None:
             cell["size"] = size
             cells.append(cell)
             print(report.row_line(report.summarize(cell, size, matmul)), flush=True)
-    matmul.append(_matmul(args.threads))
+    matmul.append(_matmul(args.threads, args.dtype))
     (out / "matmul.json").write_text(json.dumps(matmul))
     text = report.render(cells, matmul, args, time.perf_counter() - t_start, args.peak_gflops)
     (out / "table.md").write_text(text)

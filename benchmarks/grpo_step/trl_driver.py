@@ -1,10 +1,12 @@
 """TRL's GRPOTrainer as a step server, for the GRPO-step benchmark (TRL's public API only).
 
-Runs under a Python that has TRL (a separate virtual environment; it imports nothing from this
-project). Settings match the TRL anchor (``/work/shared/anchors/trl_anchor/grpo_trl.py``): 8 prompts x
+Runs under a Python that has TRL: by default the workspace's own interpreter (the dev group pins
+``trl``), so TRL runs on exactly the torch build ours does; it imports nothing from this project but
+``machine.torch_build`` (beside it), so another venv works too. Settings match the TRL anchor (``/work/shared/anchors/trl_anchor/grpo_trl.py``): 8 prompts x
 8 generations = 64 completions per optimizer step, one micro-batch of 64 (no accumulation; or
 ``--micro-batch`` rows per forward/backward with ``64 / micro-batch`` accumulation steps, TRL's
-generation batch staying 64), one generation per step, temperature 1, AdamW at a constant LR, grad clip 1.0, fp32, beta 0 (no KL),
+generation batch staying 64), one generation per step, temperature 1, AdamW at a constant LR, grad clip 1.0, fp32
+(``--dtype bf16``: ``bf16=True``, accelerate's bf16 autocast over the fp32 weights), beta 0 (no KL),
 no gradient checkpointing, ``model.generate`` (no vLLM). Completions have exactly
 ``--new-tokens`` tokens (``min_new_tokens`` = max), as in the other two steps.
 
@@ -56,6 +58,7 @@ def main() -> None:
         "--micro-batch", type=int, default=64, help="rows per forward/backward (64: no accumulation)"
     )
     ap.add_argument("--workdir", default="/tmp/grpo_step_trl_out")
+    ap.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"], help="bf16: GRPOConfig(bf16=True)")
     args = ap.parse_args()
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -69,12 +72,18 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     import trl
     from datasets import Dataset
+    from machine import torch_build
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     tokenizer.padding_side = "left"
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
+    # the dtype the first layer's q projection produces in generation (no autograd) and in the update
+    seen: dict[str, set[str]] = {"gen": set(), "update": set()}
+    model.model.layers[0].self_attn.q_proj.register_forward_hook(
+        lambda m, i, out: seen["update" if torch.is_grad_enabled() else "gen"].add(str(out.dtype)[6:])
+    )
     problems = json.loads((Path(args.model) / "prompts.json").read_text())
     random.Random(args.seed).shuffle(problems)
     dataset = Dataset.from_list([{"prompt": p, "answer": a} for p, a in problems])
@@ -105,6 +114,8 @@ def main() -> None:
                         "threads": torch.get_num_threads(),
                         "params": sum(p.numel() for p in model.parameters()),
                         "micro_batch": args.micro_batch,
+                        "torch_build": torch_build(),
+                        "dtype": args.dtype,
                     }
                 ),
                 flush=True,
@@ -115,7 +126,16 @@ def main() -> None:
         def on_step_end(self, a, state, control, **kw):
             dt, cpu = time.perf_counter() - self.t0, time.process_time() - self.c0
             print(
-                "RESULT " + json.dumps({"step_s": dt, "cpu_s": cpu, **last, "peak_rss_mib": peak_rss_mib()}),
+                "RESULT "
+                + json.dumps(
+                    {
+                        "step_s": dt,
+                        "cpu_s": cpu,
+                        **last,
+                        "peak_rss_mib": peak_rss_mib(),
+                        "matmul_dtypes": {k: sorted(v) for k, v in seen.items()},
+                    }
+                ),
                 flush=True,
             )
             wait_for_command()
@@ -137,7 +157,7 @@ def main() -> None:
         weight_decay=0.01,
         max_grad_norm=1.0,
         beta=0.0,
-        bf16=False,
+        bf16=args.dtype == "bf16",
         fp16=False,
         use_cpu=True,
         use_vllm=False,

@@ -61,7 +61,8 @@ def test_fused_kernels_match_unfused(dist_world1, tiny_model_dir, packed):
 
 def test_torch_compile_wraps_the_log_prob_and_entropy_functions(dist_world1, tiny_model_dir, monkeypatch):
     """Wiring only: a real inductor compile of these functions took ~2 minutes on the 2-core CI machine,
-    so ``torch.compile`` is replaced by a recorder that returns the function (the values must not move)."""
+    so ``torch.compile`` is replaced by a recorder that returns the function (the values must not move).
+    The decoder layers compiled by the same switch: tests/engine/test_compile.py."""
     from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
     from verl.workers.engine import hf_model
 
@@ -78,9 +79,14 @@ def test_torch_compile_wraps_the_log_prob_and_entropy_functions(dist_world1, tin
         mask = data.batch["response_mask"].bool()
         plain = _run(_engine(tiny_model_dir), data, 1.0)
         assert compiled == []
-        _assert_same(_run(_engine(tiny_model_dir, use_torch_compile=True), data, 1.0), plain, mask)
+        engine = _engine(tiny_model_dir, use_torch_compile=True)
+        layer_forwards = [fn for fn, _ in compiled]
+        assert layer_forwards == [layer.forward for layer in engine.compiled_layers]
+        assert all(kw == {"backend": "inductor"} for _, kw in compiled)
+        del compiled[:]
+        _assert_same(_run(engine, data, 1.0), plain, mask)
         assert [fn for fn, _ in compiled] == [logprobs_from_logits, entropy_from_logits]
-        assert all(kw == {"dynamic": True} for _, kw in compiled)
+        assert all(kw == {"dynamic": True, "backend": "inductor"} for _, kw in compiled)
     finally:
         hf_model._compiled.cache_clear()
 

@@ -196,3 +196,22 @@ def test_config_errors_name_the_key(ppo_config, tmp_path):
     assert "strategy=megatron" in problems(
         "actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.actor.strategy=megatron"
     )
+
+
+def test_adapters_train_with_bf16_compute(tiny_model_dir, dist_world1, ppo_config):
+    """bf16 compute on one rank (ComputeCast): peft casts a layer's input to the adapter weight's dtype
+    before the adapter's own cast runs (the fp32 master's), which the adapter's cast of its inputs undoes;
+    adapters stay fp32 masters and move, the base stays frozen."""
+    from verl.workers.engine.testing import make_rl_batch
+
+    torch.manual_seed(0)
+    arr = _cfg(ppo_config, tiny_model_dir, "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=bf16")
+    actor = _actor(arr)
+    assert actor.engine.precision.param_dtype == torch.bfloat16
+    before = {k: v.clone() for k, v in actor.engine.module.state_dict().items()}
+    actor.update_policy(make_rl_batch(n=8, seed=3))
+    after = actor.engine.module.state_dict()
+    assert all(v.dtype == torch.float32 for v in after.values() if v.is_floating_point())
+    moved = {k for k in before if not torch.equal(before[k], after[k])}
+    assert moved and all("lora_" in k for k in moved)
+    assert any("lora_B" in k for k in moved)

@@ -165,3 +165,36 @@ def test_precision_settings_are_checked(dist_world1, tiny_model_dir):
         _engine(tiny_model_dir, "actor_rollout_ref.model.model_dtype=bf17")
     ref = _engine(tiny_model_dir, "actor_rollout_ref.ref.fsdp_config.mixed_precision.param_dtype=fp16", optim=False)
     assert {p.dtype for p in ref.module.parameters()} == {torch.float16}  # inference in fp16 is fine
+
+
+@pytest.mark.parametrize(
+    "flags,model_dtype,param_dtype,want",
+    [
+        ("avx2 avx512f avx512_bf16", "float32", "auto", torch.bfloat16),  # AMD Zen 4 / Intel Cooper Lake
+        ("avx2 avx512f amx_tile amx_bf16", "float32", "auto", torch.bfloat16),  # Intel Sapphire Rapids
+        ("avx2 avx512f avx512bw", "float32", "auto", torch.float32),  # Skylake: bf16 only emulated
+        ("avx2 avx512f", "bfloat16", "auto", torch.bfloat16),  # bf16 weights compute in bf16 anywhere
+        ("avx2 avx512f avx512_bf16", "float32", None, torch.float32),  # the default: model_dtype, whatever the flags
+        ("avx2 avx512f avx512_bf16", "float32", "fp32", torch.float32),  # an explicit dtype wins
+    ],
+)
+def test_auto_computes_in_bf16_where_the_processor_multiplies_it_natively(
+    dist_world1, tiny_model_dir, monkeypatch, flags, model_dtype, param_dtype, want
+):
+    """``param_dtype=auto`` reads the processor's flags, nothing else: bf16 compute on fp32 masters with
+    native bf16 units, the model's dtype without them; the default (``${..model_dtype}``) never looks."""
+    from verl.utils import cpu_features
+
+    monkeypatch.setattr(
+        cpu_features, "cpu_info", lambda: cpu_features.CpuInfo("test cpu", "x86_64", frozenset(flags.split()))
+    )
+    extra = [f"actor_rollout_ref.model.model_dtype={model_dtype}"]
+    if param_dtype:
+        extra += [f"actor_rollout_ref.{role}.fsdp_config.mixed_precision.param_dtype={param_dtype}"
+                  for role in ("actor", "ref")]
+    engine = _engine(tiny_model_dir, *extra)
+    assert engine.precision.param_dtype == want
+    assert all(p.dtype == torch.float32 for p in engine.module.parameters())  # masters either way
+    ref = _engine(tiny_model_dir, *extra, optim=False)
+    assert ref.precision.param_dtype == want
+    assert {p.dtype for p in ref.module.parameters()} == {want}  # not trained: stored in the compute dtype

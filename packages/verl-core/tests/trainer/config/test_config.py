@@ -418,3 +418,19 @@ def test_precision_keys_follow_model_dtype_and_are_checked():
     assert sft.model.fsdp_config.mixed_precision.param_dtype == "float16"
     with pytest.raises(ConfigError, match="model.fsdp_config.mixed_precision.param_dtype=float16 trains in fp16"):
         validate_sft_config(sft)
+
+
+def test_param_dtype_auto_is_a_compute_dtype_only():
+    """``param_dtype=auto`` (bf16 compute where the hardware has native bf16 units) is accepted for every
+    FSDP section; with fp16 weights of a trained model it would train in fp16 and is refused; ``auto`` is
+    no storage dtype."""
+    auto = "fsdp_config.mixed_precision.param_dtype=auto"
+    validate_config(load_config(REQUIRED + [f"actor_rollout_ref.actor.{auto}"]))
+    fp16 = load_config(REQUIRED + [f"actor_rollout_ref.actor.{auto}",
+                                   "actor_rollout_ref.actor.fsdp_config.model_dtype=fp16"])
+    with pytest.raises(ConfigError, match=r"actor_rollout_ref.actor.fsdp_config.model_dtype=fp16 with "
+                                          r"mixed_precision.param_dtype=auto trains in fp16"):
+        validate_config(fp16)
+    refused = load_config(REQUIRED + ["actor_rollout_ref.actor.fsdp_config.model_dtype=auto"])
+    with pytest.raises(ConfigError, match=r"actor_rollout_ref.actor.fsdp_config.model_dtype='auto' is not one of"):
+        validate_config(refused)

@@ -108,3 +108,18 @@ def test_remove_padding_is_refused_for_a_local_vision_language_model(tmp_path):
     fused = _problems("actor_rollout_ref.model.use_fused_kernels=true", f"actor_rollout_ref.model.path={vl}")
     assert any(p.startswith(f"actor_rollout_ref.model.use_fused_kernels=true: the model at {vl} is a vision-language")
                for p in fused), fused  # fmt: skip
+
+
+def test_torch_compile_true_is_refused_where_layers_cannot_be_compiled():
+    compile_on = "actor_rollout_ref.actor.use_torch_compile=true"
+    fsdp1 = _problems(compile_on, "actor_rollout_ref.actor.strategy=fsdp")
+    assert fsdp1 == [
+        "actor_rollout_ref.actor.use_torch_compile=true cannot be honoured with actor_rollout_ref.actor.strategy=fsdp "
+        "(compiled decoder layers are wired into fsdp2); set it to false (or null: compiled where it can be)"
+    ]
+    lora = "\n".join(_problems(compile_on, "actor_rollout_ref.model.lora_rank=4"))
+    assert "use_torch_compile=true cannot be honoured with LoRA" in lora
+    # fsdp2 without Ulysses or LoRA (the defaults), and null anywhere, are accepted
+    validate_config(load_config([*REQUIRED, compile_on]))
+    validate_config(load_config([*REQUIRED, "actor_rollout_ref.actor.use_torch_compile=null",
+                                 "actor_rollout_ref.actor.strategy=fsdp"]))

@@ -70,12 +70,20 @@ def _sp_size(section: Any) -> int:
     return int(section.ulysses_sequence_parallel_size)
 
 
-def _engine_options(section: Any, use_torch_compile: bool = False, entropy_checkpointing: bool = False) -> dict[str, Any]:
-    """Engine keywords beyond the common ones, given only when set (engines without them refuse them)."""
+def _engine_options(
+    section: Any, use_torch_compile: bool | None = False, entropy_checkpointing: bool = False,
+    run_tokens: int | None = None,
+) -> dict[str, Any]:
+    """Engine keywords beyond the common ones, given only when set (engines without them refuse them).
+    ``use_torch_compile`` reaches the FSDP engines whatever its value (``None`` is their own decision,
+    sized by ``run_tokens``); other engines get it only when true (and refuse it)."""
     options: dict[str, Any] = {}
     if _sp_size(section) != 1:
         options["ulysses_sequence_parallel_size"] = _sp_size(section)
-    if use_torch_compile:
+    if section.get("strategy") in ("fsdp", "fsdp2") and use_torch_compile is not False:
+        options["use_torch_compile"] = use_torch_compile
+        options["run_tokens"] = run_tokens
+    elif use_torch_compile:
         options["use_torch_compile"] = True
     if entropy_checkpointing:
         options["entropy_checkpointing"] = True
@@ -187,7 +195,8 @@ class ActorRolloutRefWorker(Worker):
                 total_training_steps=self.total_training_steps,
                 checkpoint_config=actor_cfg.checkpoint,
                 **_engine_options(
-                    actor_cfg, bool(actor_cfg.use_torch_compile), bool(actor_cfg.entropy_checkpointing)
+                    actor_cfg, actor_cfg.use_torch_compile, bool(actor_cfg.entropy_checkpointing),
+                    run_tokens=self._run_tokens() if self._is_actor else None,
                 ),
                 # only FSDP engines take it: other engines keep their signature unless it is asked for
                 **({"freeze_vision": True} if self._is_actor and actor_cfg.get("freeze_vision_tower") else {}),
@@ -212,6 +221,7 @@ class ActorRolloutRefWorker(Worker):
                 model_config=cfg.model,
                 reshard_after_forward=bool(cfg.actor.fsdp_config.reshard_after_forward),
                 device=self.actor_engine.device,
+                compile=self.actor_engine.compiled,
             )
         if self._is_ref and lora_enabled(cfg.model):
             if self.actor_engine is None:
@@ -232,6 +242,17 @@ class ActorRolloutRefWorker(Worker):
                 **_engine_options(cfg.ref),
             )
             self.ref_policy = DataParallelPPOActor(cfg.ref, self.ref_engine)
+
+    def _run_tokens(self) -> int | None:
+        """Tokens the actor trains on over the run, at least (``use_torch_compile=null`` weighs them
+        against the compile time): steps x one mini-batch of trajectories x prompt + response length x
+        PPO epochs (a train batch of several mini-batches only adds to it)."""
+        if self.total_training_steps is None:
+            return None
+        cfg = self.config
+        rows = int(cfg.actor.ppo_mini_batch_size) * int(cfg.rollout.n)
+        length = int(cfg.rollout.prompt_length) + int(cfg.rollout.response_length)
+        return int(self.total_training_steps) * rows * length * int(cfg.actor.ppo_epochs)
 
     def _rollout_module(self) -> torch.nn.Module:
         """What the rollout samples from: the actor's live module, or with LoRA and an engine that reads

@@ -30,7 +30,11 @@ class OptimizerConfig:
 class MixedPrecisionConfig:
     """Dtypes of the FSDP engines; trained weights stay fp32 masters whatever the compute dtype."""
 
-    param_dtype: str = opt("${..model_dtype}", "compute dtype (default: the section's model_dtype)")
+    param_dtype: str = opt(
+        "${..model_dtype}", "compute dtype (default: the section's model_dtype); auto: bf16 compute on fp32 "
+        "masters where the device multiplies bf16 natively (CPU flags avx512_bf16, amx_bf16 or Arm bf16; CUDA "
+        "sm80+) and model_dtype is fp32, else model_dtype (verl.workers.engine.precision)"
+    )
     reduce_dtype: str = opt("fp32", "cross-rank gradient reduction dtype")
     buffer_dtype: str = opt("fp32", "dtype of floating buffers (rotary tables)")
 

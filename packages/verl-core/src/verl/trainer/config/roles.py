@@ -168,9 +168,11 @@ class ActorConfig:
         "low_var_kl", "KL estimator of the loss ('+': straight-through)", choices=KL_PENALTY_TYPES,
         when=when(".use_kl_loss"),
     )
-    use_torch_compile: bool = opt(
-        False, "torch.compile the log-prob/entropy path",
-        refused="torch.compile of the log-prob/entropy path is not implemented",
+    use_torch_compile: bool | None = opt(
+        False, "torch.compile (inductor) the actor's decoder layers (forward + backward), its log-prob/entropy "
+        "functions and the native rollout's decode step (fsdp2, no Ulysses, no LoRA); null: on where inductor "
+        "builds kernels for the device and the run's trained tokens x parameters repay the compile "
+        "(verl.workers.engine.compile)",
     )
     entropy_checkpointing: bool = opt(False, "recompute the entropy's softmax in backward (less memory; fsdp)")
     ulysses_sequence_parallel_size: int = opt(1, "Ulysses sequence-parallel group size (fsdp2)")

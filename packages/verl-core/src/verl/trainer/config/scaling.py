@@ -4,7 +4,8 @@
 over that many ranks (all-to-all around attention); it must divide the workers, needs
 ``use_remove_padding`` and strategy ``fsdp2``. ``actor_rollout_ref.model.use_liger``: Liger's Triton
 kernels need a CUDA device and the ``liger-kernel`` package. ``use_fused_kernels`` and
-``actor.use_torch_compile`` are FSDP-engine options (the Megatron engine refuses them).
+``actor.use_torch_compile`` are FSDP-engine options (the Megatron engine refuses them); compiled decoder
+layers are fsdp2's, without Ulysses and without LoRA.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from verl.trainer.config.derived import resolve_device
+from verl.trainer.config.lora import lora_on
 
 _ACTOR = "actor_rollout_ref.actor"
 
@@ -59,6 +61,7 @@ def check_scaling(cfg: DictConfig, problems: list[str], ws: int, critic: bool, r
             problems.append(f"{key} offloads what gradient checkpointing saves; set "
                             "actor_rollout_ref.model.enable_gradient_checkpointing=true too")
     _check_fused_backend(cfg, problems)
+    _check_compile(cfg, problems)
     if arr.actor.strategy == "megatron":
         for flag, value in (
             ("actor_rollout_ref.actor.use_torch_compile", arr.actor.use_torch_compile),
@@ -69,6 +72,27 @@ def check_scaling(cfg: DictConfig, problems: list[str], ws: int, critic: bool, r
                 problems.append(
                     f"{flag}=true is an option of the fsdp/fsdp2 engines; set it to false for strategy=megatron"
                 )
+
+
+def _check_compile(cfg: DictConfig, problems: list[str]) -> None:
+    """``actor.use_torch_compile=true`` compiles the fsdp2 engine's decoder layers; where they cannot be
+    compiled (verl.workers.engine.compile.resolve_compile names the same blockers) the run is refused
+    before Ray starts. ``null`` is decided by the engine, off where a blocker holds."""
+    arr = cfg.actor_rollout_ref
+    if arr.actor.use_torch_compile is not True or arr.actor.strategy == "megatron":  # megatron: refused below
+        return
+    blockers = []
+    if arr.actor.strategy != "fsdp2":
+        blockers.append(f"{_ACTOR}.strategy={arr.actor.strategy} (compiled decoder layers are wired into fsdp2)")
+    if int(arr.actor.ulysses_sequence_parallel_size) > 1:
+        blockers.append(f"{_ACTOR}.ulysses_sequence_parallel_size={arr.actor.ulysses_sequence_parallel_size} "
+                        "(its all-to-all runs inside the attention)")
+    if lora_on(cfg):
+        blockers.append("LoRA (actor_rollout_ref.model.lora_rank > 0 or lora_adapter_path; peft's adapter layers "
+                        "are not compiled)")
+    if blockers:
+        problems.append(f"{_ACTOR}.use_torch_compile=true cannot be honoured with " + "; ".join(blockers)
+                        + "; set it to false (or null: compiled where it can be)")
 
 
 def _check_sp(problems, ws: int, key: str, sp: int, strategy: str, model_key: str, model: DictConfig) -> None:

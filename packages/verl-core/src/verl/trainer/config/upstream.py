@@ -88,7 +88,7 @@ REFUSED: tuple[tuple[str, str], ...] = (
     ('trainer.use_v1', "upstream's v1 trainer modes are not implemented; this is the colocated (v0) loop, asynchronous training is recipes/fully_async"),
     ('trainer.v1.*', "upstream's v1 trainer modes are not implemented; asynchronous training is recipes/fully_async"),
     ('skip.*', 'rollout dump/replay (skip.*) is not implemented; trainer.rollout_data_dir writes the rollouts as JSONL'),
-    ('*.use_torch_compile', 'torch.compile of the log-prob/entropy path is not implemented'),
+    ('*.use_torch_compile', 'torch.compile is actor_rollout_ref.actor.use_torch_compile here (the actor and the native rollout); other roles run eager'),
     ('*.qat', 'quantization-aware training is not implemented'),
     ('*.qat.*', 'quantization-aware training is not implemented'),
     ('*.turbo_config.*', "FSDP turbo is not implemented; the fsdp/fsdp2 engines use torch's FSDP"),

@@ -429,11 +429,19 @@ def fsdp_precision_problems(where: str, section: DictConfig, trained: bool) -> l
     for key, value in (("model_dtype", section.model_dtype), ("mixed_precision.param_dtype", mp.param_dtype),
                        ("mixed_precision.reduce_dtype", mp.reduce_dtype),
                        ("mixed_precision.buffer_dtype", mp.buffer_dtype)):
-        one_of(problems, f"{where}.{key}", str(value), tuple(DTYPE_NAMES))
+        names = (*DTYPE_NAMES, "auto") if key == "mixed_precision.param_dtype" else tuple(DTYPE_NAMES)
+        one_of(problems, f"{where}.{key}", str(value), names)
     if trained and DTYPE_NAMES.get(str(mp.param_dtype)) == "float16":
         problems.append(
             f"{where}.mixed_precision.param_dtype={mp.param_dtype} trains in fp16, which needs loss scaling "
             "the fsdp engines do not do; use bf16 (fp32 master weights are kept either way)"
+        )
+    elif trained and str(mp.param_dtype) == "auto" and DTYPE_NAMES.get(str(section.model_dtype)) == "float16":
+        # auto computes in model_dtype unless that is fp32 (then bf16 where the device has it)
+        problems.append(
+            f"{where}.model_dtype={section.model_dtype} with mixed_precision.param_dtype=auto trains in fp16, "
+            "which needs loss scaling the fsdp engines do not do; load in fp32 or bf16 (fp32 master weights are "
+            "kept either way)"
         )
     return problems
 

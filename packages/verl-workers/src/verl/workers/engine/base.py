@@ -58,6 +58,9 @@ class BaseEngine(ABC):
     #: True when forwards pack real tokens (``model.use_remove_padding``): micro-batches are then
     #: best formed by real-token budgets (``verl.utils.micro_batching.token_budget_groups``)
     remove_padding: bool = False
+    #: the decoder layers run through ``torch.compile`` (``actor.use_torch_compile``; FSDP engines), and
+    #: a rollout on this engine's module compiles its decode step too
+    compiled: bool = False
 
     @property
     @abstractmethod

@@ -13,8 +13,9 @@ copy, see :mod:`verl.workers.engine.precision`.
 
 Model options: ``model.use_fused_kernels`` (chunked LM head + log-prob/entropy, no [tokens, vocab]
 logits: :mod:`verl.workers.engine.fused_logprob`), ``model.use_liger`` (Liger kernels, GPU only),
-``use_torch_compile`` (the actor's log-prob/entropy functions through ``torch.compile``) and
-``ulysses_sequence_parallel_size`` (``fsdp2`` only: :mod:`verl.workers.engine.ulysses`; ``dp_rank``,
+``use_torch_compile`` (``true``/``false``/``None``: the decoder layers and the log-prob/entropy functions
+through ``torch.compile``, see :mod:`verl.workers.engine.compile`; ``run_tokens`` sizes the ``None`` decision)
+and ``ulysses_sequence_parallel_size`` (``fsdp2`` only: :mod:`verl.workers.engine.ulysses`; ``dp_rank``,
 ``dp_size`` and ``dp_group`` are then those of the data-parallel dimension of the (dp, sp) mesh).
 
 ``fsdp2`` on a single CPU rank trains the unwrapped module (nothing to shard; see ``FSDP2Engine._wrap``);
@@ -32,6 +33,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from verl.workers.engine.base import BaseEngine, Batch, LossFn, ModelType, register_engine
+from verl.workers.engine.compile import compile_layers, resolve_compile
 from verl.workers.engine.hf_model import (
     HeadOptions,
     apply_liger,
@@ -86,6 +88,8 @@ def _layer_classes(model: torch.nn.Module) -> set[type]:
 class _FSDPEngineBase(BaseEngine):
     """What FSDP1 and FSDP2 share: loading, optimizer, micro-batch loops, checkpoints."""
 
+    strategy = ""  # the registry name (actor.strategy)
+
     def __init__(
         self,
         *,
@@ -96,13 +100,15 @@ class _FSDPEngineBase(BaseEngine):
         grad_clip: float | None = 1.0,
         total_training_steps: int | None = None,
         checkpoint_config: Any = None,
-        use_torch_compile: bool = False,
+        use_torch_compile: bool | None = False,
+        run_tokens: int | None = None,
         entropy_checkpointing: bool = False,
         ulysses_sequence_parallel_size: int = 1,
         freeze_vision: bool = False,
     ):
         """``freeze_vision``: no gradient into a vision-language model's vision tower
-        (``actor.freeze_vision_tower``)."""
+        (``actor.freeze_vision_tower``). ``run_tokens``: the tokens the run will train on, which
+        ``use_torch_compile=None`` weighs against the compile time."""
         self.device = _engine_device()
         _check_offload_flags(engine_config, self.device)
         check_model_flags(model_config, self.device)
@@ -125,16 +131,24 @@ class _FSDPEngineBase(BaseEngine):
 
             mesh = sp_mesh(self.sp_size, self.device.type)
             self.sp_group, self._dp_group = mesh["sp"].get_group(), mesh["dp"].get_group()
+        #: the dtypes of this engine: fp32 masters when trained, compute in ``param_dtype``
+        self.precision = precision_from_config(engine_config, trainable=optim_config is not None, device=self.device)
+        model = cast_model(load_hf_model(model_config, model_type, self.precision.model_dtype), self.precision)
+        n_params = sum(p.numel() for p in model.parameters())
+        lora = model_type == "causal_lm" and lora_enabled(model_config)
+        #: whether the decoder layers run compiled, and why (verl.workers.engine.compile.resolve_compile)
+        self.compiled, self.compile_reason = resolve_compile(
+            use_torch_compile, device_type=self.device.type, strategy=self.strategy, sp_size=self.sp_size,
+            lora=lora, param_tokens=None if run_tokens is None else float(run_tokens) * n_params,
+        )
         self._head = HeadOptions(
             fused=model_type == "causal_lm" and "use_fused_kernels" in model_config
             and bool(model_config.use_fused_kernels),
-            compile=bool(use_torch_compile), sp_group=self.sp_group,
+            compile=self.compiled, sp_group=self.sp_group,
             checkpoint_entropy=bool(entropy_checkpointing),
         )
-
-        #: the dtypes of this engine: fp32 masters when trained, compute in ``param_dtype``
-        self.precision = precision_from_config(engine_config, trainable=optim_config is not None)
-        model = cast_model(load_hf_model(model_config, model_type, self.precision.model_dtype), self.precision)
+        #: the compiled decoder layers (empty when not compiled)
+        self.compiled_layers = compile_layers(model, tuple(_layer_classes(model))) if self.compiled else []
         if "use_liger" in model_config and bool(model_config.use_liger):
             apply_liger(model)
         if self._head.fused:
@@ -148,7 +162,7 @@ class _FSDPEngineBase(BaseEngine):
         self.hf_config = model.config
         #: where the LoRA adapters sit (None: no LoRA); see verl.workers.engine.lora
         self.lora: LoraLayout | None = None
-        if model_type == "causal_lm" and lora_enabled(model_config):
+        if lora:
             model = apply_lora(model, model_config)
             self.lora = LoraLayout.of(model)
             broadcast_from_rank0([p for p in model.parameters() if p.requires_grad], self.device)
@@ -370,6 +384,8 @@ class _FSDPEngineBase(BaseEngine):
 class FSDP2Engine(_FSDPEngineBase):
     """FSDP2 (``fully_shard``) engine. See the module doc."""
 
+    strategy = "fsdp2"
+
     def _wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
@@ -381,7 +397,7 @@ class FSDP2Engine(_FSDPEngineBase):
             # DCP checkpoints hold the same keys and reshard to and from any number of ranks. Mixed
             # precision: the casts FSDP2 would make, made by ComputeCast.
             if self.precision.casts_for_compute:
-                ComputeCast(model, self.precision.param_dtype)
+                ComputeCast(model, self.precision.param_dtype, units=self.compiled_layers)
             return model
         fsdp_size = int(self.engine_config.fsdp_size)
         if fsdp_size <= 0 or fsdp_size >= self._world:
@@ -420,6 +436,8 @@ class FSDP2Engine(_FSDPEngineBase):
 @register_engine("fsdp")
 class FSDPEngine(_FSDPEngineBase):
     """FSDP1 (``FullyShardedDataParallel``, ``use_orig_params=True``) engine. See the module doc."""
+
+    strategy = "fsdp"
 
     def _check_sp(self) -> None:
         raise NotImplementedError(

@@ -223,8 +223,8 @@ def _identity(x: torch.Tensor) -> torch.Tensor:
 
 
 @functools.cache
-def _compiled(fn):
-    return torch.compile(fn, dynamic=True)
+def _compiled(fn, backend: str):
+    return torch.compile(fn, dynamic=True, backend=backend)
 
 
 @dataclass(frozen=True)
@@ -283,8 +283,12 @@ def _token_outputs(
         with torch.no_grad():
             entropy = entropy_from_log_probs(logp)
         return {"log_probs": logp.gather(-1, labels.unsqueeze(-1)).squeeze(-1), "entropys": entropy, **extra}
-    logprob_fn = _compiled(logprobs_from_logits) if head.compile else logprobs_from_logits
-    entropy_fn = _compiled(entropy_from_logits) if head.compile else entropy_from_logits
+    if head.compile:
+        from verl.workers.engine.compile import BACKEND
+
+        logprob_fn, entropy_fn = _compiled(logprobs_from_logits, BACKEND), _compiled(entropy_from_logits, BACKEND)
+    else:
+        logprob_fn, entropy_fn = logprobs_from_logits, entropy_from_logits
     result = {"log_probs": logprob_fn(logits, labels)}
     if calculate_entropy:
         # without a gradient the [B, R, V] intermediates are freed at once (entropy as a metric only)

@@ -4,7 +4,9 @@ Config (upstream names, per role in ``fsdp_config``)::
 
     model_dtype                    dtype the checkpoint is loaded in (default: the model section's
                                    ``model_dtype``, itself default fp32)
-    mixed_precision.param_dtype    compute dtype of forward and backward (default: model_dtype)
+    mixed_precision.param_dtype    compute dtype of forward and backward (default: model_dtype; ``auto``:
+                                   bf16 where the device multiplies bf16 natively and model_dtype is
+                                   fp32, else model_dtype; see :func:`native_bf16`)
     mixed_precision.reduce_dtype   dtype of the cross-rank gradient reduction (default fp32)
     mixed_precision.buffer_dtype   dtype of floating buffers such as rotary tables (default fp32)
 
@@ -25,7 +27,7 @@ of a cast per decode step.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +40,30 @@ from verl.utils.torch_dtypes import to_dtype
 def resolve_dtype(name: Any, key: str = "model_dtype") -> torch.dtype:
     """A dtype name (``fp32``, ``bf16``, ``bfloat16``, ...) -> torch dtype; ``key`` names it in errors."""
     return to_dtype(name, key)
+
+
+def native_bf16(device: torch.device | str) -> bool:
+    """The device multiplies bf16 matrices natively, faster than fp32: a CUDA GPU with bf16 tensor cores
+    (compute capability >= 8.0), or a CPU whose feature flags list AMX-BF16, AVX512-BF16 or Arm's BF16
+    (:mod:`verl.utils.cpu_features`). A capability of the hardware, never a measurement."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported(including_emulation=False)
+    if device.type == "cpu":
+        from verl.utils.cpu_features import cpu_info
+
+        return cpu_info().native_bf16
+    return False
+
+
+def resolve_param_dtype(name: Any, model_dtype: torch.dtype, device: torch.device | str) -> torch.dtype:
+    """``mixed_precision.param_dtype``: a dtype name, or ``auto``: bf16 when the weights are fp32 and the
+    device has native bf16 units (:func:`native_bf16`), else ``model_dtype``."""
+    if str(name) != "auto":
+        return resolve_dtype(name, "fsdp_config.mixed_precision.param_dtype")
+    if model_dtype == torch.float32 and native_bf16(device):
+        return torch.bfloat16
+    return model_dtype
 
 
 @dataclass(frozen=True)
@@ -61,12 +87,14 @@ class Precision:
         return self.param_dtype != self.storage_dtype
 
 
-def precision_from_config(engine_config: Any, trainable: bool) -> Precision:
-    """The :class:`Precision` of ``fsdp_config`` (``model_dtype``, ``mixed_precision.*``)."""
+def precision_from_config(engine_config: Any, trainable: bool, device: torch.device | str = "cpu") -> Precision:
+    """The :class:`Precision` of ``fsdp_config`` (``model_dtype``, ``mixed_precision.*``) on ``device``
+    (which ``param_dtype=auto`` asks for its bf16 units)."""
     mp = engine_config.mixed_precision
+    model_dtype = resolve_dtype(engine_config.model_dtype, "fsdp_config.model_dtype")
     p = Precision(
-        model_dtype=resolve_dtype(engine_config.model_dtype, "fsdp_config.model_dtype"),
-        param_dtype=resolve_dtype(mp.param_dtype, "fsdp_config.mixed_precision.param_dtype"),
+        model_dtype=model_dtype,
+        param_dtype=resolve_param_dtype(mp.param_dtype, model_dtype, device),
         reduce_dtype=resolve_dtype(mp.reduce_dtype, "fsdp_config.mixed_precision.reduce_dtype"),
         buffer_dtype=resolve_dtype(mp.buffer_dtype, "fsdp_config.mixed_precision.buffer_dtype"),
         trainable=trainable,
@@ -96,14 +124,29 @@ class ComputeCast:
     Hooks sit on each submodule that owns parameters, not only on the root, so the recomputation of
     gradient checkpointing casts again exactly as the first forward did. Tied parameters (one
     ``Parameter`` in two modules) get one gradient, summed over both uses.
+
+    ``units``: modules whose whole subtree is cast by one pair of hooks on the unit itself (the
+    compiled decoder layers, :mod:`verl.workers.engine.compile`: their compiled ``forward`` then sees
+    plain compute-dtype tensors and runs no hook of ours inside, so one compiled graph serves every
+    layer). Parameter owners outside every unit keep their own hooks.
     """
 
-    def __init__(self, module: nn.Module, dtype: torch.dtype):
+    def __init__(self, module: nn.Module, dtype: torch.dtype, units: Iterable[nn.Module] = ()):
         self.dtype = dtype
-        self._owners = [m for m in module.modules() if any(p is not None for p in m._parameters.values())]
-        self._masters: dict[nn.Module, dict[str, nn.Parameter]] = {}
+        units = list(units)
+        inside = {id(m) for u in units for m in u.modules()}
+        owners = [
+            m for m in module.modules()
+            if id(m) not in inside and any(p is not None for p in m._parameters.values())
+        ]
+        #: hooked module -> the parameter owners its hooks cast
+        self._groups: dict[nn.Module, list[nn.Module]] = {m: [m] for m in owners}
+        for u in units:
+            self._groups[u] = [m for m in u.modules() if any(p is not None for p in m._parameters.values())]
+        self._owners = [m for group in self._groups.values() for m in group]
+        self._masters: dict[nn.Module, list[tuple[nn.Module, dict[str, nn.Parameter]]]] = {}
         self._held = False
-        for m in self._owners:
+        for m in self._groups:
             m.register_forward_pre_hook(self._cast)
             m.register_forward_hook(self._restore, always_call=True)
         _CASTS[module] = self
@@ -111,20 +154,23 @@ class ComputeCast:
     def _cast(self, module: nn.Module, args: Any) -> Any:
         if self._held:
             return None
-        masters = {n: p for n, p in module._parameters.items() if p is not None}
-        self._masters[module] = masters
-        for name, p in masters.items():
-            # the torch-blessed way to put a non-leaf tensor in a parameter slot (torch.func does it too)
-            module._parameters[name] = p.to(self.dtype)
+        saved = []
+        copies: dict[int, torch.Tensor] = {}  # per master: a parameter tied within the unit is cast once
+        for owner in self._groups[module]:
+            masters = {n: p for n, p in owner._parameters.items() if p is not None}
+            saved.append((owner, masters))
+            for name, p in masters.items():
+                # the torch-blessed way to put a non-leaf tensor in a parameter slot (torch.func does it too)
+                owner._parameters[name] = copies.setdefault(id(p), p.to(self.dtype))
+        self._masters[module] = saved
         # Its floating inputs too: a parent that casts them to a child's weight dtype outside the child's
         # forward (Qwen2-VL's patch embedding reads proj.weight.dtype) saw the fp32 master; under FSDP2 every
         # weight is in the compute dtype there
         return tuple(a.to(self.dtype) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args)
 
     def _restore(self, module: nn.Module, args: Any, output: Any) -> None:
-        masters = self._masters.pop(module, None)
-        if masters is not None:
-            module._parameters.update(masters)
+        for owner, masters in self._masters.pop(module, ()):
+            owner._parameters.update(masters)
 
     @contextmanager
     def held(self) -> Iterator[None]:
@@ -164,5 +210,5 @@ def compute_params(module: nn.Module) -> Iterator[None]:
         yield
 
 
-__all__ = ["ComputeCast", "Precision", "cast_model", "compute_params", "precision_from_config",
-           "resolve_dtype"]
+__all__ = ["ComputeCast", "Precision", "cast_model", "compute_params", "native_bf16", "precision_from_config",
+           "resolve_dtype", "resolve_param_dtype"]

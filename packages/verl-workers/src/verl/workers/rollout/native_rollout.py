@@ -42,7 +42,7 @@ from verl.workers.rollout.hf_rollout import (
     concat_generations,
     gathered_fsdp2_params,
 )
-from verl.workers.rollout.native_decode import decode_step
+from verl.workers.rollout.native_decode import decode_step, decode_step_compiled
 
 if TYPE_CHECKING:
     from verl import DataProto
@@ -174,12 +174,14 @@ def decoder_forward(
     cache: torch.Tensor,
     start: int,
     attn_mask: torch.Tensor,
+    compiled: bool = False,
 ) -> torch.Tensor:
     """Run ``ids`` [B, T] (cache positions ``start .. start+T``) and return the last position's logits.
 
     ``cos``/``sin``: [B, 1, T, head_dim]; ``cache``: [L, 2, B, kv_heads, S, head_dim], written in place;
     ``attn_mask``: bool [B, 1, T, start+T], True where a query may attend to a key; for one query
-    (T == 1) an additive float mask [B, 1, 1, start+T] (0 or -inf) instead.
+    (T == 1) an additive float mask [B, 1, 1, start+T] (0 or -inf) instead. ``compiled``: one-token steps
+    run :func:`~verl.workers.rollout.native_decode.decode_step_compiled`.
     """
     b, t = ids.shape
     end = start + t
@@ -187,7 +189,8 @@ def decoder_forward(
     half = d // 2
     sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)  # once per call, for _rotate
     if t == 1 and attn_mask.is_floating_point():  # one token per row: the decode step's leaner path
-        return decode_step(w, ids[:, 0], cos[:, 0, 0], sin[:, 0, 0], cache, start, attn_mask[:, 0, 0])
+        step = decode_step_compiled if compiled else decode_step
+        return step(w, ids[:, 0], cos[:, 0, 0], sin[:, 0, 0], cache, start, attn_mask[:, 0, 0])
     hidden = F.embedding(ids, w.embed)
     for i, layer in enumerate(w.layers):
         h = _rms(hidden, layer.ln1, w.eps)
@@ -289,11 +292,13 @@ def native_generate(
     calculate_log_probs: bool = False,
     generator: torch.Generator | None = None,
     weights: DecoderWeights | None = None,
+    compiled: bool = False,
 ) -> dict[str, torch.Tensor]:
     """Sample responses for left-padded prompts [B, P]; same outputs as ``hf_rollout.generate_tokens``.
 
     ``module`` must have unsharded weights (see :func:`unsupported_reason`); ``weights`` may be given
-    to reuse one :func:`decoder_weights` snapshot across calls.
+    to reuse one :func:`decoder_weights` snapshot across calls. ``compiled``: decode steps through
+    ``torch.compile`` (:func:`~verl.workers.rollout.native_decode.decode_step_compiled`).
     """
     if input_ids.shape != attention_mask.shape or input_ids.shape != position_ids.shape:
         raise ValueError(
@@ -359,6 +364,7 @@ def native_generate(
             cache,
             pos,
             key_bias[:, None, None, : pos + 1],
+            compiled,
         )
 
     responses, resp_mask = responses[:, :length], resp_mask[:, :length]
@@ -399,7 +405,13 @@ def pad_responses_to(gen: dict[str, torch.Tensor], length: int, pad_token_id: in
 @register_rollout("native")
 class NativeRollout(HFRollout):
     """The ``hf`` engine's interface and config (``actor_rollout_ref.rollout``), decoded by
-    :func:`native_generate`. Falls back to the ``hf`` loop for modules it cannot run (one warning)."""
+    :func:`native_generate`. Falls back to the ``hf`` loop for modules it cannot run (one warning).
+    ``compile``: decode steps through ``torch.compile`` (the worker passes the actor engine's
+    ``compiled``, i.e. ``actor.use_torch_compile`` as resolved)."""
+
+    def __init__(self, module: nn.Module, config, tokenizer=None, *, compile: bool = False, **kwargs):
+        super().__init__(module, config, tokenizer, **kwargs)
+        self.compile = bool(compile)
 
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         reason = unsupported_reason(self.module)
@@ -421,6 +433,7 @@ class NativeRollout(HFRollout):
                     calculate_log_probs=bool(self.config.calculate_log_probs),
                     generator=self.generator,
                     weights=weights,
+                    compiled=self.compile,
                 )
                 for input_ids, attention_mask, position_ids in micro_batches
             ]
