@@ -14,6 +14,7 @@ SOURCES = (
     "packages/*/README.md",
     "recipes/*/README.md",
     "recipes/*/*.png",
+    "recipes/*/benchmarks/results/*.png",
     "examples/README.md",
     "examples/*/README.md",
     "envs/vllm-cpu/README.md",
