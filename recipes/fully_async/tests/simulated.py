@@ -5,12 +5,14 @@ tokens per step, ``token_segments`` advanced by each pause/resume), so partial r
 """
 
 import random
+import threading
 import time
 
 import numpy as np
 import torch
 from omegaconf import OmegaConf
 from verl import DataProto
+from verl_recipe_fully_async.message_queue import SyncRequest
 
 
 class SimulatedPool:
@@ -191,3 +193,25 @@ class SimulatedStreamingPool:
     def load_weights(self, payload):
         assert self.paused or not self.requests, "weights loaded while requests were generating"
         self.loaded.append(payload)
+
+
+def train_against(rollouter, coord, tbs, trigger, steps, train_delay, seed):
+    """Run ``rollouter`` in a thread while this thread plays the trainer: ``steps`` batches of ``tbs``
+    samples, each taking up to ``train_delay`` s, a weight sync every ``trigger`` steps and after the last.
+    Returns ``[(trainer version, sample), ...]`` in the order trained; the rollouter must not have failed."""
+    thread = threading.Thread(target=rollouter.run)
+    thread.start()
+    rng = random.Random(seed + 1)
+    consumed = []
+    try:
+        for step in range(1, steps + 1):
+            batch = coord.get(tbs)
+            consumed += [(coord.trainer_version, smp) for smp in batch]
+            time.sleep(train_delay * rng.random())
+            if step % trigger == 0 or step == steps:
+                coord.post_sync(SyncRequest(coord.trainer_version + 1, payload=f"w{step}"))
+    finally:
+        coord.stop()
+        thread.join()
+    assert coord.error is None, coord.error
+    return consumed

@@ -3,15 +3,12 @@
 counted per sync window."""
 
 import math
-import random
-import threading
-import time
 
 import pytest
-from verl_recipe_fully_async.message_queue import Coordinator, SyncRequest
+from verl_recipe_fully_async.message_queue import Coordinator
 from verl_recipe_fully_async.rollouter import Rollouter
 
-from .simulated import FakeTrainer, SimulatedPool, config
+from .simulated import FakeTrainer, SimulatedPool, config, train_against
 
 
 def run(s, trigger, tbs, wave, partial, steps, rollout_delay, train_delay, seed):
@@ -20,22 +17,7 @@ def run(s, trigger, tbs, wave, partial, steps, rollout_delay, train_delay, seed)
     coord = Coordinator(W, s, total_samples=steps * tbs)
     pool = SimulatedPool(seed, rollout_delay)
     rollouter = Rollouter(FakeTrainer(cfg), coord, pool)
-    thread = threading.Thread(target=rollouter.run)
-    thread.start()
-    rng = random.Random(seed + 1)
-    consumed = []  # (trainer version, sample)
-    try:
-        for step in range(1, steps + 1):
-            batch = coord.get(tbs)
-            consumed += [(coord.trainer_version, smp) for smp in batch]
-            time.sleep(train_delay * rng.random())
-            if step % trigger == 0 or step == steps:
-                coord.post_sync(SyncRequest(coord.trainer_version + 1, payload=f"w{step}"))
-    finally:
-        coord.stop()
-        thread.join()
-    assert coord.error is None
-    return consumed, W, pool
+    return train_against(rollouter, coord, tbs, trigger, steps, train_delay, seed), W, pool
 
 
 @pytest.mark.parametrize(
