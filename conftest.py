@@ -97,6 +97,26 @@ def no_demo_assets(monkeypatch):
     monkeypatch.setattr(demo, "warm_started_assets", lambda *a, **k: pytest.fail("assets built for a bad config"))
 
 
+@pytest.fixture
+def recipe_run(tmp_path):
+    """``run(recipe, steps, *overrides) -> (metrics, rows, out)``: a recipe's smoke run, ``recipe.train`` on
+    its CPU default for ``steps`` steps into ``out = tmp_path / "run"``; checked: it reached the last step
+    and its tracker wrote the reward curve. ``rows``: the tracker's rows (``out/metrics.jsonl``)."""
+    import json
+
+    def run(recipe, steps: int, *overrides: str):
+        out = tmp_path / "run"
+        metrics = recipe.train(
+            [f"trainer.total_training_steps={steps}", f"trainer.default_local_dir={out}", *overrides]
+        )
+        assert metrics["training/global_step"] == steps
+        assert (out / "reward_curve.png").is_file()
+        rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        return metrics, rows, out
+
+    return run
+
+
 def _live_placement_group_ids() -> set[str]:
     from ray.util.placement_group import placement_group_table
 

@@ -1,5 +1,5 @@
-"""SPPO's two configs and its schema extension: upstream's numbers, the CPU default, the eta and baseline keys
-it adds, and the problems its validation names."""
+"""SPPO's two configs and its schema extension: upstream's numbers, the CPU default, the eta and baseline
+keys, and what validation refuses."""
 
 
 import pytest
@@ -7,15 +7,10 @@ from verl.trainer.config import ConfigError, load_config
 from verl_recipe_sppo.config import load_sppo_config, sppo_problems, validate_sppo_config
 from verl_recipe_sppo.main_sppo import CPU_CONFIG, PAPER_CONFIG, RECIPE
 
-PATHS = ["data.train_files=train.parquet", "actor_rollout_ref.model.path=model"]  # validation needs them set
-
-
-def _paper(*overrides):
-    return RECIPE.load_file(PAPER_CONFIG, overrides=overrides)
-
 
 def test_paper_config_holds_upstreams_setting_and_validates(vllm_installed):
-    c = _paper("trainer.device=cpu")  # the GPU (and vLLM, a GPU package) is all that is missing
+    # the GPU (and vLLM, a GPU package) is all that is missing
+    c = RECIPE.load_file(PAPER_CONFIG, overrides=["trainer.device=cpu"])
     a, r = c.actor_rollout_ref.actor, c.actor_rollout_ref.rollout
     assert c.actor_rollout_ref.model.path == "Qwen/Qwen2.5-7B-Instruct"
     assert (c.data.train_batch_size, c.data.max_prompt_length, c.data.max_response_length) == (
@@ -72,7 +67,8 @@ def test_the_recipe_adds_two_typed_keys_and_core_does_not_know_them():
 def test_validation_names_every_sppo_problem_with_cores(config_error_names):
     c = load_sppo_config(
         [
-            *PATHS,
+            "data.train_files=train.parquet",  # validation needs the data and model set
+            "actor_rollout_ref.model.path=model",
             "algorithm.adv_estimator=grpo",
             "actor_rollout_ref.actor.policy_loss.loss_mode=vanilla",
             "algorithm.sppo_eta=0",
