@@ -4,6 +4,7 @@ The simulated pool keeps ``ResumableGeneration``'s bookkeeping (rows of random l
 tokens per step, ``token_segments`` advanced by each pause/resume), so partial rollouts span syncs for real.
 """
 
+import math
 import random
 import threading
 import time
@@ -215,3 +216,18 @@ def train_against(rollouter, coord, tbs, trigger, steps, train_delay, seed):
         thread.join()
     assert coord.error is None, coord.error
     return consumed
+
+
+def check_staleness(consumed, steps, tbs, s, W) -> None:
+    """Every one of ``steps x tbs`` samples trained once, at most ``floor(s x W)`` stale samples in each
+    sync window (none at all with ``s = 0``)."""
+    assert len(consumed) == steps * tbs
+    assert sorted(smp.index for _, smp in consumed) == list(range(steps * tbs))  # every sample once
+    bound = math.floor(s * W)
+    windows: dict[int, list[int]] = {}
+    for version, smp in consumed:
+        windows.setdefault(version, []).append(version - smp.version)
+    for version, ages in windows.items():
+        assert sum(a > 0 for a in ages) <= bound, (version, ages, bound)
+    if s == 0.0:
+        assert all(a == 0 for ages in windows.values() for a in ages)
