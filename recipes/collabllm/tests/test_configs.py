@@ -10,12 +10,8 @@ from verl_recipe_collabllm.main import CPU_CONFIG, PAPER_CONFIG, RECIPE
 INTERACTION = "actor_rollout_ref.rollout.multi_turn.interaction_config_path"
 
 
-def _paper(*overrides):
-    return RECIPE.load_file(PAPER_CONFIG, overrides=overrides)
-
-
 def test_paper_config_holds_upstreams_setting():
-    c = _paper()
+    c = RECIPE.load_file(PAPER_CONFIG)
     a, r = c.actor_rollout_ref.actor, c.actor_rollout_ref.rollout
     assert c.actor_rollout_ref.model.path == "Qwen/Qwen2.5-7B-Instruct"
     assert (c.data.train_batch_size, r.n, a.ppo_mini_batch_size, a.optim.lr) == (16, 8, 8, 1e-6)
@@ -37,7 +33,7 @@ def test_paper_config_holds_upstreams_setting():
 
 
 def test_paper_config_validates_apart_from_the_missing_gpu(fails_only_for_the_gpu):
-    fails_only_for_the_gpu(validate_collabllm_config, _paper("trainer.device=cpu"))
+    fails_only_for_the_gpu(validate_collabllm_config, RECIPE.load_file(PAPER_CONFIG, overrides=["trainer.device=cpu"]))
 
 
 def test_paper_simulated_user_comes_from_its_interaction_yaml(monkeypatch):

@@ -10,12 +10,8 @@ from verl.trainer.ppo.reward import load_reward_manager as build_reward_fn
 from verl_recipe_dapo.main_dapo import CPU_CONFIG, PAPER_CONFIG, RECIPE
 
 
-def _paper(*overrides):
-    return RECIPE.load_file(PAPER_CONFIG, overrides=overrides)
-
-
 def test_paper_config_holds_the_papers_setting():
-    c = _paper()
+    c = RECIPE.load_file(PAPER_CONFIG)
     a, r = c.actor_rollout_ref.actor, c.actor_rollout_ref.rollout
     assert c.actor_rollout_ref.model.path == "Qwen/Qwen2.5-32B"
     assert (c.data.train_batch_size, c.data.gen_batch_size, r.n, a.ppo_mini_batch_size) == (512, 1536, 16, 32)
@@ -30,7 +26,7 @@ def test_paper_config_holds_the_papers_setting():
 
 def test_paper_config_validates_apart_from_the_missing_gpu(fails_only_for_the_gpu):
     # sizes divide over 16 x 8 workers etc.
-    fails_only_for_the_gpu(validate_config, _paper("trainer.device=cpu"))
+    fails_only_for_the_gpu(validate_config, RECIPE.load_file(PAPER_CONFIG, overrides=["trainer.device=cpu"]))
 
 
 def test_no_config_flag_means_the_cpu_default():
@@ -86,7 +82,7 @@ def test_overlong_penalty_of_the_cpu_config(char_tok):
 
 
 def test_overlong_penalty_of_the_paper_config(char_tok):
-    cfg = _paper()  # max_response_length 20480, buffer 4096, factor 1; math_dapo scores +1 / -1
+    cfg = RECIPE.load_file(PAPER_CONFIG)  # max_response_length 20480, buffer 4096, factor 1; math_dapo scores +1 / -1
     fn = build_reward_fn(cfg, char_tok, num_examine=0)
     lengths = [16384, 18432, 20480, 20480]
     texts = ["Answer: 42", "Answer: 42", "Answer: 42", "Answer: 41"]
