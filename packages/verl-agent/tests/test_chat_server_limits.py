@@ -10,7 +10,7 @@ import pytest
 import requests
 from verl.agent.chat_server import ChatCompletionServer
 from verl.agent.server import ScriptedLLMServer
-from verl.rewards.http_server import raw_exchange
+from verl.rewards.http_server import raw_exchange, raw_exchanges_meanwhile
 
 
 @pytest.fixture(scope="module")
@@ -78,21 +78,9 @@ def test_an_oversized_request_gets_413(endpoint):
 
 
 def test_slow_requests_are_cut_off_while_others_are_served(endpoint):
-    results = {}
     head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 200\r\n\r\n"
-
-    def slow_body():
-        results["body"] = raw_exchange(endpoint, head + b'{"messages": ')
-
-    def slow_headers():
-        results["headers"] = raw_exchange(endpoint, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
-
-    threads = [threading.Thread(target=slow_body), threading.Thread(target=slow_headers)]
-    for t in threads:
-        t.start()
-    _still_serving(endpoint)
-    for t in threads:
-        t.join(30)
+    slow = {"body": head + b'{"messages": ', "headers": b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"}
+    results = raw_exchanges_meanwhile(endpoint, slow, lambda: _still_serving(endpoint))
     status_line, _, rest = results["body"].partition(b"\r\n")
     assert status_line.endswith(b" 408 Request Timeout"), results["body"][:300]
     assert json.loads(rest.split(b"\r\n\r\n", 1)[1])["error"]["message"] == "request body not received within 1 s"

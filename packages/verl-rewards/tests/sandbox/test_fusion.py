@@ -5,7 +5,7 @@ import threading
 
 import pytest
 import requests
-from verl.rewards.http_server import raw_exchange
+from verl.rewards.http_server import raw_exchange, raw_exchanges_meanwhile
 from verl.rewards.sandbox.fusion import SandboxFusionSandbox
 from verl.rewards.sandbox.fusion_server import FusionServer
 from verl.rewards.scoring.code import compute_score
@@ -175,21 +175,9 @@ def test_an_oversized_request_is_refused_before_it_is_read(strict):
 def test_slow_requests_are_cut_off_while_others_are_served(strict):
     """A body that trickles in gets 408 after body_timeout; a connection that never finishes its headers
     is closed after idle_timeout; requests from others are answered meanwhile."""
-    results = {}
-
-    def slow_body():
-        head = b"POST /run_code HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
-        results["body"] = raw_exchange(strict.url, head + b'{"code": ', wait=0.0)
-
-    def slow_headers():
-        results["headers"] = raw_exchange(strict.url, b"POST /run_code HTTP/1.1\r\nHost: x\r\n", wait=0.0)
-
-    threads = [threading.Thread(target=slow_body), threading.Thread(target=slow_headers)]
-    for t in threads:
-        t.start()
-    _still_serving(strict)
-    for t in threads:
-        t.join(30)
+    head = b"POST /run_code HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+    slow = {"body": head + b'{"code": ', "headers": b"POST /run_code HTTP/1.1\r\nHost: x\r\n"}
+    results = raw_exchanges_meanwhile(strict.url, slow, lambda: _still_serving(strict))
     assert results["body"].startswith(b"HTTP/1.1 408") and b"not received within 1 s" in results["body"]
     assert results["headers"] == b""  # the server closed it without an answer: no request ever arrived
     _still_serving(strict)

@@ -32,7 +32,7 @@ from aiohttp import web
 logger = logging.getLogger(__name__)
 
 __all__ = ["BackgroundServer", "HTTPError", "HTTPLimits", "detail_error", "make_app", "openai_error", "raw_exchange",
-           "read_json", "start_site"]
+           "raw_exchanges_meanwhile", "read_json", "start_site"]
 
 
 @dataclass(frozen=True)
@@ -205,3 +205,21 @@ def raw_exchange(url: str, data: bytes, wait: float = 0.0, read_timeout: float =
                 break
             chunks.append(chunk)
         return b"".join(chunks)
+
+
+def raw_exchanges_meanwhile(url: str, requests: dict[str, bytes], meanwhile: Callable[[], Any]) -> dict[str, bytes]:
+    """`raw_exchange` of each of ``requests`` on a connection of its own, all at once, while this thread
+    runs ``meanwhile()`` (e.g. a well-formed request that must still be answered); returns each answer by
+    name once all connections ended (or 30 s passed)."""
+    answers: dict[str, bytes] = {}
+
+    def send(name: str, data: bytes) -> None:
+        answers[name] = raw_exchange(url, data)
+
+    threads = [threading.Thread(target=send, args=item) for item in requests.items()]
+    for t in threads:
+        t.start()
+    meanwhile()
+    for t in threads:
+        t.join(30)
+    return answers
