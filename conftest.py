@@ -43,6 +43,80 @@ def ray_cluster():
     ray.shutdown()
 
 
+@pytest.fixture
+def vllm_installed(monkeypatch):
+    """Validate as where vLLM (a GPU package, not installed here) and every other optional package are:
+    a recipe's GPU config then has only the GPU to miss."""
+    from verl.trainer.config import installed
+
+    monkeypatch.setattr(installed, "_missing", lambda module: False)
+
+
+@pytest.fixture
+def fails_only_for_the_gpu():
+    """``check(validate, cfg)``: ``validate(cfg)`` raises a ConfigError and every problem it names is one a
+    GPU setting has on this CPU machine: an offload flag that means nothing on CPU, or vLLM (a GPU
+    package) not installed."""
+
+    def check(validate, cfg) -> None:
+        from verl.trainer.config import ConfigError
+
+        with pytest.raises(ConfigError) as ei:
+            validate(cfg)
+        gpu_only = ("means nothing on CPU", "pip install 'verl-workers[vllm]'")
+        problems = ei.value.problems
+        assert problems and all(any(g in p for g in gpu_only) for p in problems), problems
+
+    return check
+
+
+@pytest.fixture
+def config_error_names():
+    """``check(validate, cfg, parts)``: ``validate(cfg)`` raises a ConfigError whose message contains every
+    one of ``parts``; returns the message."""
+
+    def check(validate, cfg, parts) -> str:
+        from verl.trainer.config import ConfigError
+
+        with pytest.raises(ConfigError) as ei:
+            validate(cfg)
+        text = str(ei.value)
+        for part in parts:
+            assert part in text, (part, text)
+        return text
+
+    return check
+
+
+@pytest.fixture
+def no_demo_assets(monkeypatch):
+    """Core's demo assets (the built-in task and warm-started model) fail the test if anything builds them:
+    a bad config must be refused before minutes of building."""
+    import verl.trainer.demo as demo
+
+    monkeypatch.setattr(demo, "warm_started_assets", lambda *a, **k: pytest.fail("assets built for a bad config"))
+
+
+@pytest.fixture
+def recipe_run(tmp_path):
+    """``run(recipe, steps, *overrides) -> (metrics, rows, out)``: a recipe's smoke run, ``recipe.train`` on
+    its CPU default for ``steps`` steps into ``out = tmp_path / "run"``; checked: it reached the last step
+    and its tracker wrote the reward curve. ``rows``: the tracker's rows (``out/metrics.jsonl``)."""
+    import json
+
+    def run(recipe, steps: int, *overrides: str):
+        out = tmp_path / "run"
+        metrics = recipe.train(
+            [f"trainer.total_training_steps={steps}", f"trainer.default_local_dir={out}", *overrides]
+        )
+        assert metrics["training/global_step"] == steps
+        assert (out / "reward_curve.png").is_file()
+        rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        return metrics, rows, out
+
+    return run
+
+
 def _live_placement_group_ids() -> set[str]:
     from ray.util.placement_group import placement_group_table
 

@@ -12,16 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from .by_path import load_module
+
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "grpo_step"
 
 
 def _load(name: str):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(f"grpo_step_{name}", BENCH / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_module(BENCH / f"{name}.py", f"grpo_step_{name}")
 
 
 def test_step_flops_match_parameter_count():

@@ -1,23 +1,11 @@
 """scripts/check_architecture.py: import-linter sees every workspace package, and a new top-level module
 that the contracts do not list is an error instead of going unchecked."""
 
-import importlib.util
-import sys
 import tomllib
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from .by_path import ROOT, load_module
 
-
-def _load():
-    spec = importlib.util.spec_from_file_location("check_architecture", ROOT / "scripts" / "check_architecture.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["check_architecture"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-ca = _load()
+ca = load_module(ROOT / "scripts" / "check_architecture.py", "check_architecture")
 
 
 def test_the_contracts_cover_every_workspace_package():

@@ -1,6 +1,5 @@
 """scripts/ci_matrix.py: the dependency graph read from pyproject files and the packages example diffs select."""
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -8,18 +7,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from .by_path import ROOT, load_module
 
-
-def _load():
-    spec = importlib.util.spec_from_file_location("ci_matrix", ROOT / "scripts" / "ci_matrix.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["ci_matrix"] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
-
-
-cm = _load()
+cm = load_module(ROOT / "scripts" / "ci_matrix.py", "ci_matrix")
 
 
 def _member(root: Path, rel: str, name: str, deps: list[str], extras: dict | None = None, tests: bool = True):

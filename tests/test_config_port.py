@@ -1,23 +1,11 @@
 """The port tool: shell-script parsing, key-by-key classification, and the committed sample report."""
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from .by_path import ROOT, load_module
 
-
-def _script(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
-
-
-port = _script("config_port")
+port = load_module(ROOT / "scripts" / "config_port.py", "config_port")
 commands_from_script, main, render_markdown, reports_for = port.commands_from_script, port.main, port.render_markdown, port.reports_for
 
 SCRIPT = """#!/usr/bin/env bash
@@ -117,4 +105,4 @@ def test_port_tool_reports_hydra_arguments():
 
 
 def test_generated_config_files_are_current(capsys):
-    assert _script("config_reference").main(["--check"]) == 0, capsys.readouterr().err
+    assert load_module(ROOT / "scripts" / "config_reference.py", "config_reference").main(["--check"]) == 0, capsys.readouterr().err

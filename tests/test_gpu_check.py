@@ -22,16 +22,13 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from .by_path import ROOT, load_module
+
 CHECK = ROOT / "scripts" / "gpucheck"
 
 
 def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"gpucheck_{name}", CHECK / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
+    return load_module(CHECK / f"{name}.py", f"gpucheck_{name}")
 
 
 def test_carried_set_from_a_hand_made_lock(tmp_path):

@@ -1,28 +1,17 @@
 """scripts/new_recipe.py: the generated recipe is a package whose own smoke test passes."""
 
-import importlib.util
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tomllib
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from .by_path import ROOT, load_module
 
-
-def _load():
-    spec = importlib.util.spec_from_file_location("new_recipe", ROOT / "scripts" / "new_recipe.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["new_recipe"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-nr = _load()
+nr = load_module(ROOT / "scripts" / "new_recipe.py", "new_recipe")
 
 
 @pytest.mark.slow  # a pytest subprocess that imports torch and builds a tiny model

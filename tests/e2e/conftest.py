@@ -23,3 +23,27 @@ def tiny_chat_model(tmp_path_factory):
     from verl.trainer.model_builders import MODEL_BUILDERS
 
     return MODEL_BUILDERS.get("tiny_qwen2")(tmp_path_factory.mktemp("e2e_model"), size="xs")
+
+
+@pytest.fixture
+def train_logged(ray_cluster):
+    """``train(cfg) -> rows``: validate ``cfg``, train it through ``main_ppo``'s trainer in the tests' Ray
+    session (shut down after) and return the tracker's rows (``trainer.logger`` must hold ``jsonl``)."""
+    return _train_logged
+
+
+def _train_logged(cfg) -> list[dict]:
+    import json
+    from pathlib import Path
+
+    from verl.trainer.config import validate_config
+    from verl.trainer.main_ppo import build_trainer
+
+    validate_config(cfg)
+    trainer = build_trainer(cfg)
+    trainer.init_workers()
+    try:
+        trainer.fit()
+    finally:
+        trainer.shutdown()  # the tests share one Ray session
+    return [json.loads(line) for line in open(Path(cfg.trainer.default_local_dir) / "metrics.jsonl")]

@@ -1,13 +1,11 @@
 """Each algorithm, chosen by config only, runs end to end on the built-in task at tiny size: Ray single
 controller, two FSDP2 CPU workers, HF rollout, the verl-rewards exact-match scorer."""
 
-import json
 import math
 from pathlib import Path
 
 import pytest
-from verl.trainer.config import load_config, validate_config
-from verl.trainer.main_ppo import build_trainer
+from verl.trainer.config import load_config
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -44,7 +42,7 @@ ALGORITHMS = {
 }
 
 
-def run_algorithm(name, task_data, model, out):
+def run_algorithm(train_logged, name, task_data, model, out):
     cfg = load_config([
         f"data.train_files={task_data['train']}", f"data.val_files={task_data['test']}",
         "data.val_max_samples=16", f"actor_rollout_ref.model.path={model}", f"critic.model.path={model}",
@@ -63,19 +61,12 @@ def run_algorithm(name, task_data, model, out):
         "trainer.project_name=e2e", f"trainer.experiment_name={name}", "trainer.resume_mode=disable",
         *ALGORITHMS[name],
     ])
-    validate_config(cfg)
-    trainer = build_trainer(cfg)
-    trainer.init_workers()
-    try:
-        trainer.fit()
-    finally:
-        trainer.shutdown()  # the tests share one Ray session
-    return [json.loads(line) for line in open(out / "metrics.jsonl")]
+    return train_logged(cfg)
 
 
 @pytest.mark.parametrize("name", list(ALGORITHMS))
-def test_algorithm_runs_end_to_end(name, ray_cluster, task_data, tiny_chat_model, tmp_path):
-    rows = run_algorithm(name, task_data, tiny_chat_model, tmp_path)
+def test_algorithm_runs_end_to_end(name, train_logged, task_data, tiny_chat_model, tmp_path):
+    rows = run_algorithm(train_logged, name, task_data, tiny_chat_model, tmp_path)
     train = [r for r in rows if "critic/score/mean" in r]
     assert [r["step"] for r in train] == list(range(1, STEPS + 1))
     val = [r for r in rows if "val/arithmetic/reward" in r]

@@ -8,8 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from verl.trainer.config import load_config, validate_config
-from verl.trainer.main_ppo import build_trainer
+from verl.trainer.config import load_config
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -24,7 +23,7 @@ def _bench():
     return mod
 
 
-def test_grpo_with_the_reward_loop_and_the_sandboxed_code_reward(ray_cluster, tiny_chat_model, tmp_path):
+def test_grpo_with_the_reward_loop_and_the_sandboxed_code_reward(train_logged, tiny_chat_model, tmp_path):
     data = _bench().write_code_task(tmp_path / "data", cases=2)
     out = tmp_path / "run"
     cfg = load_config([
@@ -44,15 +43,8 @@ def test_grpo_with_the_reward_loop_and_the_sandboxed_code_reward(ray_cluster, ti
         f"trainer.rollout_data_dir={out / 'rollouts'}",
         "trainer.project_name=e2e", "trainer.experiment_name=reward_loop", "trainer.resume_mode=disable",
     ])  # fmt: skip
-    validate_config(cfg)
     assert cfg.reward.use_reward_loop  # upstream's spelling, translated
-    trainer = build_trainer(cfg)
-    trainer.init_workers()
-    try:
-        trainer.fit()
-    finally:
-        trainer.shutdown()  # the tests share one Ray session
-    train = [json.loads(line) for line in open(out / "metrics.jsonl")]
+    train = train_logged(cfg)
     assert [r["step"] for r in train] == list(range(1, STEPS + 1))
     assert all(r["reward_loop/chunks"] == 2 and "reward_loop/overlapped_chunks" in r for r in train)
 

@@ -4,13 +4,13 @@ thread here, as a rollout's loop would host it)."""
 
 import asyncio
 import json
-import socket
 import threading
 
 import pytest
 import requests
 from verl.agent.chat_server import ChatCompletionServer
 from verl.agent.server import ScriptedLLMServer
+from verl.rewards.http_server import raw_exchange, raw_exchanges_meanwhile
 
 
 @pytest.fixture(scope="module")
@@ -36,24 +36,6 @@ def _chat(base, body, **kw):
 def _still_serving(base):
     resp = _chat(base, {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8})
     assert resp.status_code == 200 and resp.json()["choices"][0]["message"]["content"] == "hello", resp.text
-
-
-def _raw(base, data: bytes, read_timeout: float = 6.0) -> bytes:
-    host, port = base.split("//")[1].split("/")[0].split(":")
-    with socket.create_connection((host, int(port)), timeout=read_timeout) as sock:
-        sock.sendall(data)
-        chunks = []
-        while True:
-            try:
-                chunk = sock.recv(65536)
-            except ConnectionResetError:
-                break
-            except TimeoutError:  # the server neither answered nor closed: report that distinctly
-                return b"".join(chunks) + b"<client gave up waiting>"
-            if not chunk:
-                break
-            chunks.append(chunk)
-        return b"".join(chunks)
 
 
 def test_the_server_binds_loopback_by_default(endpoint):
@@ -83,7 +65,7 @@ def test_malformed_requests_get_openai_errors(endpoint):
         error = resp.json()["error"]
         assert words in error["message"] and error["type"] == "invalid_request_error", resp.text
     assert requests.get(endpoint + "/models", timeout=10).json()["data"][0]["id"] == "verl-policy"
-    garbage = _raw(endpoint, b"NOT\x00HTTP\r\n\r\n")
+    garbage = raw_exchange(endpoint, b"NOT\x00HTTP\r\n\r\n")
     assert garbage.split(b"\r\n")[0].endswith(b" 400 Bad Request"), garbage[:200]
     _still_serving(endpoint)
 
@@ -96,21 +78,9 @@ def test_an_oversized_request_gets_413(endpoint):
 
 
 def test_slow_requests_are_cut_off_while_others_are_served(endpoint):
-    results = {}
     head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 200\r\n\r\n"
-
-    def slow_body():
-        results["body"] = _raw(endpoint, head + b'{"messages": ')
-
-    def slow_headers():
-        results["headers"] = _raw(endpoint, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
-
-    threads = [threading.Thread(target=slow_body), threading.Thread(target=slow_headers)]
-    for t in threads:
-        t.start()
-    _still_serving(endpoint)
-    for t in threads:
-        t.join(30)
+    slow = {"body": head + b'{"messages": ', "headers": b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"}
+    results = raw_exchanges_meanwhile(endpoint, slow, lambda: _still_serving(endpoint))
     status_line, _, rest = results["body"].partition(b"\r\n")
     assert status_line.endswith(b" 408 Request Timeout"), results["body"][:300]
     assert json.loads(rest.split(b"\r\n\r\n", 1)[1])["error"]["message"] == "request body not received within 1 s"

@@ -244,3 +244,15 @@ def test_agent_loop_config_path_selects_loops(tmp_path, monkeypatch, tokenizer, 
     loops.write_text("- name: broken\n")
     with pytest.raises(ValueError, match="'name' and '_target_'"):
         AgentLoopManager(cfg, server, tokenizer)
+
+
+def test_a_request_needs_a_prompt_and_max_tokens():
+    from verl.agent.server import check_request
+
+    check_request([1, 2], {"max_tokens": 1}, "r0")
+    with pytest.raises(ValueError, match=r"request r1: sampling_params needs max_tokens >= 1, got \{'max_tokens': 0\}"):
+        check_request([1], {"max_tokens": 0}, "r1")
+    with pytest.raises(ValueError, match="request r2: sampling_params needs max_tokens >= 1"):
+        check_request([1], {}, "r2")
+    with pytest.raises(ValueError, match="request r3: empty prompt"):
+        check_request([], {"max_tokens": 4}, "r3")

@@ -6,33 +6,12 @@ padding, no precomputed positions: the model derives its M-RoPE ids itself from
 ``multi_modal_inputs`` and the mixing of image and text-only rows are all checked against it.
 """
 
-import io
 
 import pytest
 import torch
-from PIL import Image, ImageDraw
+from verl.workers.tiny_vlm import image_rows, png
 
-
-def _png(w: int, h: int, colour) -> bytes:
-    im = Image.new("RGB", (w, h), (255, 255, 255))
-    ImageDraw.Draw(im).ellipse([w // 4, h // 4, 3 * w // 4, 3 * h // 4], fill=colour)
-    buf = io.BytesIO()
-    im.save(buf, format="PNG")
-    return buf.getvalue()
-
-
-ROWS = [  # images of different sizes (-> different grids and token counts) and a text-only row
-    {"prompt": [{"role": "user", "content": "<image>How many?"}], "images": [{"bytes": _png(56, 56, "red")}]},
-    {
-        "prompt": [{"role": "user", "content": "Is <image> wide?"}],
-        "images": [{"bytes": _png(112, 56, "blue")}],
-    },
-    {"prompt": [{"role": "user", "content": "Just text."}], "images": None},
-    {
-        "prompt": [{"role": "user", "content": "<image> and <image>?"}],
-        "images": [{"bytes": _png(84, 84, "green")}, {"bytes": _png(56, 84, "red")}],
-    },
-]
+ROWS = image_rows()  # images of different sizes (-> different grids and token counts) and a text-only row
 
 
 @pytest.fixture(scope="module")
@@ -237,7 +216,7 @@ def test_bad_image_rows_name_the_row(processor, tmp_path):
     rows = [
         {
             "prompt": [{"role": "user", "content": "no placeholder"}],
-            "images": [{"bytes": _png(56, 56, "red")}],
+            "images": [{"bytes": png(56, 56, "red")}],
             "data_source": "t",
             "reward_model": {"ground_truth": "1"},
         }

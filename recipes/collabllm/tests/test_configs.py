@@ -10,12 +10,8 @@ from verl_recipe_collabllm.main import CPU_CONFIG, PAPER_CONFIG, RECIPE
 INTERACTION = "actor_rollout_ref.rollout.multi_turn.interaction_config_path"
 
 
-def _paper(*overrides):
-    return load_collabllm_config(["--config", str(RECIPE.configs_dir / PAPER_CONFIG), *overrides])
-
-
 def test_paper_config_holds_upstreams_setting():
-    c = _paper()
+    c = RECIPE.load_file(PAPER_CONFIG)
     a, r = c.actor_rollout_ref.actor, c.actor_rollout_ref.rollout
     assert c.actor_rollout_ref.model.path == "Qwen/Qwen2.5-7B-Instruct"
     assert (c.data.train_batch_size, r.n, a.ppo_mini_batch_size, a.optim.lr) == (16, 8, 8, 1e-6)
@@ -36,15 +32,8 @@ def test_paper_config_holds_upstreams_setting():
     assert (c.trainer.nnodes, c.trainer.n_gpus_per_node, c.trainer.total_epochs) == (1, 8, 20)
 
 
-def test_paper_config_validates_apart_from_the_missing_gpu():
-    # On this CPU machine the only problems are the GPU-only offload flags and vLLM (a GPU package) not
-    # being installed.
-    with pytest.raises(ConfigError) as ei:
-        validate_collabllm_config(_paper("trainer.device=cpu"))
-    gpu_only = ("means nothing on CPU", "pip install 'verl-workers[vllm]'")
-    assert ei.value.problems and all(any(g in p for g in gpu_only) for p in ei.value.problems), (
-        ei.value.problems
-    )
+def test_paper_config_validates_apart_from_the_missing_gpu(fails_only_for_the_gpu):
+    fails_only_for_the_gpu(validate_collabllm_config, RECIPE.load_file(PAPER_CONFIG, overrides=["trainer.device=cpu"]))
 
 
 def test_paper_simulated_user_comes_from_its_interaction_yaml(monkeypatch):

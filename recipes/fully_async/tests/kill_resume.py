@@ -67,6 +67,20 @@ def recording_trainer_cls(path: str):
     return Recording
 
 
+def resumable_args(assets: list[str], out: Path, *overrides: str) -> list[str]:
+    """The command line of a six-step run that checkpoints every 2 steps into ``out`` and resumes from it."""
+    return [
+        *assets,
+        *overrides,
+        "trainer.total_training_steps=6",
+        "trainer.save_freq=2",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=false",
+        "trainer.resume_mode=auto",
+        f"trainer.default_local_dir={out}",
+    ]
+
+
 def records(path: Path) -> list[dict]:
     return (
         [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
@@ -157,4 +171,4 @@ def resume_and_check(
     return last
 
 
-__all__ = ["RUNNER", "records", "recording_trainer_cls", "resume_and_check", "run_and_kill"]
+__all__ = ["RUNNER", "records", "recording_trainer_cls", "resumable_args", "resume_and_check", "run_and_kill"]

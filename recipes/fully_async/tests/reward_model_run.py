@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import torch
 
+from .runs import scoring_recorder
+
 
 def build_reward_model(path, tokenizer_dir) -> str:
     """A random 1-label ``Qwen2ForSequenceClassification`` over the policy's tokenizer, saved to ``path``."""
@@ -25,23 +27,10 @@ def run_with_reward_model(tmp_path, assets: list[str], extra: list[str]) -> tupl
     """Two steps of the CPU default with the RM on its own pool; returns (trained samples, last metrics)."""
     from verl.trainer.main_ppo import run_ppo
     from verl_recipe_fully_async.main import RECIPE
-    from verl_recipe_fully_async.trainer import FullyAsyncRayTrainer
 
     policy = next(a.split("=", 1)[1] for a in assets if a.startswith("actor_rollout_ref.model.path="))
     rm = build_reward_model(tmp_path / "rm", policy)
-    trained = []
-
-    class Recording(FullyAsyncRayTrainer):
-        def _sample_metrics(self, samples, version):
-            trained.extend(samples)
-            return super()._sample_metrics(samples, version)
-
-        def fit(self):
-            out = super().fit()
-            self.scorer_calls = self.rollouter.scorer.call_sizes
-            trained.append(self.scorer_calls)
-            return out
-
+    trained, calls = [], []
     cfg = RECIPE.load_config(
         [
             *assets,
@@ -57,8 +46,7 @@ def run_with_reward_model(tmp_path, assets: list[str], extra: list[str]) -> tupl
             f"trainer.default_local_dir={tmp_path / 'run'}",
         ]
     )
-    last = run_ppo(cfg, **{**RECIPE.trainer_kwargs(cfg), "trainer_cls": Recording})
-    calls = trained.pop()
+    last = run_ppo(cfg, **{**RECIPE.trainer_kwargs(cfg), "trainer_cls": scoring_recorder(trained, calls)})
     check_scores(trained, rm)
     assert len(trained) == 2 * int(cfg.data.train_batch_size)
     assert sum(calls) >= len(trained) and len(calls) > 1  # scored as they came, not in one block

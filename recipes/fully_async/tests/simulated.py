@@ -4,13 +4,16 @@ The simulated pool keeps ``ResumableGeneration``'s bookkeeping (rows of random l
 tokens per step, ``token_segments`` advanced by each pause/resume), so partial rollouts span syncs for real.
 """
 
+import math
 import random
+import threading
 import time
 
 import numpy as np
 import torch
 from omegaconf import OmegaConf
 from verl import DataProto
+from verl_recipe_fully_async.message_queue import SyncRequest
 
 
 class SimulatedPool:
@@ -191,3 +194,40 @@ class SimulatedStreamingPool:
     def load_weights(self, payload):
         assert self.paused or not self.requests, "weights loaded while requests were generating"
         self.loaded.append(payload)
+
+
+def train_against(rollouter, coord, tbs, trigger, steps, train_delay, seed):
+    """Run ``rollouter`` in a thread while this thread plays the trainer: ``steps`` batches of ``tbs``
+    samples, each taking up to ``train_delay`` s, a weight sync every ``trigger`` steps and after the last.
+    Returns ``[(trainer version, sample), ...]`` in the order trained; the rollouter must not have failed."""
+    thread = threading.Thread(target=rollouter.run)
+    thread.start()
+    rng = random.Random(seed + 1)
+    consumed = []
+    try:
+        for step in range(1, steps + 1):
+            batch = coord.get(tbs)
+            consumed += [(coord.trainer_version, smp) for smp in batch]
+            time.sleep(train_delay * rng.random())
+            if step % trigger == 0 or step == steps:
+                coord.post_sync(SyncRequest(coord.trainer_version + 1, payload=f"w{step}"))
+    finally:
+        coord.stop()
+        thread.join()
+    assert coord.error is None, coord.error
+    return consumed
+
+
+def check_staleness(consumed, steps, tbs, s, W) -> None:
+    """Every one of ``steps x tbs`` samples trained once, at most ``floor(s x W)`` stale samples in each
+    sync window (none at all with ``s = 0``)."""
+    assert len(consumed) == steps * tbs
+    assert sorted(smp.index for _, smp in consumed) == list(range(steps * tbs))  # every sample once
+    bound = math.floor(s * W)
+    windows: dict[int, list[int]] = {}
+    for version, smp in consumed:
+        windows.setdefault(version, []).append(version - smp.version)
+    for version, ages in windows.items():
+        assert sum(a > 0 for a in ages) <= bound, (version, ages, bound)
+    if s == 0.0:
+        assert all(a == 0 for ages in windows.values() for a in ages)

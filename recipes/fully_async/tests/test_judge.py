@@ -10,6 +10,8 @@ import threading
 
 import pytest
 
+from .runs import scoring_recorder
+
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
@@ -47,23 +49,11 @@ def test_a_generative_judge_scores_samples_as_they_arrive(ray_cluster, tmp_path,
     from transformers import AutoTokenizer
     from verl.trainer.main_ppo import run_ppo
     from verl_recipe_fully_async.main import RECIPE
-    from verl_recipe_fully_async.trainer import FullyAsyncRayTrainer
 
     policy = next(a.split("=", 1)[1] for a in assets if a.startswith("actor_rollout_ref.model.path="))
     endpoint = ray.remote(num_cpus=0.1)(JudgeEndpoint).remote(policy)
     url = ray.get(endpoint.url.remote())
     trained, calls = [], []
-
-    class Recording(FullyAsyncRayTrainer):
-        def _sample_metrics(self, samples, version):
-            trained.extend(samples)
-            return super()._sample_metrics(samples, version)
-
-        def fit(self):
-            out = super().fit()
-            calls.extend(self.rollouter.scorer.call_sizes)
-            return out
-
     cfg = RECIPE.load_config(
         [
             *assets,
@@ -78,7 +68,7 @@ def test_a_generative_judge_scores_samples_as_they_arrive(ray_cluster, tmp_path,
             f"trainer.default_local_dir={tmp_path / 'run'}",
         ]
     )
-    run_ppo(cfg, **{**RECIPE.trainer_kwargs(cfg), "trainer_cls": Recording})
+    run_ppo(cfg, **{**RECIPE.trainer_kwargs(cfg), "trainer_cls": scoring_recorder(trained, calls)})
     assert len(trained) == 32 and len(calls) > 1 and sum(calls) >= 32
     tok = AutoTokenizer.from_pretrained(policy)
     for s in trained:

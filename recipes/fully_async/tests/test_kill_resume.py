@@ -4,7 +4,7 @@ kill_resume.py). The native engine; the vLLM variant is tests/vllm/test_vllm_kil
 
 import pytest
 
-from .kill_resume import resume_and_check, run_and_kill
+from .kill_resume import resumable_args, resume_and_check, run_and_kill
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -12,15 +12,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 @pytest.mark.parametrize("victim", ["rollout", "trainer"])
 def test_kill_a_pool_worker_then_resume(ray_cluster, tmp_path, assets, victim):
     out = tmp_path / "run"
-    args = [
-        *assets,
-        "trainer.total_training_steps=6",
-        "trainer.save_freq=2",
-        "trainer.test_freq=-1",
-        "trainer.val_before_train=false",
-        "trainer.resume_mode=auto",
-        f"trainer.default_local_dir={out}",
-        "async_training.partial_rollout_step_tokens=1",
-    ]
+    args = resumable_args(assets, out, "async_training.partial_rollout_step_tokens=1")
     run_and_kill(ray_cluster.get_runtime_context().gcs_address, out, args, victim, tmp_path / "killed.log", 2)
     resume_and_check(out, args, total_steps=6, window_samples=2 * 16, staleness=0.5)

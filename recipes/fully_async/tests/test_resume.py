@@ -19,6 +19,7 @@ import pytest
 from verl_recipe_fully_async.message_queue import Coordinator, SyncRequest
 from verl_recipe_fully_async.rollouter import Rollouter
 
+from .kill_resume import resumable_args
 from .simulated import FakeTrainer, SimulatedPool, config
 
 RUNNER = """
@@ -92,16 +93,7 @@ def test_resume_after_kill_loses_nothing_it_keeps(ray_cluster, tmp_path, assets)
     from verl_recipe_fully_async.trainer import FullyAsyncRayTrainer
 
     out = tmp_path / "run"
-    args = [
-        *assets,
-        "trainer.total_training_steps=6",
-        "trainer.save_freq=2",
-        "trainer.test_freq=-1",
-        "trainer.val_before_train=false",
-        "trainer.resume_mode=auto",
-        f"trainer.default_local_dir={out}",
-        "async_training.partial_rollout_step_tokens=1",
-    ]
+    args = resumable_args(assets, out, "async_training.partial_rollout_step_tokens=1")
     log = open(tmp_path / "killed_run.log", "w")
     proc = subprocess.Popen(
         [sys.executable, "-c", RUNNER, ray.get_runtime_context().gcs_address, *args],

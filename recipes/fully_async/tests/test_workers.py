@@ -10,17 +10,16 @@ from verl.workers.engine.testing import chat_prompt_batch
 from verl_recipe_fully_async.weight_transfer import buckets_of, receive_into
 from verl_recipe_fully_async.workers import AsyncActorRolloutWorker
 
+from .in_process import gloo_world_of_one
+
 TEXTS = ["1+2=", "40+5=", "7+7=", "12+9="]
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    import torch.distributed as dist
     from verl.workers.tiny import build_tiny_qwen2
 
-    if not dist.is_initialized():
-        store = tmp_path_factory.mktemp("dist") / "store"
-        dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+    gloo_world_of_one(tmp_path_factory.mktemp("dist"))
     path = tmp_path_factory.mktemp("tiny")
     build_tiny_qwen2(path, size="xs", seed=0)
     return str(path)

@@ -16,7 +16,7 @@ FILES = ["data.train_files=/data/train.parquet", "actor_rollout_ref.model.path=/
 
 
 def _paper(*overrides):
-    return load_prime_config(["--config", str(RECIPE.configs_dir / PAPER_CONFIG), *overrides])
+    return RECIPE.load_file(PAPER_CONFIG, overrides=overrides)
 
 
 def _cpu(*overrides):

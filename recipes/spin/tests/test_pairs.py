@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 from verl.protocol import DataProto
+from verl.workers.rollout.base import generation_tensors
 from verl_recipe_spin.pairs import field_value, pad_responses, reward_pairs, sft_pairs, target_token_ids
 
 
@@ -90,15 +91,7 @@ def _generated() -> DataProto:
     r_mask = torch.tensor([[1, 0], [1, 1]])
     pos = torch.tensor([[0, 0, 1, 2, 3], [0, 1, 2, 3, 4]])
     return DataProto.from_dict(
-        tensors={
-            "prompts": prompts,
-            "responses": responses,
-            "response_mask": r_mask,
-            "input_ids": torch.cat([prompts, responses], 1),
-            "attention_mask": torch.cat([p_mask, r_mask], 1),
-            "position_ids": pos,
-            "rollout_log_probs": torch.full((2, 2), -1.0),
-        },
+        tensors=generation_tensors(prompts, p_mask, responses, r_mask, pos, torch.full((2, 2), -1.0)),
         non_tensors={
             "uid": np.array(["u0", "u1"], dtype=object),
             "reward_model": np.array([{"ground_truth": "x"}, {"ground_truth": "y"}], dtype=object),

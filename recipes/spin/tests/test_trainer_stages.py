@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 from verl.protocol import DataProto
+from verl.workers.rollout.base import generation_tensors
 from verl_recipe_spin.config import load_spin_config
 from verl_recipe_spin.main_spin import RECIPE
 from verl_recipe_spin.spin_ray_trainer import RaySPINTrainer
@@ -32,18 +33,9 @@ class ScriptedWorkers:
             toks = self.script[i % len(self.script)]
             responses[i, : len(toks)] = torch.tensor(toks)
             mask[i, : len(toks)] = 1
-        prompts = gen.batch["input_ids"]
         pos = torch.arange(P + R).expand(n, -1).clone()
-        return DataProto.from_dict(
-            tensors={
-                "prompts": prompts,
-                "responses": responses,
-                "response_mask": mask,
-                "input_ids": torch.cat([prompts, responses], 1),
-                "attention_mask": torch.cat([gen.batch["attention_mask"], mask], 1),
-                "position_ids": pos,
-            }
-        )
+        b = gen.batch
+        return DataProto.from_dict(tensors=generation_tensors(b["input_ids"], b["attention_mask"], responses, mask, pos))
 
     def compute_log_prob(self, data: DataProto) -> DataProto:
         return DataProto.from_dict(tensors={"old_log_probs": -1.0 * data.batch["response_mask"].float()})

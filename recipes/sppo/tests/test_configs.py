@@ -1,5 +1,5 @@
-"""The recipe's two configs and its schema extension: upstream's numbers, the CPU default, the keys it adds,
-and the problems its validation names."""
+"""SPPO's two configs and its schema extension: upstream's numbers, the CPU default, the eta and baseline
+keys, and what validation refuses."""
 
 
 import pytest
@@ -7,27 +7,10 @@ from verl.trainer.config import ConfigError, load_config
 from verl_recipe_sppo.config import load_sppo_config, sppo_problems, validate_sppo_config
 from verl_recipe_sppo.main_sppo import CPU_CONFIG, PAPER_CONFIG, RECIPE
 
-PATHS = ["data.train_files=train.parquet", "actor_rollout_ref.model.path=model"]  # validation needs them set
-
-
-# the paper's rollout.name=vllm is refused at validation where vLLM (a GPU package) is not installed
-NO_VLLM: list[str] = []  # the vllm_installed fixture stands in for the GPU package
-
-
-@pytest.fixture
-def vllm_installed(monkeypatch):
-    """Validate the paper's rollout.name=vllm as where vLLM (a GPU package) is installed."""
-    from verl.trainer.config import installed
-
-    monkeypatch.setattr(installed, "_missing", lambda module: False)
-
-
-def _paper(*overrides):
-    return load_sppo_config(["--config", str(RECIPE.configs_dir / PAPER_CONFIG), *overrides])
-
 
 def test_paper_config_holds_upstreams_setting_and_validates(vllm_installed):
-    c = _paper("trainer.device=cpu", *NO_VLLM)  # the GPU (and vLLM, a GPU package) is all that is missing
+    # the GPU (and vLLM, a GPU package) is all that is missing
+    c = RECIPE.load_file(PAPER_CONFIG, overrides=["trainer.device=cpu"])
     a, r = c.actor_rollout_ref.actor, c.actor_rollout_ref.rollout
     assert c.actor_rollout_ref.model.path == "Qwen/Qwen2.5-7B-Instruct"
     assert (c.data.train_batch_size, c.data.max_prompt_length, c.data.max_response_length) == (
@@ -81,36 +64,27 @@ def test_the_recipe_adds_two_typed_keys_and_core_does_not_know_them():
         load_config(["algorithm.sppo_eta=1"])  # core's own entry point refuses the recipe's key
 
 
-def test_validation_names_every_sppo_problem_with_cores():
+def test_validation_names_every_sppo_problem_with_cores(config_error_names):
     c = load_sppo_config(
         [
-            *PATHS,
+            "data.train_files=train.parquet",  # validation needs the data and model set
+            "actor_rollout_ref.model.path=model",
             "algorithm.adv_estimator=grpo",
             "actor_rollout_ref.actor.policy_loss.loss_mode=vanilla",
             "algorithm.sppo_eta=0",
             "data.train_batch_size=0",
         ]
     )
-    with pytest.raises(ConfigError) as e:
-        validate_sppo_config(c)
-    text = str(e.value)
-    for part in (
+    config_error_names(validate_sppo_config, c, (
         "algorithm.adv_estimator='grpo'",
         "loss_mode='vanilla'",
         "algorithm.sppo_eta=0.0 must be > 0",
         "actor_rollout_ref.actor.sppo_eta=0.0 must be > 0",
-        "data.train_batch_size=0 must be a positive integer",
-    ):  # the last one is core's
-        assert part in text, part
+        "data.train_batch_size=0 must be a positive integer",  # core's
+    ))  # fmt: skip
 
 
-def test_a_bad_cpu_config_fails_before_the_assets_are_built(tmp_path, monkeypatch):
-    import verl.trainer.demo as demo
-    from verl_recipe_sppo.main_sppo import RECIPE
-
-    monkeypatch.setattr(
-        demo, "warm_started_assets", lambda *a, **k: pytest.fail("assets built for a bad config")
-    )
+def test_a_bad_cpu_config_fails_before_the_assets_are_built(tmp_path, no_demo_assets):
     with pytest.raises(ConfigError, match="ppo_micro_batch_size_per_gpu=64"):
         RECIPE.load_config(
             [

@@ -209,24 +209,20 @@ def test_tools_from_yaml_and_name_collisions(tmp_path):
     )
     with pytest.raises(ValueError, match="shout_v3"):
         load_all_tools(str(cfg), str(fn_file))
-    mcp = tmp_path / "mcp.yaml"
-    mcp.write_text("tools:\n  - class_name: verl.tools.base_tool.BaseTool\n    config: {type: mcp}\n")
-    with pytest.raises(NotImplementedError, match="only 'native'"):
-        initialize_tools_from_config(str(mcp))
-    # upstream's errors, which its callers catch: an unknown type is a ValueError in ToolType's words, a
-    # missing class an AttributeError
-    odd = tmp_path / "odd.yaml"
-    odd.write_text("tools:\n  - class_name: verl.tools.base_tool.BaseTool\n    config: {type: remote}\n")
-    with pytest.raises(ValueError, match=r"tools\[0\]: 'remote' is not a valid ToolType"):
-        initialize_tools_from_config(str(odd))
-    gone = tmp_path / "gone.yaml"
-    gone.write_text("tools:\n  - class_name: verl.tools.base_tool.NoSuchTool\n")
-    with pytest.raises(AttributeError, match="module 'verl.tools.base_tool' has no attribute 'NoSuchTool'"):
-        initialize_tools_from_config(str(gone))
-    bad_schema = tmp_path / "bad.yaml"
-    bad_schema.write_text("tools:\n  - class_name: verl.tools.base_tool.BaseTool\n    tool_schema: {type: function}\n")
-    with pytest.raises(ValueError, match=r"tools\[0\]"):
-        initialize_tools_from_config(str(bad_schema))
+    base = "tools:\n  - class_name: verl.tools.base_tool.BaseTool\n"
+    for tools_yaml, error, match in (
+        (base + "    config: {type: mcp}\n", NotImplementedError, "only 'native'"),
+        # upstream's errors, which its callers catch: an unknown type is a ValueError in ToolType's words, a
+        # missing class an AttributeError
+        (base + "    config: {type: remote}\n", ValueError, r"tools\[0\]: 'remote' is not a valid ToolType"),
+        ("tools:\n  - class_name: verl.tools.base_tool.NoSuchTool\n", AttributeError,
+         "module 'verl.tools.base_tool' has no attribute 'NoSuchTool'"),
+        (base + "    tool_schema: {type: function}\n", ValueError, r"tools\[0\]"),
+    ):  # fmt: skip
+        path = tmp_path / "tools.yaml"
+        path.write_text(tools_yaml)
+        with pytest.raises(error, match=match):
+            initialize_tools_from_config(str(path))
 
 
 def test_loop_checks_function_arguments_against_the_schema():

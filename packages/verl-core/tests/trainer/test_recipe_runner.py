@@ -45,6 +45,10 @@ def test_cpu_default_files_unless_the_command_line_names_one(recipe_dir):
     assert r.with_default_config(["--config=x.yaml", "a=1"]) == ["--config=x.yaml", "a=1"]
     cfg = r.load_config(["data.train_files=t.parquet", "actor_rollout_ref.model.path=m"])
     assert cfg.data.train_batch_size == 4 and cfg.trainer.total_training_steps == 3
+    # a named file as it stands: later files and then the overrides win, nothing is validated
+    cfg = r.load_file("cpu.yaml", "more.yaml", overrides=["data.train_batch_size=3"])
+    assert (cfg.data.train_batch_size, cfg.trainer.total_training_steps, cfg.data.train_files) == (3, 3, None)
+    assert r.load_file("more.yaml").data.train_batch_size != 4  # core's default, not the CPU file's
 
 
 def _hermes_registered(monkeypatch):

@@ -7,8 +7,10 @@ import time
 
 import pytest
 from aiohttp import web
-from verl.rewards.http_server import BackgroundServer, HTTPLimits, make_app, read_json
+from verl.rewards.http_server import HTTPLimits, read_json
 from verl.rewards.models.chat_client import ChatClient, ChatClientError
+
+from .chat_stub import chat_endpoint
 
 
 class _Flaky:
@@ -57,10 +59,8 @@ def _completion(text: str) -> dict:
 
 @pytest.fixture(scope="module")
 def server():
-    app = make_app(HTTPLimits())
-    app.router.add_post("/v1/chat/completions", _Flaky.handle)
-    with BackgroundServer(app) as srv:
-        yield f"{srv.url}/v1"
+    with chat_endpoint(_Flaky.handle) as url:
+        yield url
 
 
 @pytest.fixture

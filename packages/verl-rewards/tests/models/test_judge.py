@@ -2,8 +2,10 @@
 
 import pytest
 from aiohttp import web
-from verl.rewards.http_server import BackgroundServer, HTTPLimits, make_app, read_json
+from verl.rewards.http_server import HTTPLimits, read_json
 from verl.rewards.models.judge import GenerativeJudge, build_judge_scorer, parse_judge_score
+
+from .chat_stub import chat_endpoint
 
 
 class _Chat:
@@ -23,10 +25,8 @@ class _Chat:
 
 @pytest.fixture(scope="module")
 def endpoint():
-    app = make_app(HTTPLimits())
-    app.router.add_post("/v1/chat/completions", _Chat.handle)
-    with BackgroundServer(app) as srv:
-        yield f"{srv.url}/v1"
+    with chat_endpoint(_Chat.handle) as url:
+        yield url
 
 
 def test_openai_endpoint_request_and_score(endpoint, monkeypatch):

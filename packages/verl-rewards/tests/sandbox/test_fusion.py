@@ -5,6 +5,7 @@ import threading
 
 import pytest
 import requests
+from verl.rewards.http_server import raw_exchange, raw_exchanges_meanwhile
 from verl.rewards.sandbox.fusion import SandboxFusionSandbox
 from verl.rewards.sandbox.fusion_server import FusionServer
 from verl.rewards.scoring.code import compute_score
@@ -134,31 +135,6 @@ def strict():
         yield srv
 
 
-def _raw(url, data: bytes, wait: float = 0.0, read_timeout: float = 6.0) -> bytes:
-    """Send raw bytes (then pause ``wait`` s with the socket open) and return what the server answers
-    until it closes the connection (or ``read_timeout`` s pass without a byte)."""
-    import socket
-    import time
-    from urllib.parse import urlparse
-
-    u = urlparse(url)
-    with socket.create_connection((u.hostname, u.port), timeout=read_timeout) as sock:
-        sock.sendall(data)
-        time.sleep(wait)
-        chunks = []
-        while True:
-            try:
-                chunk = sock.recv(65536)
-            except ConnectionResetError:
-                break
-            except TimeoutError:  # the server neither answered nor closed: report that distinctly
-                return b"".join(chunks) + b"<client gave up waiting>"
-            if not chunk:
-                break
-            chunks.append(chunk)
-        return b"".join(chunks)
-
-
 def _still_serving(srv):
     ok = requests.post(f"{srv.url}/run_code", json={"code": "print(6 * 7)", "language": "python"}, timeout=30)
     assert ok.status_code == 200 and ok.json()["run_result"]["stdout"] == "42\n"
@@ -183,9 +159,9 @@ def test_malformed_requests_get_clear_errors_and_the_service_keeps_serving(stric
     for resp, status, words in cases:
         assert resp.status_code == status, (status, resp.text)
         assert words in resp.json()["detail"], resp.text
-    garbage = _raw(strict.url, b"\x00\x01 NOT HTTP AT ALL\r\n\r\n")
+    garbage = raw_exchange(strict.url, b"\x00\x01 NOT HTTP AT ALL\r\n\r\n")
     assert garbage.split(b"\r\n")[0].endswith(b" 400 Bad Request") and b"Invalid method" in garbage, garbage[:200]
-    huge_header = _raw(strict.url, b"POST /run_code HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 20000 + b"\r\n\r\n")
+    huge_header = raw_exchange(strict.url, b"POST /run_code HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 20000 + b"\r\n\r\n")
     assert huge_header.split(b"\r\n")[0].endswith(b" 400 Bad Request") and b"Got more than 8190 bytes" in huge_header
     _still_serving(strict)
 
@@ -199,21 +175,9 @@ def test_an_oversized_request_is_refused_before_it_is_read(strict):
 def test_slow_requests_are_cut_off_while_others_are_served(strict):
     """A body that trickles in gets 408 after body_timeout; a connection that never finishes its headers
     is closed after idle_timeout; requests from others are answered meanwhile."""
-    results = {}
-
-    def slow_body():
-        head = b"POST /run_code HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
-        results["body"] = _raw(strict.url, head + b'{"code": ', wait=0.0)
-
-    def slow_headers():
-        results["headers"] = _raw(strict.url, b"POST /run_code HTTP/1.1\r\nHost: x\r\n", wait=0.0)
-
-    threads = [threading.Thread(target=slow_body), threading.Thread(target=slow_headers)]
-    for t in threads:
-        t.start()
-    _still_serving(strict)
-    for t in threads:
-        t.join(30)
+    head = b"POST /run_code HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+    slow = {"body": head + b'{"code": ', "headers": b"POST /run_code HTTP/1.1\r\nHost: x\r\n"}
+    results = raw_exchanges_meanwhile(strict.url, slow, lambda: _still_serving(strict))
     assert results["body"].startswith(b"HTTP/1.1 408") and b"not received within 1 s" in results["body"]
     assert results["headers"] == b""  # the server closed it without an answer: no request ever arrived
     _still_serving(strict)

@@ -4,6 +4,8 @@ import pytest
 from verl.rewards.sandbox import SANDBOXES, get_sandbox
 from verl.rewards.sandbox.isolation import probe
 
+from .levels import available
+
 
 def test_weak_level_is_announced_loudly(caplog):
     with caplog.at_level(logging.WARNING, logger="verl.rewards.sandbox.isolation"):
@@ -42,15 +44,9 @@ def test_auto_never_falls_back_to_rlimits(monkeypatch):
     assert probe("rlimits").level == "rlimits"
 
 
-def _available(level):
-    try:
-        probe(level)
-        return True
-    except RuntimeError:
-        return False
 
 
-@pytest.mark.parametrize("level", [lvl for lvl in ("bwrap", "namespaces", "rlimits") if _available(lvl)])
+@pytest.mark.parametrize("level", [lvl for lvl in ("bwrap", "namespaces", "rlimits") if available(lvl)])
 @pytest.mark.parametrize("timeout", [30, 1], ids=["exits", "times_out"])
 def test_a_background_child_does_not_outlive_its_run(level, timeout):
     """A double-forked, setsid'ed child (out of the program's process group, its command line marked

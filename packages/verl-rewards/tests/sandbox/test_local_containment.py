@@ -12,23 +12,15 @@ import time
 
 import pytest
 from verl.rewards.sandbox import base
-from verl.rewards.sandbox.isolation import probe
 from verl.rewards.sandbox.local import LocalSandbox
 
-
-def _available(level):
-    try:
-        probe(level)
-        return True
-    except RuntimeError:
-        return False
-
+from .levels import available
 
 LEVELS = [
     pytest.param(
         lvl,
         marks=pytest.mark.skipif(
-            (lvl == "bwrap" and shutil.which("bwrap") is None) or not _available(lvl),
+            (lvl == "bwrap" and shutil.which("bwrap") is None) or not available(lvl),
             reason=f"{lvl} isolation unavailable",
         ),
     )

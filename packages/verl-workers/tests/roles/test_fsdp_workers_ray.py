@@ -9,6 +9,18 @@ from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, Ra
 from verl.workers.fsdp_workers import ActorRolloutRefWorker
 
 
+def recomputed_log_probs(wg, gen):
+    """The workers' log-probs of a generation (at its sampling temperature 1.0): equal to the log-probs
+    the rollout recorded on every response token."""
+    gen.meta_info["temperature"] = 1.0
+    old = wg.compute_log_prob(gen)
+    mask = gen.batch["response_mask"].bool()
+    torch.testing.assert_close(
+        old.batch["old_log_probs"][mask], gen.batch["rollout_log_probs"][mask], atol=1e-4, rtol=1e-4
+    )
+    return old
+
+
 @pytest.mark.slow
 def test_two_worker_hybrid_engine(ray_cluster, make_cfg, prompts_for, tiny_model_dir):
     cfg = make_cfg(
@@ -41,13 +53,8 @@ def test_two_worker_hybrid_engine(ray_cluster, make_cfg, prompts_for, tiny_model
         twins = wg.generate_sequences(prompts_for(tok, ["5+5=", "5+5="], meta={"temperature": 1.0}))
         assert not torch.equal(twins.batch["responses"][0], twins.batch["responses"][1])
 
-        gen.meta_info["temperature"] = 1.0
-        old = wg.compute_log_prob(gen)
+        old = recomputed_log_probs(wg, gen)
         ref = wg.compute_ref_log_prob(gen)
-        mask = gen.batch["response_mask"].bool()
-        torch.testing.assert_close(
-            old.batch["old_log_probs"][mask], gen.batch["rollout_log_probs"][mask], atol=1e-4, rtol=1e-4
-        )
         torch.testing.assert_close(ref.batch["ref_log_prob"], old.batch["old_log_probs"], atol=1e-5, rtol=0)
 
         batch = gen.union(old).union(ref)
@@ -63,12 +70,7 @@ def test_two_worker_hybrid_engine(ray_cluster, make_cfg, prompts_for, tiny_model
 
         greedy = prompts_for(tok, ["12+30=", "7+7="], n=2, meta={"do_sample": False, "temperature": 1.0})
         after = wg.generate_sequences(greedy)
-        after.meta_info["temperature"] = 1.0
-        recomputed = wg.compute_log_prob(after)
-        m2 = after.batch["response_mask"].bool()
-        torch.testing.assert_close(
-            recomputed.batch["old_log_probs"][m2], after.batch["rollout_log_probs"][m2], atol=1e-4, rtol=1e-4
-        )
+        recomputed_log_probs(wg, after)
     finally:
         for actor in wg.workers:
             ray_cluster.kill(actor)
@@ -94,14 +96,9 @@ def test_two_worker_sequence_parallel_group(ray_cluster, make_cfg, prompts_for, 
         tok = AutoTokenizer.from_pretrained(tiny_model_dir)
         gen = wg.generate_sequences(prompts_for(tok, ["12+30=", "7+7="], n=2, meta={"temperature": 1.0}))
         assert len(gen) == 4  # generation still splits over both ranks
-        gen.meta_info["temperature"] = 1.0
-        old = wg.compute_log_prob(gen)
+        old = recomputed_log_probs(wg, gen)
         ref = wg.compute_ref_log_prob(gen)
         assert len(old) == len(ref) == 4  # the SP group's two copies come back once
-        mask = gen.batch["response_mask"].bool()
-        torch.testing.assert_close(
-            old.batch["old_log_probs"][mask], gen.batch["rollout_log_probs"][mask], atol=1e-4, rtol=1e-4
-        )
         torch.testing.assert_close(ref.batch["ref_log_prob"], old.batch["old_log_probs"], atol=1e-5, rtol=0)
         batch = gen.union(old).union(ref)
         batch.batch["advantages"] = torch.tensor([1.0, -1.0, 0.5, -0.5]).unsqueeze(1) * batch.batch["response_mask"]
@@ -111,12 +108,7 @@ def test_two_worker_sequence_parallel_group(ray_cluster, make_cfg, prompts_for, 
             assert len(values) == 1 and math.isfinite(float(values[0])), name
         after = wg.generate_sequences(prompts_for(tok, ["12+30=", "7+7="], n=2,
                                                   meta={"do_sample": False, "temperature": 1.0}))
-        after.meta_info["temperature"] = 1.0
-        recomputed = wg.compute_log_prob(after)
-        m2 = after.batch["response_mask"].bool()
-        torch.testing.assert_close(
-            recomputed.batch["old_log_probs"][m2], after.batch["rollout_log_probs"][m2], atol=1e-4, rtol=1e-4
-        )
+        recomputed_log_probs(wg, after)
     finally:
         for actor in wg.workers:
             ray_cluster.kill(actor)

@@ -119,26 +119,13 @@ def test_tokens_after_the_weight_sync_come_from_the_new_model():
     got = gen.result()
 
     # reference: the old model's first k tokens, then the new model continuing that prefix (hf loop)
-    head = generate_tokens(
-        old,
-        b["input_ids"],
-        b["attention_mask"],
-        b["position_ids"],
-        SamplingParams(response_length=k, do_sample=False),
-        [],
-        PAD,
-        calculate_log_probs=True,
-    )
-    tail = generate_tokens(
-        new,
-        head["input_ids"],
-        head["attention_mask"],
-        head["position_ids"],
-        SamplingParams(response_length=r - k, do_sample=False),
-        [],
-        PAD,
-        calculate_log_probs=True,
-    )
+    def greedy(model, prefix, length, **kw):
+        p = prefix
+        params = SamplingParams(response_length=length, do_sample=False)
+        return generate_tokens(model, p["input_ids"], p["attention_mask"], p["position_ids"], params, [], PAD, **kw)
+
+    head = greedy(old, b, k, calculate_log_probs=True)
+    tail = greedy(new, head, r - k, calculate_log_probs=True)
     assert torch.equal(got.batch["responses"][:, :k], head["responses"])
     assert torch.equal(got.batch["responses"][:, k:], tail["responses"])
     torch.testing.assert_close(
@@ -149,15 +136,7 @@ def test_tokens_after_the_weight_sync_come_from_the_new_model():
     )
     assert got.batch["token_segments"].tolist() == [[0] * k + [1] * (r - k)] * 4
     # the test can fail: had the old model continued, the tail would differ
-    stay = generate_tokens(
-        old,
-        head["input_ids"],
-        head["attention_mask"],
-        head["position_ids"],
-        SamplingParams(response_length=r - k, do_sample=False),
-        [],
-        PAD,
-    )
+    stay = greedy(old, head, r - k)
     assert not torch.equal(stay["responses"], tail["responses"])
 
 

@@ -14,6 +14,7 @@ and what the loop and the manager need of the rest, before anything starts.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -55,9 +56,8 @@ class CollabLLMTrainerConfig(PPOTrainerConfig):
     actor_rollout_ref: CollabLLMActorRolloutRefConfig = field(default_factory=CollabLLMActorRolloutRefConfig)
 
 
-def load_collabllm_config(argv: list[str]) -> DictConfig:
-    """Core's loader over the CollabLLM schema (core defaults < ``--config`` files < ``key=value``)."""
-    return load_config(argv, schema=CollabLLMTrainerConfig)
+#: Core's loader over the CollabLLM schema (core defaults < ``--config`` files < ``key=value``).
+load_collabllm_config = partial(load_config, schema=CollabLLMTrainerConfig)
 
 
 def collabllm_problems(cfg: DictConfig) -> list[str]:

@@ -126,23 +126,27 @@ class Rollouter:
 
     # ------------------------------------------------------------------ thread body
     def run(self) -> None:
+        """The thread's body: `_loop` until the coordinator stops; a failure stops the coordinator."""
         try:
-            while True:
-                self._serve_sync()
-                if self.wave is None:
-                    admitted = self.coord.admit(self.wave_prompts)
-                    if admitted == 0:
-                        self.coord.wait_for_work()
-                        continue
-                    self._start_wave(admitted)
-                else:
-                    self._step_wave()
+            self._loop()
         except Stopped:
             return
         except BaseException as e:  # the trainer thread re-raises it from its next wait
             self.coord.stop(e)
         finally:
             self._close()
+
+    def _loop(self) -> None:
+        while True:
+            self._serve_sync()
+            if self.wave is None:
+                admitted = self.coord.admit(self.wave_prompts)
+                if admitted == 0:
+                    self.coord.wait_for_work()
+                    continue
+                self._start_wave(admitted)
+            else:
+                self._step_wave()
 
     def _close(self) -> None:
         if self.scorer is not None:

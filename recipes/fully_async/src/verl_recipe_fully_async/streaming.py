@@ -29,7 +29,6 @@ from dataclasses import dataclass
 import numpy as np
 from verl import DataProto
 
-from verl_recipe_fully_async.message_queue import Stopped
 from verl_recipe_fully_async.rollouter import _PROMPT_TENSORS, Rollouter
 
 
@@ -53,23 +52,16 @@ class StreamingRollouter(Rollouter):
         self.poll_s = float(poll_s)
         self._busy_since: float | None = None
 
-    def run(self) -> None:
-        try:
-            self.wg.resume_generation(self.coord.rollout_version)  # the engine tags tokens with it
-            while True:
-                self.coord.raise_if_stopped()
-                self._serve_sync()
-                submitted = self._submit()
-                if self.in_flight:
-                    self._poll()
-                elif not submitted:
-                    self.coord.wait_for_work()
-        except Stopped:
-            return
-        except BaseException as e:  # the trainer thread re-raises it from its next wait
-            self.coord.stop(e)
-        finally:
-            self._close()
+    def _loop(self) -> None:
+        self.wg.resume_generation(self.coord.rollout_version)  # the engine tags tokens with it
+        while True:
+            self.coord.raise_if_stopped()
+            self._serve_sync()
+            submitted = self._submit()
+            if self.in_flight:
+                self._poll()
+            elif not submitted:
+                self.coord.wait_for_work()
 
     # ------------------------------------------------------------------ busy time
     def _call(self, fn, *args):

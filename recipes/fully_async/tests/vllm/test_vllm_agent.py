@@ -9,7 +9,6 @@ tokens -1, and the new version's log-probs are the trainer's. Marked ``vllm``: r
 
 import asyncio
 import json
-import threading
 import time
 
 import numpy as np
@@ -17,6 +16,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from verl import DataProto
+
+from ..in_process import both, gloo_world_of_one
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -76,15 +77,12 @@ def warm_start(path, ids, mask, steps=400):
 
 @pytest.fixture(scope="module")
 def workers(tmp_path_factory):
-    import torch.distributed as dist
     from verl.workers.tiny import build_tiny_qwen2
     from verl_recipe_fully_async.agent_worker import AgentAsyncActorRolloutWorker
     from verl_recipe_fully_async.config import trainer_pool_actor_config
     from verl_recipe_fully_async.main import load_async_config
 
-    if not dist.is_initialized():
-        store = tmp_path_factory.mktemp("dist") / "store"
-        dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+    gloo_world_of_one(tmp_path_factory.mktemp("dist"))
     root = tmp_path_factory.mktemp("agent")
     path = root / "model"
     build_tiny_qwen2(path, size="xs32", seed=0)
@@ -130,22 +128,6 @@ def workers(tmp_path_factory):
     rollout.resume_generation(0)
     yield cfg, trainer, rollout, tok
     rollout.rollout.shutdown()
-
-
-def both(a, b):
-    errors = []
-
-    def call(fn):
-        try:
-            fn()
-        except BaseException as e:
-            errors.append(e)
-
-    t = threading.Thread(target=call, args=(a,))
-    t.start()
-    call(b)
-    t.join()
-    assert not errors, errors
 
 
 def sample_rows(index, n=2):

@@ -4,44 +4,22 @@ vLLM's worker (received in the background), the staleness bound on every window 
 and one-step-off on the same engine. Marked ``vllm``: runs in envs/vllm-cpu."""
 
 import json
-import math
 
 import pytest
 
+from ..runs import VLLM, check_two_sync_windows, one_step_off_log, train
+
 pytestmark = [pytest.mark.vllm, pytest.mark.e2e, pytest.mark.slow]
-
-VLLM = [
-    "actor_rollout_ref.rollout.name=vllm",
-    "actor_rollout_ref.rollout.mode=async",
-    "actor_rollout_ref.rollout.dtype=float32",
-    f"+actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes={64 << 20}",
-]
-
-
-def rows(path):
-    return [json.loads(line) for line in open(path) if line.strip()]
 
 
 def test_fully_async_on_vllm_streams_and_bounds_staleness(ray_cluster, tmp_path, assets):
     from verl_recipe_fully_async.main import RECIPE
 
     out = tmp_path / "run"
-    metrics = RECIPE.train(
-        [
-            *assets,
-            *VLLM,
-            "async_training.overlap_weight_sync=true",
-            "trainer.total_training_steps=4",
-            "trainer.test_freq=4",
-            f"trainer.default_local_dir={out}",
-        ]
-    )
+    metrics, log = train(RECIPE, out, *assets, *VLLM, "async_training.overlap_weight_sync=true",
+                         "trainer.total_training_steps=4", "trainer.test_freq=4")  # fmt: skip
     assert metrics["training/global_step"] == 4
-    log = [r for r in rows(out / "metrics.jsonl") if "fully_async/param_version" in r]
-    assert [r["fully_async/param_version"] for r in log] == [0, 0, 1, 1]
-    bound = math.floor(0.5 * 2 * 16)
-    for window in (log[:2], log[2:]):
-        assert sum(r["fully_async/stale_samples"] for r in window) <= bound
+    check_two_sync_windows(log)
     assert metrics["response_length/max"] <= 6 and metrics["perf/total_num_tokens"] > 0
     summary = json.loads((out / "async_summary.json").read_text())
     assert summary["samples"] == 64 and summary["steps"] == 4
@@ -50,23 +28,7 @@ def test_fully_async_on_vllm_streams_and_bounds_staleness(ray_cluster, tmp_path,
 
 
 def test_one_step_off_on_vllm_is_exactly_one_step_stale(ray_cluster, tmp_path, assets):
-    from verl_recipe_fully_async.main import ONE_STEP_OFF
-
-    out = tmp_path / "run"
-    ONE_STEP_OFF.train(
-        [
-            *assets,
-            *VLLM,
-            "trainer.total_training_steps=3",
-            "trainer.test_freq=-1",
-            "trainer.val_before_train=false",
-            f"trainer.default_local_dir={out}",
-        ]
-    )
-    log = [r for r in rows(out / "metrics.jsonl") if "fully_async/param_version" in r]
-    assert [r["fully_async/param_version"] for r in log] == [0, 1, 2]
-    assert [r["fully_async/staleness/mean"] for r in log] == [0, 1, 1]
-    assert [r["fully_async/stale_samples"] for r in log] == [0, 16, 16]
+    log = one_step_off_log(tmp_path / "run", *assets, *VLLM)
     assert all(r["fully_async/partial/total_partial_num"] == 0 for r in log)
 
 
@@ -81,23 +43,21 @@ def test_multi_turn_agents_in_the_rollouter_end_to_end(ray_cluster, tmp_path, as
         "    config: {type: native, sandbox: local, timeout: 10}\n"
     )
     out = tmp_path / "run"
-    metrics = RECIPE.train(
-        [
-            *assets,
-            *VLLM,
-            "data.return_raw_chat=true",
-            "data.max_response_length=16",
-            "actor_rollout_ref.rollout.multi_turn.enable=true",
-            f"actor_rollout_ref.rollout.multi_turn.tool_config_path={tools}",
-            "actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent",
-            "trainer.total_training_steps=2",
-            "trainer.test_freq=2",
-            "trainer.val_before_train=false",
-            f"trainer.default_local_dir={out}",
-        ]
+    metrics, log = train(
+        RECIPE,
+        out,
+        *assets,
+        *VLLM,
+        "data.return_raw_chat=true",
+        "data.max_response_length=16",
+        "actor_rollout_ref.rollout.multi_turn.enable=true",
+        f"actor_rollout_ref.rollout.multi_turn.tool_config_path={tools}",
+        "actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent",
+        "trainer.total_training_steps=2",
+        "trainer.test_freq=2",
+        "trainer.val_before_train=false",
     )
     assert metrics["training/global_step"] == 2
-    log = [r for r in rows(out / "metrics.jsonl") if "fully_async/param_version" in r]
     assert [r["fully_async/param_version"] for r in log] == [0, 0]
     assert metrics["perf/total_num_tokens"] > 0
     summary = json.loads((out / "async_summary.json").read_text())

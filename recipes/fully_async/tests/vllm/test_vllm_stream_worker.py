@@ -5,7 +5,6 @@ long one mid-way, and after the resume its later tokens carry the new version an
 new log-probs (the trainer's own forward pass is the independent reference), its earlier ones the old.
 Marked ``vllm``: runs in envs/vllm-cpu."""
 
-import threading
 import time
 
 import pytest
@@ -16,6 +15,8 @@ from verl_recipe_fully_async.config import trainer_pool_actor_config
 from verl_recipe_fully_async.main import load_async_config
 from verl_recipe_fully_async.workers import AsyncActorRolloutWorker
 
+from ..in_process import both, gloo_world_of_one
+
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 KV_BYTES = 64 << 20
@@ -23,12 +24,9 @@ KV_BYTES = 64 << 20
 
 @pytest.fixture(scope="module")
 def workers(tmp_path_factory):
-    import torch.distributed as dist
     from verl.workers.tiny import build_tiny_qwen2
 
-    if not dist.is_initialized():
-        store = tmp_path_factory.mktemp("dist") / "store"
-        dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+    gloo_world_of_one(tmp_path_factory.mktemp("dist"))
     path = tmp_path_factory.mktemp("xs32")
     build_tiny_qwen2(path, size="xs32", seed=0)  # head_dim 32: vLLM-CPU's smallest
     cfg = load_async_config(
@@ -62,23 +60,6 @@ def workers(tmp_path_factory):
     both(lambda: trainer.join_sync_group(host, port, 0, 2), lambda: rollout.join_sync_group(host, port, 1, 2))
     yield trainer, rollout, AutoTokenizer.from_pretrained(path)
     rollout.rollout.shutdown()
-
-
-def both(a, b):
-    """Run two calls that meet in a collective (each side blocks until the other arrives)."""
-    errors = []
-
-    def call(fn):
-        try:
-            fn()
-        except BaseException as e:
-            errors.append(e)
-
-    t = threading.Thread(target=call, args=(a,))
-    t.start()
-    call(b)
-    t.join()
-    assert not errors, errors
 
 
 def prompts(tok, texts, first_index, length):

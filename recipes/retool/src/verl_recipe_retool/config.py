@@ -27,6 +27,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -59,9 +60,8 @@ class ReToolTrainerConfig(PPOTrainerConfig):
     retool: ReToolConfig = field(default_factory=ReToolConfig)
 
 
-def load_retool_config(argv: list[str]) -> DictConfig:
-    """Core's loader over the ReTool schema (core defaults < ``--config`` files < ``key=value``)."""
-    return load_config(argv, schema=ReToolTrainerConfig)
+#: Core's loader over the ReTool schema (core defaults < ``--config`` files < ``key=value``).
+load_retool_config = partial(load_config, schema=ReToolTrainerConfig)
 
 
 def retool_problems(cfg: DictConfig) -> list[str]:

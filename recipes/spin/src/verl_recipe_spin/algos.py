@@ -27,7 +27,13 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from verl.trainer.ppo.core_algos import GlobalBatchInfo, register_adv_est, register_policy_loss
+from verl.trainer.ppo.core_algos import (
+    GlobalBatchInfo,
+    check_loss_inputs,
+    recipe_config_key,
+    register_adv_est,
+    register_policy_loss,
+)
 
 __all__ = [
     "DPO_LOSS_TYPES",
@@ -44,14 +50,7 @@ SPIN_TIES = ("first_chosen", "drop")
 
 
 def _param(config: Any, key: str, where: str, user: str) -> Any:
-    """``config.<key>``; a config without the key names the section that must hold it."""
-    try:
-        return getattr(config, key)
-    except AttributeError as e:  # omegaconf's missing-key error is an AttributeError too
-        raise KeyError(
-            f"{user} reads {where}.{key}, which this config does not have: run it through the recipe's "
-            "entry point (verl-spin), whose schema adds the key"
-        ) from e
+    return recipe_config_key(config, key, where, user, "verl-spin")
 
 
 def _check_pairs(rows: int, what: str) -> None:
@@ -145,12 +144,7 @@ def compute_policy_loss_dpo(
     Metrics (over the pairs with a preference in the micro-batch): ``actor/dpo_margin`` (mean
     ``beta * h``, the implicit reward margin) and ``actor/dpo_accuracy`` (share with ``h > 0``).
     """
-    shapes = {t.shape for t in (old_log_prob, log_prob, advantages, response_mask)}
-    if len(shapes) != 1:
-        raise ValueError(
-            f"policy loss 'dpo': old_log_prob {tuple(old_log_prob.shape)}, log_prob {tuple(log_prob.shape)}, "
-            f"advantages {tuple(advantages.shape)}, response_mask {tuple(response_mask.shape)} must share one shape"
-        )
+    check_loss_inputs(old_log_prob, log_prob, advantages, response_mask, "dpo")
     if rollout_is_weights is not None:
         raise ValueError(
             "policy loss 'dpo' compares the policy with a reference; rollout_is_weights do not apply"

@@ -25,6 +25,7 @@ key is still an error before anything starts. Keys (upstream's names where upstr
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from typing import ClassVar
 
 from omegaconf import DictConfig
@@ -86,9 +87,8 @@ class SPINTrainerConfig(PPOTrainerConfig):
     trainer: SPINTrainerSectionConfig = field(default_factory=SPINTrainerSectionConfig)
 
 
-def load_spin_config(argv: list[str]) -> DictConfig:
-    """Core's loader over the SPIN schema (core defaults < ``--config`` files < ``key=value``)."""
-    return load_config(argv, schema=SPINTrainerConfig)
+#: Core's loader over the SPIN schema (core defaults < ``--config`` files < ``key=value``).
+load_spin_config = partial(load_config, schema=SPINTrainerConfig)
 
 
 def spin_problems(cfg: DictConfig) -> list[str]:

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 from verl.protocol import DataProto
+from verl.workers.rollout.base import generation_tensors
 
 _RESPONSE_FILL = {"responses": None, "response_mask": 0, "token_level_scores": 0.0}
 
@@ -168,16 +169,8 @@ def sft_pairs(batch: DataProto, targets: list[list[int]], pad_token_id: int, max
         responses[i, : len(t)] = torch.tensor(t, dtype=responses.dtype)
         response_mask[i, : len(t)] = 1
     last = gen["position_ids"][:, p - 1 : p]
-    target = {
-        "prompts": gen["prompts"],
-        "responses": responses,
-        "response_mask": response_mask,
-        "input_ids": torch.cat([gen["prompts"], responses], dim=1),
-        "attention_mask": torch.cat([gen["attention_mask"][:, :p], response_mask], dim=1),
-        "position_ids": torch.cat(
-            [gen["position_ids"][:, :p], last + torch.arange(1, width + 1, dtype=last.dtype)], 1
-        ),
-    }
+    positions = torch.cat([gen["position_ids"][:, :p], last + torch.arange(1, width + 1, dtype=last.dtype)], 1)
+    target = generation_tensors(gen["prompts"], gen["attention_mask"][:, :p], responses, response_mask, positions)
     tensors = {k: torch.stack([target[k], gen[k]], dim=1).reshape(2 * n, *gen[k].shape[1:]) for k in gen}
     non_tensors = {k: np.repeat(v, 2, axis=0) for k, v in batch.non_tensor_batch.items()}
     return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=dict(batch.meta_info))

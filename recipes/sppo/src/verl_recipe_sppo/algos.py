@@ -32,7 +32,9 @@ import torch
 from verl.trainer.ppo.core_algos import (
     GlobalBatchInfo,
     agg_loss,
+    check_loss_inputs,
     masked_mean,
+    recipe_config_key,
     register_adv_est,
     register_policy_loss,
 )
@@ -70,14 +72,7 @@ def _groups(index: Any, batch: int, estimator: str) -> list[list[int]]:
 
 
 def _param(config: Any, key: str, where: str, user: str) -> Any:
-    """``config.<key>``; a config without the key names the section that must hold it."""
-    try:
-        return getattr(config, key)
-    except AttributeError as e:  # omegaconf's missing-key error is an AttributeError too
-        raise KeyError(
-            f"{user} reads {where}.{key}, which this config does not have: run it through the recipe's "
-            "entry point (verl-sppo), whose schema adds the key"
-        ) from e
+    return recipe_config_key(config, key, where, user, "verl-sppo")
 
 
 def _on_tokens(per_row: torch.Tensor, response_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -163,12 +158,7 @@ def compute_policy_loss_sppo(
     Metrics (upstream's names): ``actor/log_ratio_mean`` and ``actor/preference_mean`` (``eta * A``),
     means over the micro-batch's sequences (the actor averages micro-batches by their token share).
     """
-    shapes = {t.shape for t in (old_log_prob, log_prob, advantages, response_mask)}
-    if len(shapes) != 1:
-        raise ValueError(
-            f"policy loss 'sppo': old_log_prob {tuple(old_log_prob.shape)}, log_prob {tuple(log_prob.shape)}, "
-            f"advantages {tuple(advantages.shape)}, response_mask {tuple(response_mask.shape)} must share one shape"
-        )
+    check_loss_inputs(old_log_prob, log_prob, advantages, response_mask, "sppo")
     eta = float(_param(config, "sppo_eta", "actor_rollout_ref.actor", "policy loss 'sppo'"))
     mask = response_mask.to(log_prob.dtype)
     log_ratio = ((log_prob - old_log_prob) * mask).sum(dim=-1)

@@ -17,6 +17,7 @@ mistyped key is still an error before anything starts.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 
 from omegaconf import DictConfig
 from verl.trainer.config import (
@@ -57,9 +58,8 @@ class SPPOTrainerConfig(PPOTrainerConfig):
     algorithm: SPPOAlgorithmConfig = field(default_factory=SPPOAlgorithmConfig)
 
 
-def load_sppo_config(argv: list[str]) -> DictConfig:
-    """Core's loader over the SPPO schema (core defaults < ``--config`` files < ``key=value``)."""
-    return load_config(argv, schema=SPPOTrainerConfig)
+#: Core's loader over the SPPO schema (core defaults < ``--config`` files < ``key=value``).
+load_sppo_config = partial(load_config, schema=SPPOTrainerConfig)
 
 
 def sppo_problems(cfg: DictConfig) -> list[str]:

@@ -50,6 +50,14 @@ class AsyncLLMServer(ABC):
     ) -> TokenOutput: ...
 
 
+def check_request(prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str) -> None:
+    """What every engine-backed server needs of a request: a prompt, and ``max_tokens >= 1``."""
+    if "max_tokens" not in sampling_params or int(sampling_params["max_tokens"]) < 1:
+        raise ValueError(f"request {request_id}: sampling_params needs max_tokens >= 1, got {sampling_params!r}")
+    if not prompt_ids:
+        raise ValueError(f"request {request_id}: empty prompt")
+
+
 def sampling_key(sampling_params: dict[str, Any]) -> tuple:
     """Requests with the same key can share one batched decode (``max_tokens`` may differ)."""
     return (
@@ -129,12 +137,7 @@ class HFAsyncServer(AsyncLLMServer):
     async def generate(
         self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str
     ) -> TokenOutput:
-        if "max_tokens" not in sampling_params or int(sampling_params["max_tokens"]) < 1:
-            raise ValueError(
-                f"request {request_id}: sampling_params needs max_tokens >= 1, got {sampling_params!r}"
-            )
-        if not prompt_ids:
-            raise ValueError(f"request {request_id}: empty prompt")
+        check_request(prompt_ids, sampling_params, request_id)
         self._ensure_started()
         fut = asyncio.get_running_loop().create_future()
         await self._queue.put(_Request(list(prompt_ids), dict(sampling_params), fut))

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from verl.agent.server import AsyncLLMServer, TokenOutput
+from verl.agent.server import AsyncLLMServer, TokenOutput, check_request
 
 
 class VLLMAsyncServer(AsyncLLMServer):
@@ -34,12 +34,7 @@ class VLLMAsyncServer(AsyncLLMServer):
     ) -> TokenOutput:
         from verl.workers.rollout.hf_rollout import SamplingParams
 
-        if "max_tokens" not in sampling_params or int(sampling_params["max_tokens"]) < 1:
-            raise ValueError(
-                f"request {request_id}: sampling_params needs max_tokens >= 1, got {sampling_params!r}"
-            )
-        if not prompt_ids:
-            raise ValueError(f"request {request_id}: empty prompt")
+        check_request(prompt_ids, sampling_params, request_id)
         params = SamplingParams(
             response_length=int(sampling_params["max_tokens"]),
             do_sample=bool(sampling_params.get("do_sample", True)),

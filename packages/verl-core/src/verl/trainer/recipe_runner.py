@@ -121,6 +121,12 @@ class Recipe:
         files = [arg for name in names for arg in ("--config", str(self.configs_dir / name))]
         return [*files, *argv]
 
+    def load_file(self, *names: str, overrides: Sequence[str] = ()) -> DictConfig:
+        """The config of ``configs/<name>`` files (later ones win) and ``overrides``, through the recipe's
+        ``load``: as the files give it, neither validated nor completed by the built-in assets."""
+        files = [arg for name in names for arg in ("--config", str(self.configs_dir / name))]
+        return self.load([*files, *overrides])
+
     def load_config(self, argv: list[str], stack: ExitStack | None = None, built_in: bool = True) -> DictConfig:
         """The validated, read-only config of ``argv`` (module doc, step 2 and 3). ``built_in=False``: no
         assets are made (the config is validated as given). Services a built-in starts live on ``stack``."""

@@ -122,12 +122,10 @@ def _keep_rows_through(path: str, resume_step: int | None) -> None:
         lines = [line for line in lines if not line.strip() or json.loads(line).get("step", 0) <= resume_step]
     if "".join(lines) == text:
         return
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.writelines(lines)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    # imported here: the checkpoint package loads torch, which importing the tracker does not need
+    from verl.utils.checkpoint.checkpoint_manager import atomic_write_text
+
+    atomic_write_text(path, "".join(lines))
 
 
 class _Jsonl:

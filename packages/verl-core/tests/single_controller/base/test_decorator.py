@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 from verl import DataProto
-from verl.single_controller.base import ClassWithInitArgs, ResourcePool, Worker, WorkerGroup
+from verl.single_controller.base import ClassWithInitArgs, ResourcePool, Worker
 from verl.single_controller.base.decorator import (
     DISPATCH_MODES,
     Dispatch,
@@ -16,32 +16,7 @@ from verl.single_controller.base.decorator import (
     register_dispatch_mode,
 )
 
-
-class LocalWorkerGroup(WorkerGroup):
-    """Runs each 'worker' as an object in this process: exercises dispatch/collect without Ray."""
-
-    def __init__(self, cls, world_size: int):
-        super().__init__(ResourcePool([world_size]))
-        self._workers = []
-        for rank in range(world_size):
-            worker = cls()
-            worker._rank, worker._world_size = rank, world_size
-            self._workers.append(worker)
-        self._bind_worker_method(cls)
-
-    def _execute(self, method_name, args, kwargs, rank_zero, blocking):
-        n = len(self._workers)
-        ranks = [0] if rank_zero else range(n)
-
-        def pick(v, r):
-            return v[r] if isinstance(v, (list, tuple)) and len(v) == n else v
-
-        return [
-            getattr(self._workers[r], method_name)(
-                *(pick(a, r) for a in args), **{k: pick(v, r) for k, v in kwargs.items()}
-            )
-            for r in ranks
-        ]
+from .in_process_group import InProcessGroup
 
 
 class RowWorker(Worker):
@@ -71,14 +46,14 @@ def batch(n: int) -> DataProto:
 
 
 def test_dp_compute_proto_splits_pads_and_unpads():
-    wg = LocalWorkerGroup(RowWorker, 3)
+    wg = InProcessGroup(RowWorker, 3)
     out = wg.tag(batch(7))  # 7 rows -> padded to 9 -> chunks of 3 -> cut back to 7
     assert out.batch["x"].flatten().tolist() == list(range(7))
     assert out.batch["rank"].tolist() == [0, 0, 0, 1, 1, 1, 2]
 
 
 def test_mesh_dispatch_sends_dp_chunks_and_collects_marked_ranks():
-    wg = LocalWorkerGroup(RowWorker, 4)
+    wg = InProcessGroup(RowWorker, 4)
     wg.declare(tp=2)  # dp ranks [0, 0, 1, 1]; ranks 0 and 2 collected
     out = wg.mesh_tag(batch(5))  # padded to 6, chunks of 3 per dp rank
     assert out.batch["x"].flatten().tolist() == list(range(5))
@@ -86,13 +61,13 @@ def test_mesh_dispatch_sends_dp_chunks_and_collects_marked_ranks():
 
 
 def test_mesh_dispatch_without_declaration_names_the_ranks():
-    wg = LocalWorkerGroup(RowWorker, 2)
+    wg = InProcessGroup(RowWorker, 2)
     with pytest.raises(ValueError, match=r"worker ranks \[0, 1\] never called"):
         wg.mesh_tag(batch(2))
 
 
 def test_dp_compute_proto_rejects_unsplittable_input():
-    wg = LocalWorkerGroup(RowWorker, 2)
+    wg = InProcessGroup(RowWorker, 2)
     with pytest.raises(ValueError, match="empty DataProto"):
         wg.tag(batch(0))
     with pytest.raises(TypeError, match=r"argument 0 is a Tensor"):
@@ -116,7 +91,7 @@ def test_dispatch_mode_registry_and_enum():
             def plus_rank(self, x):
                 return x + self.rank
 
-        assert LocalWorkerGroup(SumWorker, 3).plus_rank(10) == 10 + 11 + 12
+        assert InProcessGroup(SumWorker, 3).plus_rank(10) == 10 + 11 + 12
         with pytest.raises(ValueError, match="already registered"):
             register_dispatch_mode("TEST_SUM", dispatch, collect)
     finally:
@@ -130,7 +105,7 @@ def test_dispatch_mode_registry_and_enum():
 
 
 def test_all_to_all_and_unregistered_method_errors():
-    wg = LocalWorkerGroup(RowWorker, 2)
+    wg = InProcessGroup(RowWorker, 2)
     assert wg.echo([1, 2]) == [1, 2]
     with pytest.raises(AttributeError, match="registered methods: declare, echo, mesh_tag, tag"):
         wg.missing()

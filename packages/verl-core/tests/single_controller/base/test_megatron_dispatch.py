@@ -4,30 +4,11 @@ laid out as Megatron lays ranks out (order tp-cp-dp-pp: tensor rank fastest, pip
 import pytest
 import torch
 from verl import DataProto
-from verl.single_controller.base import ResourcePool, Worker, WorkerGroup
+from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, register
 from verl.single_controller.base.megatron import DistGlobalInfo, DistRankInfo, MegatronWorker
 
-
-class InProcessGroup(WorkerGroup):
-    def __init__(self, cls, world_size: int):
-        super().__init__(ResourcePool([world_size]))
-        self._workers = []
-        for rank in range(world_size):
-            worker = cls()
-            worker._rank, worker._world_size = rank, world_size
-            self._workers.append(worker)
-        self._bind_worker_method(cls)
-
-    def _execute(self, method_name, args, kwargs, rank_zero, blocking):
-        n = len(self._workers)
-        ranks = [0] if rank_zero else range(n)
-
-        def pick(v, r):
-            return v[r] if isinstance(v, (list, tuple)) and len(v) == n else v
-
-        return [getattr(self._workers[r], method_name)(*(pick(a, r) for a in args),
-                                                       **{k: pick(v, r) for k, v in kwargs.items()}) for r in ranks]
+from .in_process_group import InProcessGroup
 
 
 def coords(rank: int, tp: int, dp: int, pp: int) -> DistRankInfo:

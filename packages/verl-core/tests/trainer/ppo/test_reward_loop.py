@@ -23,16 +23,22 @@ class TracingTrainer(BanditTrainer):
         return out
 
 
-def test_chunks_are_scored_while_the_next_ones_generate_and_grpo_learns(ray_cluster, tmp_path):
-    cfg = bandit_config(tmp_path, "algorithm.adv_estimator=grpo", "trainer.total_epochs=5",
-                        "trainer.experiment_name=reward_loop", "reward.use_reward_loop=true",
-                        "reward.reward_loop_chunks=4", "reward.num_workers=2")  # fmt: skip
+def fit_traced(cfg) -> TracingTrainer:
+    """Train ``cfg`` on the bandit task with the reward loop traced; the trainer (shut down) keeps the traces."""
     trainer = make_trainer(cfg, trainer_cls=TracingTrainer, reward_fn=bw.BanditScorer())
     trainer.traces = []
     try:
         trainer.fit()
     finally:
         trainer.shutdown()
+    return trainer
+
+
+def test_chunks_are_scored_while_the_next_ones_generate_and_grpo_learns(ray_cluster, tmp_path):
+    cfg = bandit_config(tmp_path, "algorithm.adv_estimator=grpo", "trainer.total_epochs=5",
+                        "trainer.experiment_name=reward_loop", "reward.use_reward_loop=true",
+                        "reward.reward_loop_chunks=4", "reward.num_workers=2")  # fmt: skip
+    trainer = fit_traced(cfg)
     rows = read_jsonl(tmp_path / "metrics.jsonl")
     train = _assert_rises(rows, 20)
     assert all(r["reward_loop/chunks"] == 4 for r in train)
@@ -98,12 +104,7 @@ def test_dynamic_sampling_rounds_each_collect_their_own_scores(ray_cluster, tmp_
                         "actor_rollout_ref.actor.ppo_mini_batch_size=2", "algorithm.filter_groups.enable=true",
                         "algorithm.filter_groups.metric=acc", "reward.use_reward_loop=true",
                         "reward.reward_loop_chunks=2")  # fmt: skip
-    trainer = make_trainer(cfg, trainer_cls=TracingTrainer, reward_fn=bw.BanditScorer())
-    trainer.traces = []
-    try:
-        trainer.fit()
-    finally:
-        trainer.shutdown()
+    trainer = fit_traced(cfg)
     train = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if "critic/score/mean" in r]
     assert [r["step"] for r in train] == [1, 2]
     rounds = sum(int(r["train/num_gen_batches"]) for r in train)

@@ -9,13 +9,17 @@ import pytest
 from verl.utils.preprocess import gsm8k, math_dataset
 
 
+def _jsonl(path, *rows):
+    """``path`` holding one JSON object a line."""
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
 def test_gsm8k_cli_converts_jsonl(tmp_path):
-    src = tmp_path / "test.jsonl"
-    src.write_text(
-        json.dumps({"question": "Tom has 3 apples and buys 4. How many?", "answer": "3+4=<<3+4=7>>7\n#### 7"})
-        + "\n"
-        + json.dumps({"question": "A big sum?", "answer": "It is large.\n#### 1,234"})
-        + "\n"
+    src = _jsonl(
+        tmp_path / "test.jsonl",
+        {"question": "Tom has 3 apples and buys 4. How many?", "answer": "3+4=<<3+4=7>>7\n#### 7"},
+        {"question": "A big sum?", "answer": "It is large.\n#### 1,234"},
     )
     out = tmp_path / "out"
     subprocess.run(
@@ -39,18 +43,12 @@ def test_gsm8k_cli_converts_jsonl(tmp_path):
 
 
 def test_gsm8k_errors_name_file_line_and_field(tmp_path):
-    src = tmp_path / "train.jsonl"
-    src.write_text(
-        json.dumps({"question": "q", "answer": "#### 2"})
-        + "\n"
-        + json.dumps({"question": "q", "answer": "no marker"})
-        + "\n"
-    )
+    src = _jsonl(tmp_path / "train.jsonl", {"question": "q", "answer": "#### 2"}, {"question": "q", "answer": "no marker"})
     with pytest.raises(
         ValueError, match=r"train\.jsonl: line 2: field 'answer' has no final '#### <number>'"
     ):
         gsm8k.main(["--input", str(src), "--output_dir", str(tmp_path / "o")])
-    src.write_text(json.dumps({"question": "q"}) + "\n")
+    _jsonl(src, {"question": "q"})
     with pytest.raises(ValueError, match=r"line 1: field 'answer' must be a string, but it is missing"):
         gsm8k.main(["--input", str(src), "--output_dir", str(tmp_path / "o")])
 
@@ -101,7 +99,6 @@ def test_math_directory_of_json_files(tmp_path):
 
 
 def test_math_jsonl_missing_box_is_an_error(tmp_path):
-    src = tmp_path / "math.jsonl"
-    src.write_text(json.dumps({"problem": "p", "solution": "answer 3"}) + "\n")
+    src = _jsonl(tmp_path / "math.jsonl", {"problem": "p", "solution": "answer 3"})
     with pytest.raises(ValueError, match=r"math\.jsonl: line 1: field 'solution' has no complete \\boxed"):
         math_dataset.main(["--input", str(src), "--output_dir", str(tmp_path / "o"), "--split", "train"])

@@ -9,6 +9,7 @@ renders ``{"type": "image"}`` content parts as ``<|vision_start|><|image_pad|><|
     build_tiny_qwen2_vl(d)                      # saves model + processor into d
     AutoProcessor.from_pretrained(d)            # Qwen2VLProcessor
     AutoModelForImageTextToText.from_pretrained(d)
+    image_rows()                                # dataset rows with images for it (PIL, the vlm extra)
 """
 
 from __future__ import annotations
@@ -171,3 +172,30 @@ def build_tiny_qwen2_vl(out_dir: str | os.PathLike, size: str = "xs", vision_siz
     model.generation_config.eos_token_id = processor.tokenizer.eos_token_id
     model.save_pretrained(str(out))
     return model
+
+
+def png(width: int, height: int, colour: str) -> bytes:
+    """A PNG of ``width x height`` white pixels with a ``colour`` ellipse in the middle (PIL)."""
+    import io
+
+    from PIL import Image, ImageDraw
+
+    im = Image.new("RGB", (width, height), (255, 255, 255))
+    ImageDraw.Draw(im).ellipse([width // 4, height // 4, 3 * width // 4, 3 * height // 4], fill=colour)
+    buf = io.BytesIO()
+    im.save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def image_rows() -> list[dict]:
+    """Dataset rows (``prompt`` and ``images``) that cover the cases: images of different sizes (so
+    different token counts), a text-only row, and two images in one row."""
+    return [
+        {"prompt": [{"role": "user", "content": "<image>How many?"}], "images": [{"bytes": png(56, 56, "red")}]},
+        {"prompt": [{"role": "user", "content": "Is <image> wide?"}], "images": [{"bytes": png(112, 56, "blue")}]},
+        {"prompt": [{"role": "user", "content": "Just text."}], "images": None},
+        {
+            "prompt": [{"role": "user", "content": "<image> and <image>?"}],
+            "images": [{"bytes": png(84, 84, "green")}, {"bytes": png(56, 84, "red")}],
+        },
+    ]

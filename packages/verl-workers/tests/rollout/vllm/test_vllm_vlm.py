@@ -9,11 +9,10 @@ greedy vLLM rollout with images must equal the HF rollout with pixel inputs on t
 (written against vLLM 0.32's API; it has not run: no CPU torchvision was reachable where it was written).
 """
 
-import io
 
 import pytest
 import torch
-from PIL import Image, ImageDraw
+from verl.workers.tiny_vlm import image_rows
 
 from .conftest import KV_BYTES
 
@@ -31,29 +30,7 @@ def _torchvision_loads() -> bool:
 TORCHVISION = _torchvision_loads()
 
 
-def _png(w: int, h: int, colour: str) -> bytes:
-    im = Image.new("RGB", (w, h), (255, 255, 255))
-    ImageDraw.Draw(im).rectangle([w // 4, h // 4, 3 * w // 4, 3 * h // 4], fill=colour)
-    buf = io.BytesIO()
-    im.save(buf, format="PNG")
-    return buf.getvalue()
-
-
-ROWS = [  # images of different sizes (different token counts), two images in a row, a text-only row
-    {
-        "prompt": [{"role": "user", "content": "<image>How many red?"}],
-        "images": [{"bytes": _png(56, 56, "red")}],
-    },
-    {
-        "prompt": [{"role": "user", "content": "Is <image> wide?"}],
-        "images": [{"bytes": _png(112, 56, "blue")}],
-    },
-    {"prompt": [{"role": "user", "content": "Just text."}], "images": None},
-    {
-        "prompt": [{"role": "user", "content": "<image> and <image>?"}],
-        "images": [{"bytes": _png(84, 84, "green")}, {"bytes": _png(56, 84, "red")}],
-    },
-]
+ROWS = image_rows()  # images of different sizes (different token counts), two images in a row, a text-only row
 
 
 @pytest.fixture(scope="module")

@@ -85,6 +85,19 @@ def _from_config(explicit: Any, config: Any, key: str, default: Any, estimator: 
     return default
 
 
+def recipe_config_key(config: Any, key: str, section: str, user: str, command: str) -> Any:
+    """``config.<key>`` for a recipe's estimator or loss (``user``, e.g. ``"policy loss 'dpo'"``): a config
+    without the key (core's schema, not the recipe's) is a KeyError naming ``section.key`` and the recipe's
+    ``command``, whose schema adds it."""
+    try:
+        return getattr(config, key)
+    except AttributeError as e:  # omegaconf's missing-key error is an AttributeError too
+        raise KeyError(
+            f"{user} reads {section}.{key}, which this config does not have: run it through the recipe's "
+            f"entry point ({command}), whose schema adds the key"
+        ) from e
+
+
 def _group_ids(
     index: Sequence | np.ndarray | torch.Tensor | None, batch: int, estimator: str
 ) -> torch.Tensor:

@@ -36,6 +36,8 @@ user or recipe needs:
   ``get_distillation_loss_settings``.
 - ``kl``: ``kl_penalty``, ``FixedKLController``, ``AdaptiveKLController``, ``get_kl_controller``,
   ``compute_kl_in_reward``.
+- for a recipe's own estimators and losses: ``check_loss_inputs`` (the four inputs share one shape) and
+  ``recipe_config_key`` (a key only the recipe's schema has, or an error naming its entry point).
 - here: ``compute_value_loss``, ``compute_entropy_loss``; from ``verl.utils.torch_functional``:
   ``entropy_from_logits``, ``masked_mean``, ``masked_sum``, ``masked_var``, ``masked_whiten``.
 """
@@ -63,6 +65,7 @@ from verl.trainer.ppo.advantages import (
     compute_remax_outcome_advantage,
     compute_rloo_outcome_advantage,
     compute_rloo_vectorized_outcome_advantage,
+    recipe_config_key,
 )
 from verl.trainer.ppo.distillation_losses import (
     DISTILLATION_LOSS_REGISTRY,
@@ -83,6 +86,7 @@ from verl.trainer.ppo.loss_agg import LOSS_AGG_MODES, GlobalBatchInfo, agg_loss
 from verl.trainer.ppo.policy_losses import (
     POLICY_LOSS_REGISTRY,
     PolicyLossConfig,
+    check_loss_inputs,
     compute_policy_loss_cispo,
     compute_policy_loss_clip_cov,
     compute_policy_loss_dro,
@@ -114,6 +118,7 @@ __all__ = [
     "GlobalBatchInfo",
     "PolicyLossConfig",
     "agg_loss",
+    "check_loss_inputs",
     "compute_entropy_loss",
     "compute_gae_advantage_return",
     "compute_gpg_outcome_advantage",
@@ -149,6 +154,7 @@ __all__ = [
     "masked_sum",
     "masked_var",
     "masked_whiten",
+    "recipe_config_key",
     "register_adv_est",
     "register_distillation_loss",
     "register_policy_loss",

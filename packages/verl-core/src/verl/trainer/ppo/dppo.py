@@ -35,11 +35,11 @@ import torch
 from verl.trainer.ppo.loss_agg import GlobalBatchInfo, agg_loss
 from verl.trainer.ppo.policy_losses import (
     PolicyLossConfig,
-    _check,
     _clip_range,
     _frac,
     _log_ratio,
     _weighted,
+    check_loss_inputs,
     register_policy_loss,
 )
 from verl.utils import torch_functional as verl_F
@@ -61,7 +61,7 @@ def _dppo(
     global_batch_info: GlobalBatchInfo | None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     config = config if config is not None else PolicyLossConfig()
-    _check(old_log_prob, log_prob, advantages, response_mask, name)
+    check_loss_inputs(old_log_prob, log_prob, advantages, response_mask, name)
     low, high = _clip_range(config)
     clip_c = float(config.clip_ratio_c)
     log_ratio = _log_ratio(old_log_prob, log_prob)

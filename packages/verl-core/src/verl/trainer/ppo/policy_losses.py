@@ -83,7 +83,8 @@ def _log_ratio(old_log_prob: torch.Tensor, log_prob: torch.Tensor) -> torch.Tens
     return torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)
 
 
-def _check(old_log_prob, log_prob, advantages, response_mask, name: str) -> None:
+def check_loss_inputs(old_log_prob, log_prob, advantages, response_mask, name: str) -> None:
+    """A policy loss's four ``[B, T]`` inputs share one shape; else a ValueError naming the loss and each shape."""
     shapes = {t.shape for t in (old_log_prob, log_prob, advantages, response_mask)}
     if len(shapes) != 1:
         raise ValueError(
@@ -114,7 +115,7 @@ def compute_policy_loss_vanilla(
     """PPO clipped surrogate: max(-A r, -A clip(r, 1 - low, 1 + high)), and for A < 0 additionally
     capped at -A * clip_ratio_c (dual clip, https://arxiv.org/abs/1912.09729)."""
     config = config if config is not None else PolicyLossConfig()
-    _check(old_log_prob, log_prob, advantages, response_mask, "vanilla")
+    check_loss_inputs(old_log_prob, log_prob, advantages, response_mask, "vanilla")
     low, high = _clip_range(config)
     clip_c = float(config.clip_ratio_c)
     if clip_c <= 1.0:
@@ -154,7 +155,7 @@ def compute_policy_loss_gspo(
     clipped like PPO; each token's gradient is s_i * grad log pi_t. Aggregated ``seq-mean-token-mean``
     whatever ``loss_agg_mode`` says (as upstream): the objective is a mean over sequences."""
     config = config if config is not None else PolicyLossConfig()
-    _check(old_log_prob, log_prob, advantages, response_mask, "gspo")
+    check_loss_inputs(old_log_prob, log_prob, advantages, response_mask, "gspo")
     low, high = _clip_range(config)
     mask = response_mask.to(log_prob.dtype)
     log_ratio = log_prob - old_log_prob
@@ -190,7 +191,7 @@ def compute_policy_loss_gpg(
     global_batch_info: GlobalBatchInfo | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """GPG (https://arxiv.org/abs/2504.02546): plain policy gradient -A * log pi, no ratio, no clip."""
-    _check(old_log_prob, log_prob, advantages, response_mask, "gpg")
+    check_loss_inputs(old_log_prob, log_prob, advantages, response_mask, "gpg")
     pg_losses = -advantages * log_prob
     pg_loss = agg_loss(
         _weighted(pg_losses, rollout_is_weights), response_mask, loss_agg_mode,
@@ -220,7 +221,7 @@ def compute_policy_loss_clip_cov(
     centred covariance (A - mean A)(log pi - mean log pi) lies in (clip_cov_lb, clip_cov_ub).
     The draw uses torch's global RNG (seed it for reproducibility)."""
     config = config if config is not None else PolicyLossConfig()
-    _check(old_log_prob, log_prob, advantages, response_mask, "clip_cov")
+    check_loss_inputs(old_log_prob, log_prob, advantages, response_mask, "clip_cov")
     params = config.policy_loss
     ratio_share, lb, ub = float(params.clip_cov_ratio), float(params.clip_cov_lb), float(params.clip_cov_ub)
     if ratio_share <= 0:
@@ -272,7 +273,7 @@ def compute_policy_loss_kl_cov(
     ``kl_cov_ratio`` share of valid tokens by covariance (A - mean A)(log pi - mean log pi) a penalty
     ``ppo_kl_coef * |log r|`` is added. ``pg_clipfrac`` reports the share of penalised tokens."""
     config = config if config is not None else PolicyLossConfig()
-    _check(old_log_prob, log_prob, advantages, response_mask, "kl_cov")
+    check_loss_inputs(old_log_prob, log_prob, advantages, response_mask, "kl_cov")
     params = config.policy_loss
     share, coef = float(params.kl_cov_ratio), float(params.ppo_kl_coef)
     log_ratio = _log_ratio(old_log_prob, log_prob)
@@ -319,7 +320,7 @@ def compute_policy_loss_geo_mean(
     sequence's mean advantage. Sequence losses are averaged (mean over sequences, as upstream), with
     ``rollout_is_weights`` averaged per sequence."""
     config = config if config is not None else PolicyLossConfig()
-    _check(old_log_prob, log_prob, advantages, response_mask, "geo_mean")
+    check_loss_inputs(old_log_prob, log_prob, advantages, response_mask, "geo_mean")
     low, high = _clip_range(config)
     mask = response_mask.to(log_prob.dtype)
     lengths = mask.sum(-1).clamp(min=1)
@@ -361,7 +362,7 @@ def compute_policy_loss_cispo(
     The importance weight is clipped and detached, so every token keeps a gradient (none is dropped
     by clipping, unlike PPO)."""
     config = config if config is not None else PolicyLossConfig()
-    _check(old_log_prob, log_prob, advantages, response_mask, "cispo")
+    check_loss_inputs(old_log_prob, log_prob, advantages, response_mask, "cispo")
     low, high = _clip_range(config)
     log_ratio = _log_ratio(old_log_prob, log_prob)
     ratio = torch.exp(log_ratio).detach()
@@ -394,7 +395,7 @@ def compute_policy_loss_dro(
     -(A * log pi - beta / 2 * (log pi - log pi_old)^2), with beta = ``policy_loss.dro_beta`` (> 0,
     required). The quadratic term keeps the policy near the sampling one in place of ratio clipping."""
     config = config if config is not None else PolicyLossConfig()
-    _check(old_log_prob, log_prob, advantages, response_mask, "dro")
+    check_loss_inputs(old_log_prob, log_prob, advantages, response_mask, "dro")
     beta = config.policy_loss.dro_beta
     if beta is None or float(beta) <= 0:
         raise ValueError(

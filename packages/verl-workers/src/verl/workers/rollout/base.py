@@ -74,6 +74,31 @@ class BaseRollout(ABC):
         return None
 
 
+def generation_tensors(
+    prompts: torch.Tensor,
+    attention_mask: torch.Tensor,
+    responses: torch.Tensor,
+    response_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    rollout_log_probs: torch.Tensor | None = None,
+) -> dict[str, torch.Tensor]:
+    """A generation's tensors as the contract names them (docs/contracts.md): the left-padded ``prompts``
+    [B, P] with their ``attention_mask``, the right-padded ``responses`` [B, R] with ``response_mask``,
+    ``input_ids`` / ``attention_mask`` of prompt and response side by side, ``position_ids`` over both
+    ([B, P + R], or M-RoPE's [B, 3, P + R]) and, when given, ``rollout_log_probs`` [B, R]."""
+    out = {
+        "prompts": prompts,
+        "responses": responses,
+        "response_mask": response_mask,
+        "input_ids": torch.cat([prompts, responses], dim=1),
+        "attention_mask": torch.cat([attention_mask, response_mask], dim=1),
+        "position_ids": position_ids,
+    }
+    if rollout_log_probs is not None:
+        out["rollout_log_probs"] = rollout_log_probs
+    return out
+
+
 def rollout_generator(config: Any, rank: int, device: torch.device | str = "cpu") -> torch.Generator:
     """The generator a rollout worker samples with: ``rollout.seed + rank`` on ``device``.
 

@@ -33,7 +33,7 @@ import torch.distributed as dist
 from torch import nn
 from verl.workers.engine.hf_model import model_position_ids, vision_inputs
 from verl.workers.engine.precision import compute_params
-from verl.workers.rollout.base import BaseRollout, register_rollout, rollout_generator
+from verl.workers.rollout.base import BaseRollout, generation_tensors, register_rollout, rollout_generator
 
 if TYPE_CHECKING:
     from verl import DataProto
@@ -175,17 +175,11 @@ def generate_tokens(
     response_mask = torch.stack(gen_mask, dim=1).to(attention_mask.dtype)
     r = responses.shape[1]
     resp_pos = last_pos + torch.arange(1, r + 1, device=device)
-    result = {
-        "prompts": input_ids,
-        "responses": responses,
-        "response_mask": response_mask,
-        "input_ids": torch.cat([input_ids, responses], dim=1),
-        "attention_mask": torch.cat([attention_mask, response_mask], dim=1),
-        "position_ids": torch.cat([position_ids, resp_pos.to(position_ids.dtype)], dim=-1),
-    }
-    if calculate_log_probs:
-        result["rollout_log_probs"] = torch.stack(log_probs, dim=1)
-    return result
+    return generation_tensors(
+        input_ids, attention_mask, responses, response_mask,
+        torch.cat([position_ids, resp_pos.to(position_ids.dtype)], dim=-1),
+        torch.stack(log_probs, dim=1) if calculate_log_probs else None,
+    )  # fmt: skip
 
 
 @contextmanager

@@ -35,7 +35,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
-from verl.workers.rollout.base import register_rollout
+from verl.workers.rollout.base import generation_tensors, register_rollout
 from verl.workers.rollout.hf_rollout import (
     HFRollout,
     SamplingParams,
@@ -368,17 +368,10 @@ def native_generate(
         )
 
     responses, resp_mask = responses[:, :length], resp_mask[:, :length]
-    result = {
-        "prompts": input_ids,
-        "responses": responses,
-        "response_mask": resp_mask,
-        "input_ids": torch.cat([input_ids, responses], dim=1),
-        "attention_mask": torch.cat([attention_mask, resp_mask], dim=1),
-        "position_ids": all_pos[:, : p + length].to(position_ids.dtype),
-    }
-    if log_probs is not None:
-        result["rollout_log_probs"] = log_probs[:, :length]
-    return result
+    return generation_tensors(
+        input_ids, attention_mask, responses, resp_mask, all_pos[:, : p + length].to(position_ids.dtype),
+        None if log_probs is None else log_probs[:, :length],
+    )  # fmt: skip
 
 
 def pad_responses_to(gen: dict[str, torch.Tensor], length: int, pad_token_id: int) -> dict[str, torch.Tensor]:

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 from verl.trainer.config.lora import VLLM_MAX_LORA_RANKS
+from verl.workers.rollout.base import generation_tensors
 from verl.workers.rollout.hf_rollout import SamplingParams
 
 WORKER_EXTENSION = "verl.workers.rollout.vllm_rollout.worker_extension.VerlWorkerExtension"
@@ -334,14 +335,7 @@ def assemble_batch(
                 log_probs[i, :k] = torch.tensor(o.log_probs, dtype=torch.float32)
     last = position_ids[..., -1:]
     resp_pos = last + torch.arange(1, r + 1, dtype=position_ids.dtype, device=device)
-    out = {
-        "prompts": input_ids,
-        "responses": responses,
-        "response_mask": mask,
-        "input_ids": torch.cat([input_ids, responses], dim=1),
-        "attention_mask": torch.cat([attention_mask, mask], dim=1),
-        "position_ids": torch.cat([position_ids, resp_pos], dim=-1),
-    }
-    if with_log_probs:
-        out["rollout_log_probs"] = log_probs
-    return out
+    return generation_tensors(
+        input_ids, attention_mask, responses, mask, torch.cat([position_ids, resp_pos], dim=-1),
+        log_probs if with_log_probs else None,
+    )  # fmt: skip
