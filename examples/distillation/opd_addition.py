@@ -52,7 +52,9 @@ VARIANTS: dict[str, list[str]] = {
     # GKD: half of the rows train on the ground truth's tokens instead of the student's sample
     "forward_kl_topk_lmbda0.5": ["distillation.distillation_loss.loss_mode=forward_kl_topk",
                                  "distillation.distillation_loss.use_task_rewards=false",
-                                 "distillation.distillation_loss.lmbda=0.5"],
+                                 "distillation.distillation_loss.lmbda=0.5",
+                                 # the rows replaced by answers were not sampled: the actor recomputes
+                                 "actor_rollout_ref.actor.use_rollout_log_probs=false"],
 }
 
 
