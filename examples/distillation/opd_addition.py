@@ -54,6 +54,7 @@ VARIANTS: dict[str, list[str]] = {
                                  "distillation.distillation_loss.use_task_rewards=false",
                                  "distillation.distillation_loss.lmbda=0.5",
                                  # the rows replaced by answers were not sampled: the actor recomputes
+                                 "actor_rollout_ref.rollout.calculate_log_probs=false",
                                  "actor_rollout_ref.actor.use_rollout_log_probs=false"],
 }
 

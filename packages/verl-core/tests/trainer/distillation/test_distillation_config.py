@@ -63,6 +63,10 @@ def test_enabled_section_problems_in_the_users_terms():
     problems = _problems(ON + ["distillation.distillation_loss.lmbda=0.5",
                                "distillation.distillation_loss.use_policy_gradient=true"])
     assert any("lmbda=0.5" in p and "needs on-policy samples" in p for p in problems), problems
+    # the rollout's per-token log-probs would not match the rows replaced by answers (found at step 1 before)
+    problems = _problems(ON + ["distillation.distillation_loss.lmbda=0.5",
+                               "actor_rollout_ref.rollout.calculate_log_probs=true"])
+    assert any("lmbda=0.5" in p and "rollout.calculate_log_probs=false" in p for p in problems), problems
     problems = _problems(ON + ["distillation.distillation_loss.loss_mode=jsd_topk",
                                "distillation.distillation_loss.jsd_beta=1.5"])
     assert problems == ["distillation.distillation_loss.jsd_beta=1.5 must be in [0, 1]"]

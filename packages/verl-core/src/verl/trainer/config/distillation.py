@@ -326,10 +326,11 @@ def _check_lmbda(cfg: DictConfig, loss: DictConfig, problems: list[str]) -> None
             "policy-gradient variant needs on-policy samples: use a supervised loss (use_policy_gradient=false)"
         )
     arr = cfg.actor_rollout_ref
-    if arr.actor.use_rollout_log_probs or cfg.algorithm.rollout_correction.bypass_mode:
+    if arr.rollout.calculate_log_probs or arr.actor.use_rollout_log_probs or cfg.algorithm.rollout_correction.bypass_mode:
         problems.append(
             f"{where} replaces some responses after generation, so the rollout's log-probs no longer belong to "
-            "them; set actor_rollout_ref.actor.use_rollout_log_probs=false (and rollout_correction.bypass_mode=false)"
+            "them; set actor_rollout_ref.rollout.calculate_log_probs=false (the actor computes the old log-probs: "
+            "actor.use_rollout_log_probs=false, algorithm.rollout_correction.bypass_mode=false)"
         )
     if arr.rollout.multi_turn.enable:
         problems.append(f"{where}: replacing multi-turn trajectories by a target is not implemented; use lmbda=1")
