@@ -24,7 +24,8 @@ import torch.distributed as dist
 from verl import DataProto
 from verl.single_controller.base.decorator import Dispatch, register
 from verl.single_controller.base.megatron import DistGlobalInfo, DistRankInfo, MegatronWorker
-from verl.workers.fsdp_workers import (
+from verl.workers.rollout.weight_sync import HFWeightCopy
+from verl.workers.worker_setup import (
     _BUCKET_MB_KEY,
     ROLES,
     _CheckpointKeeper,
@@ -32,7 +33,6 @@ from verl.workers.fsdp_workers import (
     init_distributed,
     per_rank_size,
 )
-from verl.workers.rollout.weight_sync import HFWeightCopy
 
 
 def _data_parallel_size(megatron_config: Any, world_size: int) -> int:

@@ -62,7 +62,7 @@ class SFTWorker(Worker):
     def init_model(self) -> None:
         """Join torch.distributed and build the engine (model, AdamW, LR schedule)."""
         from verl.workers.engine import build_engine
-        from verl.workers.fsdp_workers import init_distributed
+        from verl.workers.worker_setup import init_distributed
 
         cfg = self.config
         init_distributed(self.device_name, int(cfg.trainer.seed))

@@ -22,7 +22,7 @@ import torch
 from verl import DataProto
 from verl.single_controller.base.decorator import Dispatch, register
 from verl.single_controller.base.worker import Worker
-from verl.workers.fsdp_workers import init_distributed
+from verl.workers.worker_setup import init_distributed
 
 _INPUTS = ("input_ids", "attention_mask", "position_ids", "responses")
 
