@@ -17,8 +17,41 @@ def pytest_addoption(parser):
     parser.addoption(
         "--config-audit-recipes",
         action="store_true",
-        help="tests/test_config_audit.py: audit every recipe's entry point too, not only main_ppo's",
+        help="tests/test_config_audit.py: audit every recipe's entry point there too (CI audits each recipe "
+        "in its own package's entry: recipes/<name>/tests/test_config_audit.py)",
     )
+
+
+def _config_audit_script():
+    """``scripts/config_audit.py`` as the module ``config_audit`` (its sibling scripts import it by that name)."""
+    import sys
+    from pathlib import Path
+
+    if "config_audit" not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            "config_audit", Path(__file__).resolve().parent / "scripts" / "config_audit.py"
+        )
+        sys.modules["config_audit"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules["config_audit"])
+    return sys.modules["config_audit"]
+
+
+@pytest.fixture
+def config_audit(tmp_path):
+    """``config_audit(name)``: the read-or-refused audit of one entry point (``scripts/config_audit.py``), every
+    group, in ``tmp_path``; fails listing each key that was set and never read, or a group that did not run.
+    Each recipe's own tests call it for the recipe's CPU default, so its CI entry (the recipe's exact
+    environment) runs it; tests/test_config_audit.py calls it for main_ppo."""
+    audit = _config_audit_script()
+
+    def check(name: str) -> None:
+        results = audit.audit([name], tmp_path)
+        report = audit.render(results)
+        print(report)
+        assert results, f"no config-audit entry point named {name!r}"
+        assert all(not r.error and not r.unread for r in results), report
+
+    return check
 
 
 @pytest.fixture(scope="session")
