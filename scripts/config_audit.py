@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import importlib
 import importlib.util
 import json
@@ -183,19 +184,26 @@ class GroupResult:
     seconds: float = 0.0
 
 
+@functools.cache
+def _key_patterns(k: str) -> tuple[re.Pattern, ...]:
+    """How a problem names the probed key ``k``, in order of preference (compiled once per key: a group's probe
+    matches every key against every problem, many thousands of searches)."""
+    patterns = [rf"(?<![\w.]){re.escape(k)}(?![\w])"]
+    section, _, leaf = k.rpartition(".")
+    if section:  # "section: leaf=value ..." (Megatron's sizes are reported per section)
+        patterns.append(rf"(?<![\w.]){re.escape(section)}: .*(?<![\w.]){re.escape(leaf)}=")
+    parts = k.split(".")
+    for depth in range(len(parts) - 1, 1, -1):  # a key inside an open dict: the dict named as a whole
+        patterns.append(rf"(?<![\w.]){re.escape('.'.join(parts[:depth]))}=")
+    return tuple(re.compile(p) for p in patterns)
+
+
 def _named(problem: str, keys: list[str]) -> list[str]:
     """The probed key a problem is about: the one it names first (a problem may name others, such as the key
     that conflicts with it or what to set instead)."""
     found = []
     for k in keys:
-        m = re.search(rf"(?<![\w.]){re.escape(k)}(?![\w])", problem)
-        section, _, leaf = k.rpartition(".")
-        if m is None and section:  # "section: leaf=value ..." (Megatron's sizes are reported per section)
-            m = re.search(rf"(?<![\w.]){re.escape(section)}: .*(?<![\w.]){re.escape(leaf)}=", problem)
-        parts = k.split(".")
-        for depth in range(len(parts) - 1, 1, -1):  # a key inside an open dict: the dict named as a whole
-            if m is None:
-                m = re.search(rf"(?<![\w.]){re.escape('.'.join(parts[:depth]))}=", problem)
+        m = next((m for pattern in _key_patterns(k) if (m := pattern.search(problem))), None)
         if m:
             found.append((m.start(), k))
     return [min(found)[1]] if found else []
