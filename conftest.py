@@ -36,16 +36,22 @@ def _config_audit_script():
     return sys.modules["config_audit"]
 
 
+@pytest.fixture(scope="session")
+def _config_audit_assets(tmp_path_factory):
+    return tmp_path_factory.mktemp("config_audit_assets")
+
+
 @pytest.fixture
-def config_audit(tmp_path):
+def config_audit(tmp_path, _config_audit_assets):
     """``config_audit(name)``: the read-or-refused audit of one entry point (``scripts/config_audit.py``), every
     group, in ``tmp_path``; fails listing each key that was set and never read, or a group that did not run.
     Each recipe's own tests call it for the recipe's CPU default, so its CI entry (the recipe's exact
-    environment) runs it; tests/test_config_audit.py calls it for main_ppo."""
+    environment) runs it; tests/test_config_audit.py calls it for main_ppo. The audits of one session share
+    their tiny assets (core's task and model, a recipe's warm start), each built once."""
     audit = _config_audit_script()
 
     def check(name: str) -> None:
-        results = audit.audit([name], tmp_path)
+        results = audit.audit([name], tmp_path, assets_root=_config_audit_assets)
         report = audit.render(results)
         print(report)
         assert results, f"no config-audit entry point named {name!r}"

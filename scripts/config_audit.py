@@ -318,16 +318,19 @@ def refusals(results: list[GroupResult]) -> str:
 
 
 def audit(names: list[str] | None, work: Path, probe_only: bool = False, timeout: float = 900,
-          groups: list[str] | None = None, log=print) -> list[GroupResult]:
+          groups: list[str] | None = None, log=print, assets_root: Path | None = None) -> list[GroupResult]:
+    """Audit the named entry points (all by default) in ``work``. The tiny assets (task files, models) go to
+    ``assets_root`` (default ``work/assets``): one folder shared by several audits builds each asset once."""
     results = []
+    assets_root = assets_root or work / "assets"
     for entry in _entries_module("config_audit_recipes").ENTRIES:
         if names and entry.name not in names:
             continue
-        assets = entry.assets(work / "assets") if entry.assets else []
+        assets = entry.assets(assets_root) if entry.assets else []
         for group in entry.groups:
             if groups and group.name not in groups:
                 continue
-            context = [c.replace("{assets}", str(work / "assets")).replace("{work}", str(work)) for c in group.context]
+            context = [c.replace("{assets}", str(assets_root)).replace("{work}", str(work)) for c in group.context]
             r = probe(entry, group, assets, context)
             if not r.error and not probe_only:
                 r = run_group(entry, group, r, assets, context, work, timeout)

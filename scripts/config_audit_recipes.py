@@ -9,6 +9,7 @@ import importlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 from config_audit_entries import MAIN_ENTRY, NO_VALUE, Entry, Group, demo_asset_overrides
 from verl.workers.tiny import CHAT_TEMPLATE
@@ -56,8 +57,8 @@ def dapo_assets(root: Path) -> list[str]:
         train, test = cpu_assets.write_task(out)
     model = out / "model"
     if not (model / "config.json").is_file():
-        cpu_assets.WARM_START_STEPS = 40  # the smoke test's length: about 5-10 % right, groups differ
-        cpu_assets.warm_start_tiny_model(model, train)
+        with patch.multiple(cpu_assets, WARM_START_STEPS=40):  # the smoke test's length: about 5-10 % right
+            cpu_assets.warm_start_tiny_model(model, train)
     return [f"data.train_files={train}", f"data.val_files={test}", f"actor_rollout_ref.model.path={model}"]
 
 
@@ -81,13 +82,13 @@ def vlm_assets(root: Path) -> list[str]:
 
     out = root / "vlm_count"
     out.mkdir(parents=True, exist_ok=True)
-    cpu_assets.TRAIN_ROWS, cpu_assets.TEST_ROWS, cpu_assets.WARM_START_BATCH = 16, 4, 8  # the smoke test's sizes
     train, test = out / "train.parquet", out / "test.parquet"
-    if not test.is_file():
-        train, test = cpu_assets.write_task(out)
     model = out / "model"
-    if not (model / cpu_assets.MARKER).is_file():
-        cpu_assets.warm_start(model, cpu_assets.task_rows(16, cpu_assets.TRAIN_SEED, "train"), steps=1)
+    with patch.multiple(cpu_assets, TRAIN_ROWS=16, TEST_ROWS=4, WARM_START_BATCH=8):  # the smoke test's sizes
+        if not test.is_file():
+            train, test = cpu_assets.write_task(out)
+        if not (model / cpu_assets.MARKER).is_file():
+            cpu_assets.warm_start(model, cpu_assets.task_rows(16, cpu_assets.TRAIN_SEED, "train"), steps=1)
     return [f"data.train_files={train}", f"data.val_files={test}", f"actor_rollout_ref.model.path={model}"]
 
 
