@@ -107,9 +107,16 @@ def _release_ray_resources_per_module():
         remove_placement_group(PlacementGroup(ray.PlacementGroupID(bytes.fromhex(pg_id))))
 
 
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` selects by marker
 def pytest_collection_modifyitems(config, items):
-    """Tests marked ``vllm`` run only where vLLM is installed (envs/vllm-cpu); the main environment
-    never installs or imports it, so there they skip with the command that runs them."""
+    """A test that runs a config audit (the ``config_audit`` fixture: one run per group) is ``slow`` and ``e2e``
+    with a longer timeout, wherever it is written. Tests marked ``vllm`` run only where vLLM is installed
+    (envs/vllm-cpu); the main environment never installs or imports it, so there they skip with the command
+    that runs them."""
+    for item in items:
+        if "config_audit" in getattr(item, "fixturenames", ()):
+            for mark in (pytest.mark.slow, pytest.mark.e2e, pytest.mark.timeout(3600)):
+                item.add_marker(mark)
     if importlib.util.find_spec("vllm") is not None:
         return
     skip = pytest.mark.skip(reason="needs vLLM: run envs/vllm-cpu/run-tests")

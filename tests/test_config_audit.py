@@ -124,10 +124,7 @@ def test_every_switch_of_a_gate_is_set_by_some_group():
     assert missing <= {"data.val_files"}, sorted(missing)  # the assets set it
 
 
-@pytest.mark.slow
-@pytest.mark.e2e
-@pytest.mark.timeout(3600)
-@pytest.mark.parametrize("name", [e.name for e in recipes.ENTRIES])
+@pytest.mark.parametrize("name", [e.name for e in recipes.ENTRIES])  # slow, e2e: the config_audit fixture
 def test_every_key_set_is_read_or_refused(config_audit, name, request):
     """Each entry point's CPU default, shortened, with every probed key at a non-default value, group by
     group: nothing accepted goes unread (scripts/config_audit.py; docs/config-audit.md). main_ppo's runs here;
