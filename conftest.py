@@ -17,8 +17,47 @@ def pytest_addoption(parser):
     parser.addoption(
         "--config-audit-recipes",
         action="store_true",
-        help="tests/test_config_audit.py: audit every recipe's entry point too, not only main_ppo's",
+        help="tests/test_config_audit.py: audit every recipe's entry point there too (CI audits each recipe "
+        "in its own package's entry: recipes/<name>/tests/test_config_audit.py)",
     )
+
+
+def _config_audit_script():
+    """``scripts/config_audit.py`` as the module ``config_audit`` (its sibling scripts import it by that name)."""
+    import sys
+    from pathlib import Path
+
+    if "config_audit" not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            "config_audit", Path(__file__).resolve().parent / "scripts" / "config_audit.py"
+        )
+        sys.modules["config_audit"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules["config_audit"])
+    return sys.modules["config_audit"]
+
+
+@pytest.fixture(scope="session")
+def _config_audit_assets(tmp_path_factory):
+    return tmp_path_factory.mktemp("config_audit_assets")
+
+
+@pytest.fixture
+def config_audit(tmp_path, _config_audit_assets):
+    """``config_audit(name)``: the read-or-refused audit of one entry point (``scripts/config_audit.py``), every
+    group, in ``tmp_path``; fails listing each key that was set and never read, or a group that did not run.
+    Each recipe's own tests call it for the recipe's CPU default, so its CI entry (the recipe's exact
+    environment) runs it; tests/test_config_audit.py calls it for main_ppo. The audits of one session share
+    their tiny assets (core's task and model, a recipe's warm start), each built once."""
+    audit = _config_audit_script()
+
+    def check(name: str) -> None:
+        results = audit.audit([name], tmp_path, assets_root=_config_audit_assets)
+        report = audit.render(results)
+        print(report)
+        assert results, f"no config-audit entry point named {name!r}"
+        assert all(not r.error and not r.unread for r in results), report
+
+    return check
 
 
 @pytest.fixture(scope="session")
@@ -142,9 +181,16 @@ def _release_ray_resources_per_module():
         remove_placement_group(PlacementGroup(ray.PlacementGroupID(bytes.fromhex(pg_id))))
 
 
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` selects by marker
 def pytest_collection_modifyitems(config, items):
-    """Tests marked ``vllm`` run only where vLLM is installed (envs/vllm-cpu); the main environment
-    never installs or imports it, so there they skip with the command that runs them."""
+    """A test that runs a config audit (the ``config_audit`` fixture: one run per group) is ``slow`` and ``e2e``
+    with a longer timeout, wherever it is written. Tests marked ``vllm`` run only where vLLM is installed
+    (envs/vllm-cpu); the main environment never installs or imports it, so there they skip with the command
+    that runs them."""
+    for item in items:
+        if "config_audit" in getattr(item, "fixturenames", ()):
+            for mark in (pytest.mark.slow, pytest.mark.e2e, pytest.mark.timeout(3600)):
+                item.add_marker(mark)
     if importlib.util.find_spec("vllm") is not None:
         return
     skip = pytest.mark.skip(reason="needs vLLM: run envs/vllm-cpu/run-tests")

@@ -17,6 +17,7 @@ dependencies) that name another member give the edges. Rules for a changed path:
 - documentation (``docs/``, ``*.md``, ``*.rst``, ``LICENSE``): nothing;
 - ``benchmarks/`` (measured by hand, never in CI): nothing;
 - ``tests/`` and ``scripts/`` (the cross-package tests and what they test): the workspace tests;
+  ``scripts/config_audit*`` also every recipe (each recipe's tests run its audit, ``test_config_audit.py``);
 - anything else (root ``pyproject.toml``, ``uv.lock``, ``conftest.py``, ``.ci/``, ``.github/``, a path
   nobody claims): everything.
 
@@ -55,6 +56,8 @@ ENVS_DIR = ".venvs"  # one environment per package: .venvs/<name> (ignored by gi
 DOC_PATTERNS = ("docs/*", "*.md", "*.rst", "LICENSE", "LICENSE.*", "NOTICE", ".gitignore")
 NOTHING_PREFIXES = ("benchmarks/",)
 WORKSPACE_PREFIXES = ("tests/", "scripts/")
+RECIPES_DIR = "recipes/"
+RECIPE_TOOLS = ("scripts/config_audit",)  # scripts that every recipe's own tests run (besides tests/)
 NO_TESTS_COLLECTED = 5
 
 
@@ -133,6 +136,8 @@ def classify(path: str, packages: dict[str, Package]) -> set[str] | None:
         return set()
     if path.startswith(NOTHING_PREFIXES):
         return set()
+    if path.startswith(RECIPE_TOOLS):
+        return {p.name for p in packages.values() if p.path.startswith(RECIPES_DIR)} | {WORKSPACE_TESTS}
     if path.startswith(WORKSPACE_PREFIXES):
         return {WORKSPACE_TESTS}
     return None

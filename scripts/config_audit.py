@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import importlib
 import importlib.util
 import json
@@ -182,19 +183,26 @@ class GroupResult:
     seconds: float = 0.0
 
 
+@functools.cache
+def _key_patterns(k: str) -> tuple[re.Pattern, ...]:
+    """How a problem names the probed key ``k``, in order of preference (compiled once per key: a group's probe
+    matches every key against every problem, many thousands of searches)."""
+    patterns = [rf"(?<![\w.]){re.escape(k)}(?![\w])"]
+    section, _, leaf = k.rpartition(".")
+    if section:  # "section: leaf=value ..." (Megatron's sizes are reported per section)
+        patterns.append(rf"(?<![\w.]){re.escape(section)}: .*(?<![\w.]){re.escape(leaf)}=")
+    parts = k.split(".")
+    for depth in range(len(parts) - 1, 1, -1):  # a key inside an open dict: the dict named as a whole
+        patterns.append(rf"(?<![\w.]){re.escape('.'.join(parts[:depth]))}=")
+    return tuple(re.compile(p) for p in patterns)
+
+
 def _named(problem: str, keys: list[str]) -> list[str]:
     """The probed key a problem is about: the one it names first (a problem may name others, such as the key
     that conflicts with it or what to set instead)."""
     found = []
     for k in keys:
-        m = re.search(rf"(?<![\w.]){re.escape(k)}(?![\w])", problem)
-        section, _, leaf = k.rpartition(".")
-        if m is None and section:  # "section: leaf=value ..." (Megatron's sizes are reported per section)
-            m = re.search(rf"(?<![\w.]){re.escape(section)}: .*(?<![\w.]){re.escape(leaf)}=", problem)
-        parts = k.split(".")
-        for depth in range(len(parts) - 1, 1, -1):  # a key inside an open dict: the dict named as a whole
-            if m is None:
-                m = re.search(rf"(?<![\w.]){re.escape('.'.join(parts[:depth]))}=", problem)
+        m = next((m for pattern in _key_patterns(k) if (m := pattern.search(problem))), None)
         if m:
             found.append((m.start(), k))
     return [min(found)[1]] if found else []
@@ -309,16 +317,19 @@ def refusals(results: list[GroupResult]) -> str:
 
 
 def audit(names: list[str] | None, work: Path, probe_only: bool = False, timeout: float = 900,
-          groups: list[str] | None = None, log=print) -> list[GroupResult]:
+          groups: list[str] | None = None, log=print, assets_root: Path | None = None) -> list[GroupResult]:
+    """Audit the named entry points (all by default) in ``work``. The tiny assets (task files, models) go to
+    ``assets_root`` (default ``work/assets``): one folder shared by several audits builds each asset once."""
     results = []
+    assets_root = assets_root or work / "assets"
     for entry in _entries_module("config_audit_recipes").ENTRIES:
         if names and entry.name not in names:
             continue
-        assets = entry.assets(work / "assets") if entry.assets else []
+        assets = entry.assets(assets_root) if entry.assets else []
         for group in entry.groups:
             if groups and group.name not in groups:
                 continue
-            context = [c.replace("{assets}", str(work / "assets")).replace("{work}", str(work)) for c in group.context]
+            context = [c.replace("{assets}", str(assets_root)).replace("{work}", str(work)) for c in group.context]
             r = probe(entry, group, assets, context)
             if not r.error and not probe_only:
                 r = run_group(entry, group, r, assets, context, work, timeout)

@@ -391,8 +391,6 @@ MAIN_GROUPS = [
     # a run that only validates reads no training setting (as upstream's): the base's training keys at defaults
     Group("val_only", context=["trainer.val_only=true", f"{_A}.ppo_micro_batch_size_per_gpu=4", "trainer.test_freq=-1"],
           keys=()),
-    Group("reward_loop", context=["reward.use_reward_loop=true"], keys=("reward.num_workers", "reward.reward_loop_chunks"),
-          values={"reward.reward_loop_chunks": 2}),  # chunks of whole groups: 16 prompts in 2
     Group(
         "distillation",  # on-policy distillation: the demo model as its own teacher on a pool of one worker
         context=["distillation.enabled=true", "distillation.nnodes=1", "distillation.n_gpus_per_node=1",
@@ -403,9 +401,13 @@ MAIN_GROUPS = [
         keys=("distillation.distillation_loss.*", "distillation.teacher_key"),
     ),
     Group(
-        "dynamic_sampling",  # core's filter stage (DAPO's dynamic sampling): groups kept by the spread of acc
-        context=["algorithm.filter_groups.enable=true", "reward.custom_reward_function.path={assets}/files/varied_reward.py"],
-        keys=("algorithm.filter_groups.*", "data.gen_batch_size"),
+        # core's filter stage (DAPO's dynamic sampling: groups kept by the spread of acc) over the reward loop's
+        # scores (each generation round scored in chunks while the next chunk generates)
+        "dynamic_sampling_reward_loop",
+        context=["algorithm.filter_groups.enable=true", "reward.custom_reward_function.path={assets}/files/varied_reward.py",
+                 "reward.use_reward_loop=true"],
+        keys=("algorithm.filter_groups.*", "data.gen_batch_size", "reward.num_workers", "reward.reward_loop_chunks"),
+        values={"reward.reward_loop_chunks": 2},  # chunks of whole groups: the round's prompts in 2
     ),
     Group(
         _KL_RUN,

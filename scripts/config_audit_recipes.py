@@ -9,8 +9,10 @@ import importlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 from config_audit_entries import MAIN_ENTRY, NO_VALUE, Entry, Group, demo_asset_overrides
+from verl.workers.tiny import CHAT_TEMPLATE
 
 
 def recipe_check(recipe: str) -> Callable[[list[str]], Any]:
@@ -55,8 +57,8 @@ def dapo_assets(root: Path) -> list[str]:
         train, test = cpu_assets.write_task(out)
     model = out / "model"
     if not (model / "config.json").is_file():
-        cpu_assets.WARM_START_STEPS = 40  # the smoke test's length: about 5-10 % right, groups differ
-        cpu_assets.warm_start_tiny_model(model, train)
+        with patch.multiple(cpu_assets, WARM_START_STEPS=40):  # the smoke test's length: about 5-10 % right
+            cpu_assets.warm_start_tiny_model(model, train)
     return [f"data.train_files={train}", f"data.val_files={test}", f"actor_rollout_ref.model.path={model}"]
 
 
@@ -80,13 +82,13 @@ def vlm_assets(root: Path) -> list[str]:
 
     out = root / "vlm_count"
     out.mkdir(parents=True, exist_ok=True)
-    cpu_assets.TRAIN_ROWS, cpu_assets.TEST_ROWS, cpu_assets.WARM_START_BATCH = 16, 4, 8  # the smoke test's sizes
     train, test = out / "train.parquet", out / "test.parquet"
-    if not test.is_file():
-        train, test = cpu_assets.write_task(out)
     model = out / "model"
-    if not (model / cpu_assets.MARKER).is_file():
-        cpu_assets.warm_start(model, cpu_assets.task_rows(16, cpu_assets.TRAIN_SEED, "train"), steps=1)
+    with patch.multiple(cpu_assets, TRAIN_ROWS=16, TEST_ROWS=4, WARM_START_BATCH=8):  # the smoke test's sizes
+        if not test.is_file():
+            train, test = cpu_assets.write_task(out)
+        if not (model / cpu_assets.MARKER).is_file():
+            cpu_assets.warm_start(model, cpu_assets.task_rows(16, cpu_assets.TRAIN_SEED, "train"), steps=1)
     return [f"data.train_files={train}", f"data.val_files={test}", f"actor_rollout_ref.model.path={model}"]
 
 
@@ -96,10 +98,16 @@ SHORT = ["trainer.total_training_steps=1", "data.val_max_samples=8"]
 
 RECIPE_ENTRIES: list[Entry] = [
     recipe_entry(
+        # dynamic sampling keeps only groups whose exact-match score varies, so the probed prompt format must be
+        # the one the warm start learnt (the tokenizer's own template, still a value the dataset must read):
+        # under another the policy answers nothing right, every group is dropped, and the CPU default's
+        # max_num_gen_batches=10 ends the run with core's DynamicSamplingError (upstream's ValueError)
         "dapo", "verl_recipe_dapo.main_dapo:RECIPE",
-        base=[*SHORT, "algorithm.filter_groups.max_num_gen_batches=0"],
+        base=SHORT,
         assets=dapo_assets,
-        groups=[Group("base", skip=("data.gen_batch_size", "algorithm.filter_groups.*"))],
+        # the filter's keys are core's stage's: probed in main_ppo's dynamic_sampling_reward_loop group
+        groups=[Group("base", skip=("data.gen_batch_size", "algorithm.filter_groups.*"),
+                      values={"actor_rollout_ref.model.custom_chat_template": CHAT_TEMPLATE})],
     ),
     recipe_entry(
         "spin", "verl_recipe_spin.main_spin:RECIPE",
@@ -120,9 +128,10 @@ RECIPE_ENTRIES: list[Entry] = [
         base=SHORT,
         assets=demo_asset_overrides,
         groups=[
-            Group("base"),
-            Group("prm_pool", context=["reward.reward_model.enable_resource_pool=true", "reward.reward_model.nnodes=1",
-                                       "reward.reward_model.n_gpus_per_node=1"], keys=("reward.reward_model.*",)),
+            # the PRM on a pool of its own reads what the colocated PRM reads, and its pool's size too (the
+            # colocated default runs in the recipe's smoke test)
+            Group("base_prm_pool", context=["reward.reward_model.enable_resource_pool=true", "reward.reward_model.nnodes=1",
+                                            "reward.reward_model.n_gpus_per_node=1"]),
             Group("rloo_baseline", context=["reward.reward_model.enable=false"], keys=()),
         ],
     ),

@@ -99,6 +99,12 @@ def test_scripts_and_root_tests_run_the_workspace_tests(ws):
     assert cm.affected(["scripts/new_recipe.py", "tests/test_x.py"], pkgs) == ["workspace"]
 
 
+def test_the_config_audit_scripts_run_every_recipe(ws):
+    """Each recipe's own tests run its config audit (scripts/config_audit*.py): a change there runs them."""
+    pkgs, _ = ws
+    assert cm.affected(["scripts/config_audit_entries.py"], pkgs) == ["recipe-a", "recipe-b", "workspace"]
+
+
 def test_matrix_skips_packages_without_tests_and_commands(ws):
     pkgs, root = ws
     entries = cm.matrix(["lonely", "recipe-a", "workspace"], pkgs, root)

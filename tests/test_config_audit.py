@@ -124,18 +124,24 @@ def test_every_switch_of_a_gate_is_set_by_some_group():
     assert missing <= {"data.val_files"}, sorted(missing)  # the assets set it
 
 
-@pytest.mark.slow
-@pytest.mark.e2e
-@pytest.mark.timeout(3600)
-@pytest.mark.parametrize("name", [e.name for e in recipes.ENTRIES])
-def test_every_key_set_is_read_or_refused(tmp_path, name, request):
+@pytest.mark.parametrize("name", [e.name for e in recipes.ENTRIES])  # slow, e2e: the config_audit fixture
+def test_every_key_set_is_read_or_refused(config_audit, name, request):
     """Each entry point's CPU default, shortened, with every probed key at a non-default value, group by
-    group: nothing accepted goes unread (scripts/config_audit.py; docs/config-audit.md). main_ppo's groups
-    run in every test run; the recipes' (about 9 more minutes, and DAPO's base group is open: its dynamic
-    sampling never fills a batch) with ``--config-audit-recipes``."""
+    group: nothing accepted goes unread (scripts/config_audit.py; docs/config-audit.md). main_ppo's runs here;
+    each recipe's runs in its own package's tests (its CI entry, its exact environment), and here too with
+    ``--config-audit-recipes``."""
     if name != recipes.MAIN_ENTRY.name and not request.config.getoption("--config-audit-recipes"):
-        pytest.skip("recipe audits run with --config-audit-recipes (docs/config-audit.md)")
-    results = audit.audit([name], tmp_path)
-    report = audit.render(results)
-    print(report)
-    assert results and all(not r.error and not r.unread for r in results), report
+        pytest.skip("a recipe's audit runs in its own package's tests (recipes/*/tests/test_config_audit.py); "
+                    "--config-audit-recipes runs it here too")
+    config_audit(name)
+
+
+def test_every_recipe_entry_is_audited_in_its_own_package():
+    """CI runs a recipe's audit in the recipe's own entry: each recipe entry point is named by the audit test of
+    the package that holds its module."""
+    for entry in recipes.RECIPE_ENTRIES:
+        module = entry.target.split(".", 1)[0]
+        (src,) = ROOT.glob(f"recipes/*/src/{module}")
+        test = src.parents[1] / "tests" / "test_config_audit.py"
+        assert test.is_file(), f"{entry.name}: no {test.relative_to(ROOT)}"
+        assert f'"{entry.name}"' in test.read_text(), f"{entry.name} is not audited by {test.relative_to(ROOT)}"
