@@ -52,11 +52,15 @@ class Recorder:
         self._test = item.nodeid
 
 
+def smoke_tests() -> dict[str, str]:
+    """Each recipe folder's name and its smoke test file."""
+    return {Path(p).parts[-3]: p for p in sorted(glob.glob(str(ROOT / "recipes" / "*" / "tests" / "test_smoke.py")))}
+
+
 def record(out: str, recipes: list[str]) -> int:
     import pytest
 
-    paths = [p for p in sorted(glob.glob(str(ROOT / "recipes" / "*" / "tests" / "test_smoke.py")))
-             if Path(p).parts[-3] in recipes]
+    paths = [path for name, path in smoke_tests().items() if name in recipes]
     recorder = Recorder()
     status = pytest.main([*paths, "-q", "-p", "no:cacheprovider"], plugins=[recorder])
     Path(out).write_text(json.dumps(recorder.results, indent=1, sort_keys=True))
@@ -101,8 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.cmd == "compare":
         return compare(args.before, args.after)
-    every = sorted(Path(p).parts[-3] for p in glob.glob(str(ROOT / "recipes" / "*" / "tests" / "test_smoke.py")))
-    chosen = args.recipes.split(",") if args.recipes else [r for r in every if r not in NONDETERMINISTIC]
+    chosen = args.recipes.split(",") if args.recipes else [r for r in smoke_tests() if r not in NONDETERMINISTIC]
     return record(args.out, chosen)
 
 

@@ -101,11 +101,12 @@ class LocalSandbox(Sandbox):
     ) -> RunResult:
         if language != "python":
             raise ValueError(f"the local sandbox runs language 'python' only, got {language!r}")
+        timeout, memory_mb = timeout or self.timeout, memory_mb or self.memory_mb
         with self._slots:
             if self.isolation.level == "rlimits" and self.isolation.uid is not None:
                 with leased_uid() as uid:  # uids.py: why each program gets a uid of its own here
-                    return self._run(code, stdin, timeout or self.timeout, memory_mb or self.memory_mb, uid)
-            return self._run(code, stdin, timeout or self.timeout, memory_mb or self.memory_mb, self.isolation.uid)
+                    return self._run(code, stdin, timeout, memory_mb, uid)
+            return self._run(code, stdin, timeout, memory_mb, self.isolation.uid)
 
     def _limits(self, timeout: float, memory_mb: int) -> list[str]:
         nproc = self.max_processes
