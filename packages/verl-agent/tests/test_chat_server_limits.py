@@ -10,7 +10,7 @@ import pytest
 import requests
 from verl.agent.chat_server import ChatCompletionServer
 from verl.agent.server import ScriptedLLMServer
-from verl.rewards.http_server import raw_exchange, raw_exchanges_meanwhile
+from verl.rewards.http_testing import raw_exchange, raw_exchanges_meanwhile
 
 
 @pytest.fixture(scope="module")

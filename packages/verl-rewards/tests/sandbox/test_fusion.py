@@ -5,7 +5,7 @@ import threading
 
 import pytest
 import requests
-from verl.rewards.http_server import raw_exchange, raw_exchanges_meanwhile
+from verl.rewards.http_testing import raw_exchange, raw_exchanges_meanwhile
 from verl.rewards.sandbox.fusion import SandboxFusionSandbox
 from verl.rewards.sandbox.fusion_server import FusionServer
 from verl.rewards.scoring.code import compute_score

@@ -11,8 +11,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from verl import DataProto
 from verl.trainer.config import load_config
 from verl.trainer.distillation.teacher_pool import teacher_init_kwargs, teacher_roles
-from verl.trainer.ppo.distillation_losses import teacher_topk
 from verl.trainer.distillation.teacher_step import compute_teacher_log_probs
+from verl.trainer.ppo.distillation_losses import teacher_topk
 from verl.workers.actor import DataParallelPPOActor
 from verl.workers.engine import build_engine
 from verl.workers.engine.hf_model import response_outputs

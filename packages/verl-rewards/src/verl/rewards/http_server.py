@@ -31,8 +31,8 @@ from aiohttp import web
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["BackgroundServer", "HTTPError", "HTTPLimits", "detail_error", "make_app", "openai_error", "raw_exchange",
-           "raw_exchanges_meanwhile", "read_json", "start_site"]
+__all__ = ["BackgroundServer", "HTTPError", "HTTPLimits", "detail_error", "make_app", "openai_error", "read_json",
+           "start_site"]
 
 
 @dataclass(frozen=True)
@@ -179,47 +179,3 @@ class BackgroundServer:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
-
-
-def raw_exchange(url: str, data: bytes, wait: float = 0.0, read_timeout: float = 6.0) -> bytes:
-    """Send raw bytes to the server at ``url`` (then keep the socket open ``wait`` s) and return what it
-    answers until it closes the connection, or ``read_timeout`` s pass without a byte (the answer then ends
-    with ``<client gave up waiting>``): how a test sees the limits from the side of a misbehaving client."""
-    import socket
-    import time
-    from urllib.parse import urlparse
-
-    u = urlparse(url)
-    with socket.create_connection((u.hostname, u.port), timeout=read_timeout) as sock:
-        sock.sendall(data)
-        time.sleep(wait)
-        chunks = []
-        while True:
-            try:
-                chunk = sock.recv(65536)
-            except ConnectionResetError:
-                break
-            except TimeoutError:  # the server neither answered nor closed: report that distinctly
-                return b"".join(chunks) + b"<client gave up waiting>"
-            if not chunk:
-                break
-            chunks.append(chunk)
-        return b"".join(chunks)
-
-
-def raw_exchanges_meanwhile(url: str, requests: dict[str, bytes], meanwhile: Callable[[], Any]) -> dict[str, bytes]:
-    """`raw_exchange` of each of ``requests`` on a connection of its own, all at once, while this thread
-    runs ``meanwhile()`` (e.g. a well-formed request that must still be answered); returns each answer by
-    name once all connections ended (or 30 s passed)."""
-    answers: dict[str, bytes] = {}
-
-    def send(name: str, data: bytes) -> None:
-        answers[name] = raw_exchange(url, data)
-
-    threads = [threading.Thread(target=send, args=item) for item in requests.items()]
-    for t in threads:
-        t.start()
-    meanwhile()
-    for t in threads:
-        t.join(30)
-    return answers

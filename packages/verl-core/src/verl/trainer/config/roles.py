@@ -169,10 +169,10 @@ class ActorConfig:
         when=when(".use_kl_loss"),
     )
     use_torch_compile: bool | None = opt(
-        False, "torch.compile (inductor) the actor's decoder layers (forward + backward), its log-prob/entropy "
-        "functions and the native rollout's decode step (fsdp2, no Ulysses, no LoRA); null: on where inductor "
-        "builds kernels for the device and the run's trained tokens x parameters repay the compile "
-        "(verl.workers.engine.compile)",
+        None, "torch.compile (inductor) the actor's decoder layers (forward + backward), its log-prob/entropy "
+        "functions and the native rollout's decode step (fsdp2, no Ulysses, no LoRA); null: on where the run's "
+        "trained tokens x parameters repay the compile and inductor builds kernels for the device, the engine "
+        "logs which (verl.workers.engine.compile); true: always (refused where it cannot be); false: eager",
     )
     entropy_checkpointing: bool = opt(False, "recompute the entropy's softmax in backward (less memory; fsdp)")
     ulysses_sequence_parallel_size: int = opt(1, "Ulysses sequence-parallel group size (fsdp2)")

@@ -8,17 +8,16 @@ the LM head and the loss stay eager. Shapes change from step to step (response l
 rows), so the layer's token and row dims are marked dynamic before each call: one compilation per
 variant (with and without autograd, with and without an attention mask), not one per length.
 
-``use_torch_compile`` is ``false`` (the default: eager), ``true`` (compiled, or an error naming why it
-cannot be), or ``null``: decided by the hardware and the work, never by how busy the machine is
-(:func:`resolve_compile`):
+``use_torch_compile`` is ``null`` (the default), ``true`` (compiled, or an error naming why it cannot
+be) or ``false`` (eager). ``null`` is decided by the work and the hardware, never by how busy the machine
+is (:func:`resolve_compile`):
 
+- the work: compiling costs a fixed time per run and saves a share of every step; it is on when the
+  run's trained tokens x parameters reach :data:`MIN_PARAM_TOKENS` for the device type, where the
+  saving has repaid the compile (the compile times, savings and the break-even are measured in
+  ``benchmarks/grpo_step/README.md``, "Round three");
 - the hardware: inductor must be able to build kernels for the device: a C++ compiler and a vectorised
-  CPU capability on CPU, Triton on CUDA;
-- the work: compiling costs a fixed time per run (about a minute on a 2-core CPU, the same order on a
-  GPU), and saves a share of every step; it is on when the run's trained tokens x parameters reach
-  :data:`MIN_PARAM_TOKENS` for the device type, the point where about 10% of the run's compute pays
-  for the compile (CPU: a 2-core machine's GRPO step runs ~150 GFLOP/s of matmuls at 8 FLOP per
-  parameter and token, so 1e13 parameter-tokens are ~9 minutes; CUDA: 1e16 are minutes on one GPU).
+  CPU capability on CPU, Triton on CUDA.
 
 Supported: the ``fsdp2`` engine (a single CPU rank's plain module or ``fully_shard``-ed layers, whose
 hooks run outside the compiled ``forward``), without Ulysses sequence parallelism (its all-to-all
@@ -76,7 +75,16 @@ def resolve_compile(
 ) -> tuple[bool, str]:
     """``(compile?, why)`` for ``actor.use_torch_compile`` = ``setting``. ``param_tokens``: the run's
     trained tokens x parameters (None: unknown, which ``null`` reads as too little). An explicit
-    ``true`` that cannot be honoured is an error naming why."""
+    ``true`` that cannot be honoured is an error naming why. ``null`` weighs the work first, so a run
+    too small to repay the compile never probes for a compiler."""
+    if setting is False:
+        return False, "use_torch_compile=false"
+    if setting is None:
+        need = MIN_PARAM_TOKENS.get(device_type)
+        if need is None or param_tokens is None or param_tokens < need:
+            have = "unknown" if param_tokens is None else f"{param_tokens:.2g}"
+            bound = "no threshold for this device" if need is None else f"under {need:.0e}"
+            return False, f"use_torch_compile=null: off, the run's parameter-tokens ({have}) are {bound}"
     blockers = []
     if strategy != "fsdp2":
         blockers.append(f"strategy {strategy!r} (compiled decoder layers are wired into fsdp2)")
@@ -94,15 +102,10 @@ def resolve_compile(
                 + ". Set it to false (or null: compiled where it can be)"
             )
         return True, "use_torch_compile=true"
-    if setting is False:
-        return False, "use_torch_compile=false"
     if blockers:
         return False, "use_torch_compile=null: off, " + "; ".join(blockers)
-    need = MIN_PARAM_TOKENS[device_type]
-    if param_tokens is None or param_tokens < need:
-        have = "unknown" if param_tokens is None else f"{param_tokens:.2g}"
-        return False, f"use_torch_compile=null: off, the run's parameter-tokens ({have}) are under {need:.0e}"
-    return True, f"use_torch_compile=null: on, the run's parameter-tokens ({param_tokens:.2g}) reach {need:.0e}"
+    return True, (f"use_torch_compile=null: on, the run's parameter-tokens ({param_tokens:.2g}) reach "
+                  f"{MIN_PARAM_TOKENS[device_type]:.0e}")
 
 
 def _mark_dynamic(module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> None:
